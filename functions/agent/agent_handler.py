@@ -1,0 +1,52 @@
+"""Agent Lambda: performs step requests on one remote service (AGENT_NAME) and replies to the scheduler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from sasflow.batch import process_sqs_batch
+from sasflow.bootstrap import Lazy, build_agent
+from sasflow.errors import DeadlineExceededError
+from sasflow.messages import decode_request, encode
+from sasflow.ports import Outgoing
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def _count(name: str, value: int = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+agent = Lazy(lambda: build_agent(metrics=_count))
+
+
+def _handle(record: SQSRecord, context: LambdaContext) -> list[Outgoing]:
+    services = agent()
+
+    def time_left() -> float:
+        return float(context.get_remaining_time_in_millis()) / 1000.0
+
+    if time_left() < services.config.safety_margin_seconds + 1:
+        raise DeadlineExceededError("not enough time left in this invocation to start the record")
+    reply = services.runtime.handle(decode_request(record.body), time_left)
+    return [Outgoing(queue_url=services.config.response_queue_url, body=encode(reply))]
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Process a batch of step requests and report partial failures."""
+    services = agent()
+    services.idempotency_config.register_lambda_context(context)
+    return dict(process_sqs_batch(event, context, lambda record: _handle(record, context), services.bus, processor))

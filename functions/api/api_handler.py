@@ -1,0 +1,33 @@
+"""API Lambda: start, read and cancel workflows over the HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from sasflow.api import build_app
+from sasflow.bootstrap import Lazy, build_engine
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+
+
+def _count(name: str, value: int = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+engine = Lazy(lambda: build_engine(metrics=_count))
+app = build_app(lambda: (engine().scheduler, engine().bus))
+
+
+@logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Resolve an API Gateway HTTP API (payload v2) event."""
+    return app.resolve(event, context)

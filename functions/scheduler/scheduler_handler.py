@@ -1,0 +1,42 @@
+"""Scheduler Lambda: applies agents' replies from the response queue and dispatches what comes next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from sasflow.batch import process_sqs_batch
+from sasflow.bootstrap import Lazy, build_engine
+from sasflow.messages import decode_reply
+from sasflow.ports import Outgoing
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+
+def _count(name: str, value: int = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+engine = Lazy(lambda: build_engine(metrics=_count))
+
+
+def handle_reply(record: SQSRecord) -> list[Outgoing]:
+    """Apply one reply; a malformed body raises and becomes this record's batch-item failure."""
+    return engine().scheduler.on_reply(decode_reply(record.body))
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Process a batch of replies and report partial failures."""
+    return dict(process_sqs_batch(event, context, handle_reply, engine().bus, processor))

@@ -1,0 +1,249 @@
+"""The agent runtime: do one step's action on one remote service, safely (DESIGN Rules 4 and 8).
+
+- Idempotent: the action runs inside powertools ``idempotent_function``, keyed by the business identity
+  (workflow id, step, phase, action), never the SQS message id. A resend or a duplicate delivery returns the stored
+  result; a duplicate that arrives while the first copy still runs is refused (IdempotencyAlreadyInProgressError),
+  becomes a batch-item failure and comes back later. Every remote call carries the token derived from the same
+  identity, so even a call repeated after a crash has one effect.
+- Retried: transient failures are retried with tenacity, exponential backoff and full jitter, at most
+  ``max_calls`` times, and never past ``min(complete_by, Lambda deadline) - safety margin``.
+- Guarded: a circuit breaker shared by all instances stops calls to a failing service; an open circuit defers the
+  attempt (``Outcome.DEFERRED``) without using it up.
+
+Only definitive results (success, business rejection, an oversized output) are stored as idempotent results;
+transient failures raise inside the idempotent function so that its record is removed and a later attempt calls
+the service again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
+
+from .breaker import CircuitBreaker
+from .clock import Clock
+from .errors import (
+    CircuitOpenError,
+    DeadlineExceededError,
+    MalformedMessageError,
+    RemoteRejectedError,
+    RemoteTransientError,
+)
+from .messages import SQS_MAX_MESSAGE_BYTES, StepError, StepReply, StepRequest
+from .ports import Counter, no_metrics
+from .settings import AgentConfig
+from .states import Outcome
+
+logger = logging.getLogger("sasflow.agent")
+
+#: A call is not started with less than this much time left (seconds).
+MIN_CALL_SECONDS = 0.5
+#: Largest output an agent replies with: the reply must fit in one SQS message with room for its envelope.
+MAX_OUTPUT_BYTES = SQS_MAX_MESSAGE_BYTES - 4_096
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RemoteClient(Protocol):
+    """Calls the remote service once (see ``adapters.http_remote``)."""
+
+    def call(self, request: StepRequest, timeout_seconds: float) -> dict[str, Any]:
+        """Perform the request's action; raise RemoteRejectedError or RemoteTransientError."""
+        ...
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """A definitive result of a step's action, as stored by the idempotency layer (JSON-serialisable)."""
+
+    outcome: Outcome
+    output: Any = None
+    error: dict[str, Any] | None = None
+    calls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Serialise for the idempotency record."""
+        return {"outcome": self.outcome.value, "output": self.output, "error": self.error, "calls": self.calls}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ActionResult:
+        """Inverse of ``to_dict``."""
+        return cls(Outcome(data["outcome"]), data.get("output"), data.get("error"), int(data.get("calls", 0)))
+
+
+def no_idempotency(function: F) -> F:
+    """An identity decorator, for runtimes that are made idempotent elsewhere (never in Lambda)."""
+    return function
+
+
+class AgentRuntime:
+    """Performs step requests for one agent.
+
+    Parameters
+    ----------
+    config:
+        The agent's settings (name, margins, timeouts).
+    remote:
+        Client of the remote service.
+    breaker:
+        The shared circuit breaker of that service.
+    clock:
+        Injected time (retry deadlines and backoff sleeps use it).
+    idempotent:
+        Decorator that makes ``perform(request=...)`` idempotent (powertools ``idempotent_function`` in Lambda).
+    rng:
+        Random source of backoff jitter.
+    metrics:
+        Counter for ``RemoteCalls`` and friends.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        remote: RemoteClient,
+        breaker: CircuitBreaker,
+        clock: Clock,
+        *,
+        idempotent: Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]] = no_idempotency,
+        rng: random.Random | None = None,
+        metrics: Counter = no_metrics,
+    ) -> None:
+        self.config = config
+        self.remote = remote
+        self.breaker = breaker
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.metrics = metrics
+        self._perform = idempotent(self._perform_action)
+
+    def handle(self, request: StepRequest, time_left: Callable[[], float]) -> StepReply:
+        """Do ``request`` and return the reply to send.
+
+        Parameters
+        ----------
+        request:
+            The step request from this agent's queue.
+        time_left:
+            Seconds left in the Lambda invocation (``context.get_remaining_time_in_millis() / 1000``).
+
+        Returns
+        -------
+        StepReply
+            SUCCEEDED / REJECTED from the (possibly stored) result; DEFERRED when the circuit is open; FAILED with
+            ``retryable`` when time ran out before the calls did.
+
+        Raises
+        ------
+        MalformedMessageError
+            When the request is for another agent (it was sent to the wrong queue).
+        IdempotencyAlreadyInProgressError
+            When another instance is doing the same action right now (the record is retried later).
+        """
+        if request.agent != self.config.agent_name:
+            raise MalformedMessageError(f"request for agent {request.agent!r} reached {self.config.agent_name!r}")
+        # Bounded work (Rule 8): stop early enough to reply before min(complete_by, Lambda deadline).
+        deadline = min(float(request.complete_by), self.clock.now() + time_left()) - self.config.safety_margin_seconds
+        try:
+            result = ActionResult.from_dict(self._perform(request=request, deadline=deadline))
+        except CircuitOpenError as exc:
+            self.metrics("CircuitOpenDeferrals")
+            return self._reply(request, Outcome.DEFERRED, retry_at=exc.retry_at)
+        except DeadlineExceededError as exc:
+            self.metrics("AttemptsOutOfTime")
+            error = StepError(code="DEADLINE_EXCEEDED", message=str(exc)[:2048])
+            return self._reply(request, Outcome.FAILED, error=error, retryable=True)
+        except RemoteTransientError as exc:
+            self.metrics("AttemptsExhausted")
+            error = StepError(code="TRANSIENT_EXHAUSTED", message=str(exc)[:2048])
+            return self._reply(request, Outcome.FAILED, error=error)
+        error = StepError.model_validate(result.error) if result.error else None
+        return self._reply(request, result.outcome, output=result.output, error=error, calls=result.calls)
+
+    def _reply(
+        self,
+        request: StepRequest,
+        outcome: Outcome,
+        *,
+        output: Any = None,
+        error: StepError | None = None,
+        retry_at: int | None = None,
+        retryable: bool = False,
+        calls: int = 0,
+    ) -> StepReply:
+        return StepReply(
+            workflow_id=request.workflow_id,
+            step=request.step,
+            phase=request.phase,
+            attempt=request.attempt,
+            outcome=outcome,
+            output=output,
+            error=error,
+            retry_at=retry_at,
+            retryable=retryable,
+            calls=calls,
+        )
+
+    def _perform_action(self, request: StepRequest, deadline: float) -> dict[str, Any]:
+        """Call the service with retries; return a definitive ``ActionResult`` as a dict, or raise."""
+        calls = 0
+        out_of_time = False
+
+        def stop(state: RetryCallState) -> bool:
+            nonlocal out_of_time
+            if state.attempt_number >= request.max_calls:
+                return True
+            if self.clock.now() + state.upcoming_sleep + MIN_CALL_SECONDS >= deadline:
+                out_of_time = True
+                return True
+            return False
+
+        def wait(state: RetryCallState) -> float:
+            delay = min(request.backoff_cap_seconds, request.backoff_base_seconds * 2 ** (state.attempt_number - 1))
+            return self.rng.uniform(0, delay) if request.jitter else delay
+
+        def call_once() -> dict[str, Any]:
+            nonlocal calls
+            left = deadline - self.clock.now()
+            if left < MIN_CALL_SECONDS:
+                raise DeadlineExceededError(f"{left:.2f}s left before complete-by minus margin")
+            self.breaker.before_call()
+            calls += 1
+            self.metrics("RemoteCalls")
+            try:
+                output = self.remote.call(request, timeout_seconds=min(self.config.remote_timeout_seconds, left))
+            except RemoteTransientError:
+                self.breaker.on_failure()
+                raise
+            except RemoteRejectedError:
+                self.breaker.on_success()  # the service answered: it is healthy
+                raise
+            self.breaker.on_success()
+            return output
+
+        retrying = Retrying(
+            stop=stop,
+            wait=wait,
+            retry=retry_if_exception_type(RemoteTransientError),
+            sleep=self.clock.sleep,
+            reraise=True,
+        )
+        try:
+            output = retrying(call_once)
+        except RemoteRejectedError as exc:
+            return ActionResult(Outcome.REJECTED, error={"code": exc.code, "message": exc.message}, calls=calls).to_dict()
+        except RemoteTransientError as exc:
+            if out_of_time:
+                raise DeadlineExceededError(f"stopped retrying after {calls} call(s): {exc}") from exc
+            raise
+        size = len(json.dumps(output, separators=(",", ":")).encode())
+        if size > MAX_OUTPUT_BYTES:
+            # The action happened but its output cannot travel: fail the step so the workflow compensates it.
+            error = {"code": "OUTPUT_TOO_LARGE", "message": f"output is {size} bytes; limit {MAX_OUTPUT_BYTES}"}
+            return ActionResult(Outcome.FAILED, error=error, calls=calls).to_dict()
+        return ActionResult(Outcome.SUCCEEDED, output=output, calls=calls).to_dict()

@@ -1,0 +1,92 @@
+"""API request and response models (kept apart from queue messages and store records)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .definition import WorkflowDefinition
+from .records import Snapshot
+from .states import StepStatus, WorkflowStatus
+
+
+class StartWorkflowRequest(BaseModel):
+    """Body of ``POST /workflows``: the definition to run and the workflow input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    definition: WorkflowDefinition
+    input: dict[str, Any] = Field(default_factory=dict, description="Workflow input; steps refer to it as input.*")
+
+
+class StepView(BaseModel):
+    """One step as the API shows it. Times are epoch seconds."""
+
+    name: str
+    agent: str
+    action: str
+    status: StepStatus
+    attempt: int = Field(description="Dispatches of the action so far.")
+    compensation_attempt: int = Field(description="Dispatches of the compensation so far.")
+    complete_by: int | None = Field(default=None, description="Deadline of the attempt in flight (epoch seconds).")
+    resends: int = Field(description="Times the supervisor resent this step after its complete-by.")
+    output: Any = None
+    error: dict[str, Any] | None = None
+    compensation_output: Any = None
+
+
+class WorkflowView(BaseModel):
+    """A workflow and its steps, in definition order."""
+
+    workflow_id: str
+    status: WorkflowStatus
+    definition_name: str
+    definition_version: int
+    created_at: int = Field(description="Epoch seconds.")
+    updated_at: int = Field(description="Epoch seconds.")
+    reason: str | None = None
+    input: dict[str, Any]
+    steps: list[StepView]
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> WorkflowView:
+        """Build the view of a store snapshot; steps never dispatched show as PENDING."""
+        workflow = snapshot.workflow
+        steps = []
+        for step in workflow.definition.steps:
+            record = snapshot.steps.get(step.name)
+            steps.append(
+                StepView(
+                    name=step.name,
+                    agent=step.agent,
+                    action=step.action,
+                    status=record.status if record else StepStatus.PENDING,
+                    attempt=record.attempt if record else 0,
+                    compensation_attempt=record.comp_attempt if record else 0,
+                    complete_by=record.complete_by if record else None,
+                    resends=record.resends if record else 0,
+                    output=record.output if record else None,
+                    error=record.error if record else None,
+                    compensation_output=record.comp_output if record else None,
+                )
+            )
+        return cls(
+            workflow_id=workflow.workflow_id,
+            status=workflow.status,
+            definition_name=workflow.definition.name,
+            definition_version=workflow.definition.version,
+            created_at=workflow.created_at,
+            updated_at=workflow.updated_at,
+            reason=workflow.reason,
+            input=workflow.input,
+            steps=steps,
+        )
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx body: a stable ``error`` code, a human ``message``, and optional validation ``details``."""
+
+    error: str
+    message: str
+    details: list[dict[str, Any]] | None = None

@@ -1,0 +1,136 @@
+"""Wiring: build the real adapters and services once per cold start (cosmicpython's ``bootstrap``).
+
+Handlers call these on their first invocation, never at import, so that nothing reads the environment or creates a
+boto3 client before the endpoint (or moto) is set. Tests build services with fakes instead and never come here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .agent import AgentRuntime
+from .breaker import CircuitBreaker
+from .clock import Clock, SystemClock
+from .ports import Counter, MessageBus, StateStore, no_metrics
+from .scheduler import SchedulerService
+from .settings import AgentConfig, EngineConfig
+from .supervisor import SupervisorService
+
+
+@dataclass(frozen=True)
+class EngineServices:
+    """What the API, scheduler and supervisor handlers use."""
+
+    config: EngineConfig
+    store: StateStore
+    bus: MessageBus
+    scheduler: SchedulerService
+    supervisor: SupervisorService
+
+
+@dataclass(frozen=True)
+class AgentServices:
+    """What an agent handler uses. ``idempotency_config`` needs ``register_lambda_context`` on every invocation."""
+
+    config: AgentConfig
+    runtime: AgentRuntime
+    bus: MessageBus
+    idempotency_config: Any
+
+
+def build_engine(
+    environ: Mapping[str, str] | None = None, *, clock: Clock | None = None, metrics: Counter = no_metrics
+) -> EngineServices:
+    """Build the engine's services over DynamoDB and SQS from the environment.
+
+    Raises
+    ------
+    ConfigurationError
+        When an environment variable is missing or invalid.
+    """
+    from .adapters.dynamodb_store import DynamoDBStateStore, dynamodb_client
+    from .adapters.sqs_bus import SqsMessageBus, sqs_client
+
+    config = EngineConfig.from_env(os.environ if environ is None else environ)
+    clock = clock or SystemClock()
+    store = DynamoDBStateStore(config.state_table, dynamodb_client())
+    bus = SqsMessageBus(sqs_client())
+    scheduler = SchedulerService(store, clock, config, metrics=metrics)
+    supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
+    return EngineServices(config, store, bus, scheduler, supervisor)
+
+
+def build_agent(
+    environ: Mapping[str, str] | None = None, *, clock: Clock | None = None, metrics: Counter = no_metrics
+) -> AgentServices:
+    """Build an agent's runtime: HTTP client, shared circuit breaker and powertools idempotency over DynamoDB.
+
+    Raises
+    ------
+    ConfigurationError
+        When an environment variable is missing or invalid.
+    """
+    from aws_lambda_powertools.utilities.idempotency import (
+        DynamoDBPersistenceLayer,
+        IdempotencyConfig,
+        idempotent_function,
+    )
+
+    from .adapters.breaker_dynamodb import DynamoDBBreakerStore
+    from .adapters.dynamodb_store import dynamodb_client
+    from .adapters.http_remote import HttpRemoteClient
+    from .adapters.sqs_bus import SqsMessageBus, sqs_client
+
+    config = AgentConfig.from_env(os.environ if environ is None else environ)
+    clock = clock or SystemClock()
+    client = dynamodb_client()
+    # One persistence layer per IdempotencyConfig. The key is the business identity taken from the message body.
+    persistence = DynamoDBPersistenceLayer(table_name=config.idempotency_table, boto3_client=client)
+    idempotency_config = IdempotencyConfig(
+        event_key_jmespath="[workflow_id, step, phase, action]",
+        raise_on_no_idempotency_key=True,
+        expires_after_seconds=config.idempotency_expiry_seconds,
+    )
+
+    def idempotent(function: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        return idempotent_function(  # type: ignore[no-any-return]
+            function,
+            data_keyword_argument="request",
+            persistence_store=persistence,
+            config=idempotency_config,
+        )
+
+    breaker = CircuitBreaker(
+        config.agent_name,
+        DynamoDBBreakerStore(config.idempotency_table, client),
+        clock,
+        failure_threshold=config.breaker_failure_threshold,
+        open_seconds=config.breaker_open_seconds,
+        probe_seconds=config.breaker_probe_seconds,
+    )
+    runtime = AgentRuntime(
+        config,
+        HttpRemoteClient(config.remote_base_url),
+        breaker,
+        clock,
+        idempotent=idempotent,
+        metrics=metrics,
+    )
+    return AgentServices(config, runtime, SqsMessageBus(sqs_client()), idempotency_config)
+
+
+class Lazy:
+    """Build a value on first use and keep it for the life of the Lambda sandbox (one cold start)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._factory = factory
+        self._value: Any = None
+
+    def __call__(self) -> Any:
+        """Return the value, building it the first time."""
+        if self._value is None:
+            self._value = self._factory()
+        return self._value

@@ -1,0 +1,290 @@
+"""Workflow definitions: steps, retry policies, compensations, dependencies and JMESPath references.
+
+A definition is JSON validated by pydantic. Each step names the agent (remote service) and the action, an input, a
+timeout, a retry policy and an optional compensation. ``depends_on`` defaults to the previous step, so a plain list of
+steps is a chain; explicit ``depends_on`` lists make a DAG.
+
+Input references follow the convention of Step Functions' ``Parameters``: a key ending in ``.$`` holds a JMESPath
+expression evaluated against the context ``{"input": <workflow input>, "steps": {<name>: {"output": ...}}}``.
+A compensation input may also use ``step.input`` and ``step.output`` (the compensated step's rendered input and its
+output, or null when its outcome is unknown).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Any
+
+import jmespath
+from jmespath.exceptions import JMESPathError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+
+from .errors import InvalidDefinitionError
+from .types import ActionName, AgentName, StepName
+
+_REF_SUFFIX = ".$"
+_STEP_REF = re.compile(r"\bsteps\.([A-Za-z][A-Za-z0-9_]*)")
+_ROOTS = ("input", "steps", "step")
+MAX_STEPS = 50
+
+
+class RetryPolicy(BaseModel):
+    """How often a step is attempted and how long to wait between tries.
+
+    ``max_attempts`` counts dispatches of the step (attempt 1 .. max_attempts). Inside one attempt the agent also
+    retries transient remote failures with exponential backoff (``backoff_base_seconds * 2**n`` capped at
+    ``backoff_cap_seconds``, with full jitter when ``jitter`` is true; AWS Architecture Blog, "Exponential Backoff
+    and Jitter").
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    backoff_base_seconds: float = Field(default=1.0, gt=0, le=60)
+    backoff_cap_seconds: float = Field(default=20.0, gt=0, le=900)
+    jitter: StrictBool = True
+
+    @model_validator(mode="after")
+    def _cap_not_below_base(self) -> RetryPolicy:
+        if self.backoff_cap_seconds < self.backoff_base_seconds:
+            raise ValueError("backoff_cap_seconds must be >= backoff_base_seconds")
+        return self
+
+
+class CompensationDefinition(BaseModel):
+    """The compensating action that undoes a step (Compensating Transaction pattern)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: ActionName
+    input: dict[str, Any] = Field(default_factory=dict)
+    timeout_seconds: int = Field(default=30, ge=1, le=900)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+
+
+class StepDefinition(BaseModel):
+    """One step of a workflow: an action on one remote service, done by that service's agent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: StepName
+    agent: AgentName
+    action: ActionName
+    input: dict[str, Any] = Field(default_factory=dict)
+    timeout_seconds: int = Field(default=30, ge=1, le=900, description="Seconds from dispatch to complete-by.")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    compensation: CompensationDefinition | None = None
+    depends_on: list[StepName] | None = Field(
+        default=None, description="Steps that must complete first; null means the previous step."
+    )
+
+
+class WorkflowDefinition(BaseModel):
+    """A named, versioned list of steps that runs as one unit: it completes, or what was done is undone."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    version: int = Field(default=1, ge=1)
+    steps: list[StepDefinition] = Field(min_length=1, max_length=MAX_STEPS)
+
+    @field_validator("steps")
+    @classmethod
+    def _unique_names(cls, steps: list[StepDefinition]) -> list[StepDefinition]:
+        seen: set[str] = set()
+        for step in steps:
+            if step.name in seen:
+                raise ValueError(f"step name {step.name!r} is used twice")
+            seen.add(step.name)
+        return steps
+
+    @model_validator(mode="after")
+    def _valid_graph_and_references(self) -> WorkflowDefinition:
+        names = [s.name for s in self.steps]
+        deps = self.dependencies
+        for name, parents in deps.items():
+            for parent in parents:
+                if parent not in names:
+                    raise ValueError(f"step {name!r} depends on unknown step {parent!r}")
+                if parent == name:
+                    raise ValueError(f"step {name!r} depends on itself")
+        order = _topological_order(names, deps)  # raises on a cycle
+        ancestors = _ancestors(order, deps)
+        for step in self.steps:
+            _check_template(step.input, f"steps[{step.name}].input", ancestors[step.name], allow_step=False)
+            if step.compensation is not None:
+                _check_template(
+                    step.compensation.input,
+                    f"steps[{step.name}].compensation.input",
+                    ancestors[step.name],
+                    allow_step=True,
+                )
+        return self
+
+    @cached_property
+    def dependencies(self) -> dict[str, tuple[str, ...]]:
+        """Map each step name to the names it depends on (the previous step when ``depends_on`` is null)."""
+        result: dict[str, tuple[str, ...]] = {}
+        previous: str | None = None
+        for step in self.steps:
+            if step.depends_on is None:
+                result[step.name] = (previous,) if previous is not None else ()
+            else:
+                result[step.name] = tuple(dict.fromkeys(step.depends_on))
+            previous = step.name
+        return result
+
+    @cached_property
+    def dependents(self) -> dict[str, tuple[str, ...]]:
+        """Map each step name to the steps that depend on it directly."""
+        result: dict[str, list[str]] = {s.name: [] for s in self.steps}
+        for name, parents in self.dependencies.items():
+            for parent in parents:
+                result[parent].append(name)
+        return {k: tuple(v) for k, v in result.items()}
+
+    @cached_property
+    def order(self) -> tuple[str, ...]:
+        """Step names in a topological order that keeps the written order where dependencies allow."""
+        return tuple(_topological_order([s.name for s in self.steps], self.dependencies))
+
+    def step(self, name: str) -> StepDefinition:
+        """Return the step called ``name``.
+
+        Raises
+        ------
+        KeyError
+            When the definition has no such step.
+        """
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+    def referenced_steps(self, name: str) -> set[str]:
+        """Names of the earlier steps whose outputs the input of step ``name`` refers to."""
+        return set(_STEP_REF.findall(_expressions_text(self.step(name).input)))
+
+
+def parse_definition(data: Any) -> WorkflowDefinition:
+    """Validate ``data`` (a dict parsed from JSON) as a workflow definition.
+
+    Raises
+    ------
+    InvalidDefinitionError
+        With pydantic's message when the definition is invalid.
+    """
+    try:
+        return WorkflowDefinition.model_validate(data)
+    except ValueError as exc:  # pydantic.ValidationError is a ValueError
+        raise InvalidDefinitionError(str(exc)) from exc
+
+
+def render(template: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    """Resolve ``key.$`` JMESPath references in ``template`` against ``context``, recursively.
+
+    Parameters
+    ----------
+    template:
+        A step or compensation input; keys ending in ``.$`` hold JMESPath expressions.
+    context:
+        ``{"input": ..., "steps": {name: {"output": ...}}, "step": {...}}``.
+
+    Returns
+    -------
+    dict
+        A new dict where each ``key.$`` became ``key`` with the expression's value (null when nothing matches).
+    """
+    return _render_value(template, context)  # type: ignore[no-any-return]
+
+
+def _render_value(value: Any, context: dict[str, Any]) -> Any:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and key.endswith(_REF_SUFFIX) and isinstance(item, str):
+                out[key[: -len(_REF_SUFFIX)]] = _compiled(item).search(context)
+            else:
+                out[key] = _render_value(item, context)
+        return out
+    if isinstance(value, list):
+        return [_render_value(v, context) for v in value]
+    return value
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _compiled(expression: str) -> Any:
+    compiled = _COMPILED.get(expression)
+    if compiled is None:
+        compiled = jmespath.compile(expression)
+        if len(_COMPILED) < 4096:
+            _COMPILED[expression] = compiled
+    return compiled
+
+
+def _expressions(value: Any) -> list[str]:
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key.endswith(_REF_SUFFIX):
+                if not isinstance(item, str):
+                    raise ValueError(f"{key!r} must hold a JMESPath expression string")
+                found.append(item)
+            else:
+                found.extend(_expressions(item))
+    elif isinstance(value, list):
+        for item in value:
+            found.extend(_expressions(item))
+    return found
+
+
+def _expressions_text(value: Any) -> str:
+    return "\n".join(_expressions(value))
+
+
+def _check_template(template: dict[str, Any], where: str, ancestors: set[str], *, allow_step: bool) -> None:
+    for expression in _expressions(template):
+        try:
+            _compiled(expression)
+        except JMESPathError as exc:
+            raise ValueError(f"{where}: invalid JMESPath {expression!r}: {exc}") from exc
+        roots = set(re.findall(r"(?:^|[^.\w])([A-Za-z_]\w*)\s*(?=[.\[]|$)", expression))
+        allowed = set(_ROOTS) if allow_step else {"input", "steps"}
+        bare = {r for r in roots if r in _ROOTS}
+        if bare - allowed:
+            raise ValueError(f"{where}: {expression!r} may refer only to {sorted(allowed)}")
+        for ref in _STEP_REF.findall(expression):
+            if ref not in ancestors:
+                raise ValueError(f"{where}: {expression!r} refers to step {ref!r}, which is not an earlier dependency")
+
+
+def _topological_order(names: list[str], deps: dict[str, tuple[str, ...]]) -> list[str]:
+    done: list[str] = []
+    placed: set[str] = set()
+    remaining = list(names)
+    while remaining:
+        progressed = False
+        for name in list(remaining):
+            if all(parent in placed for parent in deps.get(name, ())):
+                done.append(name)
+                placed.add(name)
+                remaining.remove(name)
+                progressed = True
+                break
+        if not progressed:
+            raise ValueError(f"depends_on has a cycle among {sorted(remaining)}")
+    return done
+
+
+def _ancestors(order: list[str], deps: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:
+    result: dict[str, set[str]] = {}
+    for name in order:
+        acc: set[str] = set()
+        for parent in deps.get(name, ()):
+            acc.add(parent)
+            acc |= result[parent]
+        result[name] = acc
+    return result

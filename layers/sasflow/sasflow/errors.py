@@ -1,0 +1,96 @@
+"""One error hierarchy for the whole core.
+
+Retryable errors are distinct from permanent ones, so that callers (agent retry, batch processing, API mapping)
+decide on the class and never on message text. The API maps these to HTTP status codes in exactly one place.
+"""
+
+from __future__ import annotations
+
+
+class SasflowError(Exception):
+    """Base class of every error raised on purpose by sasflow."""
+
+
+class PermanentError(SasflowError):
+    """Retrying cannot help: the input or the configuration is wrong."""
+
+
+class RetryableError(SasflowError):
+    """A later attempt may succeed (throttling, a transient remote failure, a service outage)."""
+
+
+class InvalidDefinitionError(PermanentError):
+    """A workflow definition failed validation (unknown dependency, cycle, bad JMESPath reference)."""
+
+
+class WorkflowNotFoundError(PermanentError):
+    """No workflow has the given id."""
+
+
+class IdempotencyKeyConflictError(PermanentError):
+    """The Idempotency-Key was already used with a different request body (HTTP 409)."""
+
+
+class PayloadTooLargeError(PermanentError):
+    """A message or item exceeds an AWS size limit (SQS 262,144 bytes, DynamoDB item 400 KB)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        super().__init__(f"{what} is {size} bytes; the limit is {limit} bytes")
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
+class MalformedMessageError(PermanentError):
+    """A queue message is not valid JSON or does not match its model: it goes to the dead-letter queue."""
+
+
+class ConfigurationError(PermanentError):
+    """An environment variable or template parameter is missing or invalid."""
+
+
+class ConditionFailedError(SasflowError):
+    """A conditional write lost a race or found an unexpected state (Rule 2: a normal outcome, not a failure)."""
+
+
+class LeaseNotAcquiredError(SasflowError):
+    """Another supervisor holds the lease."""
+
+
+class RemoteRejectedError(PermanentError):
+    """The remote service refused the action for a business reason; nothing happened remotely."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+class RemoteTransientError(RetryableError):
+    """The remote call failed in a way that may succeed later (5xx, 429, timeout, connection error).
+
+    ``outcome_unknown`` is True when the request may have reached the service (a read timeout), so the action may
+    have happened; retries with the same idempotency token make that safe.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.outcome_unknown = outcome_unknown
+
+
+class CircuitOpenError(RetryableError):
+    """The circuit breaker for the remote service is open; no call was made.
+
+    ``retry_at`` is when the breaker lets a half-open probe through (epoch seconds).
+    """
+
+    def __init__(self, agent: str, retry_at: int) -> None:
+        super().__init__(f"circuit for {agent} is open until {retry_at}")
+        self.agent = agent
+        self.retry_at = retry_at
+
+
+class DeadlineExceededError(RetryableError):
+    """No time is left before min(complete_by, Lambda deadline) minus the safety margin."""

@@ -1,0 +1,152 @@
+"""Queue messages: the scheduler's step request to an agent, and the agent's reply.
+
+Both carry the step's business identity (workflow id, step, phase, action) and the attempt, so that a reply is
+applied only to the attempt it answers (DESIGN Rule 5) and an agent's idempotency key never depends on the SQS
+message id (Rule 4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import MalformedMessageError, PayloadTooLargeError
+from .states import Outcome, Phase
+from .types import ActionName, AgentName, Attempt, EpochSeconds, StepName, WorkflowId
+
+#: SQS maximum message size: 262,144 bytes, counting the body and the message attributes
+#: (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
+SQS_MAX_MESSAGE_BYTES = 262_144
+
+_TOKEN_NAMESPACE = uuid.UUID("6f1c2b7e-52f5-4c1e-9f59-3c2a4c7d9a10")
+
+
+def remote_token(workflow_id: str, step: str, action: str) -> str:
+    """Return the idempotency token sent with every remote call of one action of one step.
+
+    The token is derived from the business identity only (never the attempt or the SQS message id), so a resend
+    carries the same token and the remote service applies the effect at most once (Rule 4).
+
+    Returns
+    -------
+    str
+        A UUID (version 5) string.
+    """
+    return str(uuid.uuid5(_TOKEN_NAMESPACE, f"{workflow_id}/{step}/{action}"))
+
+
+class StepRequest(BaseModel):
+    """Scheduler → agent: do ``action`` for ``step`` of ``workflow_id``, attempt ``attempt``, before ``complete_by``.
+
+    ``original_token`` is set on compensations: the token of the forward action to undo.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["step.request"] = "step.request"
+    workflow_id: WorkflowId
+    step: StepName
+    phase: Phase
+    agent: AgentName
+    action: ActionName
+    attempt: Attempt
+    complete_by: EpochSeconds
+    token: str = Field(min_length=1, max_length=64)
+    original_token: str | None = Field(default=None, max_length=64)
+    input: dict[str, Any] = Field(default_factory=dict)
+    backoff_base_seconds: float = Field(default=1.0, gt=0, le=60)
+    backoff_cap_seconds: float = Field(default=20.0, gt=0, le=900)
+    jitter: bool = True
+    max_calls: int = Field(default=3, ge=1, le=10, description="Remote calls allowed within this attempt.")
+
+    @property
+    def idempotency_identity(self) -> dict[str, str]:
+        """The business identity the agent's idempotency key is taken from."""
+        return {"workflow_id": self.workflow_id, "step": self.step, "phase": self.phase.value, "action": self.action}
+
+
+class StepError(BaseModel):
+    """Why an attempt did not succeed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: str = Field(max_length=64)
+    message: str = Field(max_length=2048)
+
+
+class StepReply(BaseModel):
+    """Agent → scheduler: the outcome of one attempt of one step.
+
+    ``retry_at`` (epoch seconds) is set with ``Outcome.DEFERRED``: when the circuit breaker will allow a probe.
+    ``retryable`` is set with ``Outcome.FAILED`` when the attempt ran out of time (not of calls), so the scheduler
+    may dispatch the next attempt at once instead of waiting for the supervisor.
+    ``calls`` counts the remote calls this attempt made (for metrics).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["step.reply"] = "step.reply"
+    workflow_id: WorkflowId
+    step: StepName
+    phase: Phase
+    attempt: Attempt
+    outcome: Outcome
+    output: Any = None
+    error: StepError | None = None
+    retry_at: EpochSeconds | None = None
+    retryable: bool = False
+    calls: int = Field(default=0, ge=0)
+
+
+def encode(message: BaseModel) -> str:
+    """Serialise a message to its SQS body (compact JSON).
+
+    Raises
+    ------
+    PayloadTooLargeError
+        When the body is over ``SQS_MAX_MESSAGE_BYTES`` (262,144 bytes, UTF-8).
+    """
+    body = message.model_dump_json(exclude_none=True)
+    size = len(body.encode("utf-8"))
+    if size > SQS_MAX_MESSAGE_BYTES:
+        raise PayloadTooLargeError(f"{type(message).__name__} message", size, SQS_MAX_MESSAGE_BYTES)
+    return body
+
+
+def decode_request(body: str) -> StepRequest:
+    """Parse an SQS body as a ``StepRequest``.
+
+    Raises
+    ------
+    MalformedMessageError
+        When the body is not JSON or does not match the model (the record then fails and ends in the DLQ).
+    """
+    return _decode(StepRequest, body)
+
+
+def decode_reply(body: str) -> StepReply:
+    """Parse an SQS body as a ``StepReply``.
+
+    Raises
+    ------
+    MalformedMessageError
+        When the body is not JSON or does not match the model.
+    """
+    return _decode(StepReply, body)
+
+
+def _decode(model: type[Any], body: str) -> Any:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise MalformedMessageError(f"malformed {model.__name__}: {exc.errors(include_url=False)[:3]}") from exc
+
+
+def canonical_hash(data: Any) -> str:
+    """Return the SHA-256 hex digest of ``data`` serialised as canonical JSON (sorted keys, compact)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,187 @@
+"""Typed configuration read from the Lambda environment (set by template.yaml).
+
+Nothing reads the environment at import time: handlers call ``from_env`` once per cold start (in ``bootstrap``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigurationError
+
+
+class EngineConfig(BaseModel):
+    """Settings of the scheduler and supervisor (the orchestration engine).
+
+    Attributes
+    ----------
+    agent_queue_urls:
+        Agent name → URL of its request queue. A definition may use only these agents.
+    deadline_shards:
+        Partitions of the deadline index (write sharding; DESIGN Rule 3).
+    deadline_grace_seconds:
+        A step is overdue when ``now > complete_by + grace`` (epoch seconds).
+    max_clock_skew_seconds:
+        Largest tolerated skew between agent and supervisor clocks; must be below the grace.
+    terminal_retention_days:
+        Finished workflows expire (DynamoDB TTL) this many days after they end.
+    max_deferrals:
+        How many times an open circuit may defer one attempt before the attempt counts as failed.
+    max_overdue_per_sweep:
+        Cap on overdue entries one supervisor run handles; the next run takes the rest.
+    lease_seconds:
+        How long a supervisor holds its lease (Leader Election pattern); at most the supervisor's timeout.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state_table: str = "sasflow-state"
+    response_queue_url: str = ""
+    agent_queue_urls: dict[str, str] = Field(default_factory=dict)
+    deadline_shards: int = Field(default=8, ge=1, le=64)
+    deadline_grace_seconds: int = Field(default=30, ge=1)
+    max_clock_skew_seconds: int = Field(default=5, ge=0)
+    terminal_retention_days: int = Field(default=30, ge=1)
+    max_deferrals: int = Field(default=20, ge=0)
+    max_overdue_per_sweep: int = Field(default=1000, ge=1)
+    lease_seconds: int = Field(default=50, ge=1)
+
+    @model_validator(mode="after")
+    def _grace_covers_skew(self) -> EngineConfig:
+        if self.deadline_grace_seconds <= self.max_clock_skew_seconds:
+            raise ValueError("DEADLINE_GRACE_SECONDS must be greater than MAX_CLOCK_SKEW_SECONDS")
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> EngineConfig:
+        """Build from ``STATE_TABLE``, ``RESPONSE_QUEUE_URL``, ``AGENT_QUEUE_URLS`` (JSON object) and the rest.
+
+        Raises
+        ------
+        ConfigurationError
+            When a variable is missing or invalid.
+        """
+        return _build(
+            cls,
+            environ,
+            {
+                "state_table": "STATE_TABLE",
+                "response_queue_url": "RESPONSE_QUEUE_URL",
+                "agent_queue_urls": "AGENT_QUEUE_URLS",
+                "deadline_shards": "DEADLINE_SHARDS",
+                "deadline_grace_seconds": "DEADLINE_GRACE_SECONDS",
+                "max_clock_skew_seconds": "MAX_CLOCK_SKEW_SECONDS",
+                "terminal_retention_days": "TERMINAL_RETENTION_DAYS",
+                "max_deferrals": "MAX_DEFERRALS",
+                "max_overdue_per_sweep": "MAX_OVERDUE_PER_SWEEP",
+                "lease_seconds": "SUPERVISOR_LEASE_SECONDS",
+            },
+            required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENT_QUEUE_URLS"),
+            json_fields=("agent_queue_urls",),
+        )
+
+
+class AgentConfig(BaseModel):
+    """Settings of one agent.
+
+    Attributes
+    ----------
+    agent_name:
+        The remote service this agent calls (``flights``, ``hotels``, ...).
+    remote_base_url:
+        Base URL of the remote service; actions are POSTed to ``{base}/{action}``.
+    idempotency_table:
+        DynamoDB table of powertools idempotency records (also holds the shared circuit-breaker state).
+    response_queue_url:
+        Where replies go.
+    remote_timeout_seconds:
+        Upper bound of one remote call (seconds); each call is also bounded by the attempt's remaining budget.
+    safety_margin_seconds:
+        Retries stop this long before ``min(complete_by, Lambda deadline)`` so that the reply is sent in time.
+    breaker_failure_threshold, breaker_open_seconds, breaker_probe_seconds:
+        Circuit breaker: consecutive failures that open it, how long it stays open, how long a half-open probe
+        may take before another instance may probe (seconds).
+    idempotency_expiry_seconds:
+        How long a completed action's result is remembered (seconds).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent_name: str = Field(min_length=1)
+    remote_base_url: str = Field(min_length=1)
+    idempotency_table: str = "sasflow-idempotency"
+    response_queue_url: str = ""
+    remote_timeout_seconds: float = Field(default=10.0, gt=0, le=900)
+    safety_margin_seconds: float = Field(default=2.0, ge=0.1, le=60)
+    breaker_failure_threshold: int = Field(default=5, ge=1)
+    breaker_open_seconds: int = Field(default=30, ge=1)
+    breaker_probe_seconds: int = Field(default=10, ge=1)
+    idempotency_expiry_seconds: int = Field(default=86_400, ge=60)
+
+    @field_validator("remote_base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("REMOTE_BASE_URL must be an http(s) URL")
+        return value.rstrip("/")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AgentConfig:
+        """Build from ``AGENT_NAME``, ``REMOTE_BASE_URL``, ``IDEMPOTENCY_TABLE``, ``RESPONSE_QUEUE_URL`` and the rest.
+
+        Raises
+        ------
+        ConfigurationError
+            When a variable is missing or invalid.
+        """
+        return _build(
+            cls,
+            environ,
+            {
+                "agent_name": "AGENT_NAME",
+                "remote_base_url": "REMOTE_BASE_URL",
+                "idempotency_table": "IDEMPOTENCY_TABLE",
+                "response_queue_url": "RESPONSE_QUEUE_URL",
+                "remote_timeout_seconds": "REMOTE_TIMEOUT_SECONDS",
+                "safety_margin_seconds": "AGENT_SAFETY_MARGIN_SECONDS",
+                "breaker_failure_threshold": "BREAKER_FAILURE_THRESHOLD",
+                "breaker_open_seconds": "BREAKER_OPEN_SECONDS",
+                "breaker_probe_seconds": "BREAKER_PROBE_SECONDS",
+                "idempotency_expiry_seconds": "IDEMPOTENCY_EXPIRY_SECONDS",
+            },
+            required=("AGENT_NAME", "REMOTE_BASE_URL", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
+            json_fields=(),
+        )
+
+
+def _build(
+    model: type[Any],
+    environ: Mapping[str, str],
+    names: dict[str, str],
+    *,
+    required: tuple[str, ...],
+    json_fields: tuple[str, ...],
+) -> Any:
+    missing = [name for name in required if not environ.get(name)]
+    if missing:
+        raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
+    data: dict[str, Any] = {}
+    for field, env in names.items():
+        raw = environ.get(env)
+        if raw is None or raw == "":
+            continue
+        if field in json_fields:
+            try:
+                data[field] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigurationError(f"{env} is not valid JSON: {exc}") from exc
+        else:
+            data[field] = raw
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid configuration: {exc.errors(include_url=False)}") from exc

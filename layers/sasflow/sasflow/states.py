@@ -1,0 +1,109 @@
+"""Workflow and step states, and which transitions are allowed (DESIGN "States").
+
+Step: ``PENDING → PROCESSING (attempt n, complete_by) → COMPLETED | FAILED``; on timeout PROCESSING again with
+attempt n+1 while attempts remain. During compensation: ``COMPENSATING → COMPENSATED | COMPENSATION_FAILED``.
+A step never dispatched when compensation starts is sealed as ``SKIPPED`` so that it can never start later.
+
+Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COMPENSATION_FAILED``, or on cancel
+``→ CANCELLING → CANCELLED`` (CANCELLING compensates like COMPENSATING). Terminal states never change again.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class StepStatus(str, Enum):
+    """Status of one step item."""
+
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+
+
+class WorkflowStatus(str, Enum):
+    """Status of a workflow."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+
+
+class Phase(str, Enum):
+    """Which action of a step a message is about: the forward action or its compensation."""
+
+    ACTION = "action"
+    COMPENSATION = "compensation"
+
+
+class Outcome(str, Enum):
+    """What an agent reports about one attempt.
+
+    ``SUCCEEDED``: the action happened; ``REJECTED``: the service refused it and nothing happened (definitive);
+    ``FAILED``: transient failures outlasted the attempt's budget, the action may have happened;
+    ``DEFERRED``: the circuit breaker is open, no call was made and the attempt is not used up.
+    """
+
+    SUCCEEDED = "succeeded"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    DEFERRED = "deferred"
+
+
+TERMINAL_WORKFLOW = frozenset(
+    {
+        WorkflowStatus.COMPLETED,
+        WorkflowStatus.COMPENSATED,
+        WorkflowStatus.COMPENSATION_FAILED,
+        WorkflowStatus.CANCELLED,
+    }
+)
+UNWINDING_WORKFLOW = frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING})
+IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
+
+#: Allowed step transitions; every write in the store adapter is conditioned on the "from" side.
+STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.PENDING: frozenset({StepStatus.PROCESSING, StepStatus.SKIPPED}),
+    StepStatus.PROCESSING: frozenset({StepStatus.PROCESSING, StepStatus.COMPLETED, StepStatus.FAILED}),
+    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    StepStatus.SKIPPED: frozenset(),
+    StepStatus.COMPENSATING: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED}
+    ),
+    StepStatus.COMPENSATED: frozenset(),
+    StepStatus.COMPENSATION_FAILED: frozenset(),
+}
+
+WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
+    WorkflowStatus.RUNNING: frozenset(
+        {WorkflowStatus.COMPLETED, WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING}
+    ),
+    WorkflowStatus.COMPENSATING: frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED}),
+    WorkflowStatus.CANCELLING: frozenset({WorkflowStatus.CANCELLED, WorkflowStatus.COMPENSATION_FAILED}),
+    WorkflowStatus.COMPLETED: frozenset(),
+    WorkflowStatus.COMPENSATED: frozenset(),
+    WorkflowStatus.COMPENSATION_FAILED: frozenset(),
+    WorkflowStatus.CANCELLED: frozenset(),
+}
+
+
+def check_step_transition(current: StepStatus, target: StepStatus) -> None:
+    """Raise ``ValueError`` when ``current → target`` is not an allowed step transition."""
+    if target not in STEP_TRANSITIONS[current]:
+        raise ValueError(f"step transition {current.value} -> {target.value} is not allowed")
+
+
+def check_workflow_transition(current: WorkflowStatus, target: WorkflowStatus) -> None:
+    """Raise ``ValueError`` when ``current → target`` is not an allowed workflow transition."""
+    if target not in WORKFLOW_TRANSITIONS[current]:
+        raise ValueError(f"workflow transition {current.value} -> {target.value} is not allowed")
