@@ -1,0 +1,457 @@
+"""The pattern's scenarios end to end over in-memory adapters: scheduler, agents (real powertools idempotency),
+supervisor, fake remote services and an injected clock. Each asserts exact values."""
+
+from __future__ import annotations
+
+import threading
+
+from sasflow.messages import remote_token
+from sasflow.states import Outcome, Phase, StepStatus, WorkflowStatus
+
+from tests.support.pipeline import AGENTS, Pipeline, trip_definition
+
+STEPS = ["reserve_flight", "book_hotel", "charge_card"]
+
+
+def statuses(p: Pipeline, wid: str) -> dict[str, StepStatus]:
+    return {name: record.status for name, record in p.snapshot(wid).steps.items()}
+
+
+def attempts(p: Pipeline, wid: str) -> dict[str, int]:
+    return {name: record.attempt for name, record in p.snapshot(wid).steps.items()}
+
+
+def test_happy_path_completes_three_steps_in_order_with_one_attempt_each() -> None:
+    # Given a pipeline with healthy services
+    p = Pipeline()
+    # When a trip starts and the queues are delivered
+    wid = p.start()
+    p.pump()
+    # Then every step completed once, in order, and nothing is left in flight
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPLETED
+    assert statuses(p, wid) == dict.fromkeys(STEPS, StepStatus.COMPLETED)
+    assert attempts(p, wid) == dict.fromkeys(STEPS, 1)
+    assert p.call_log == [("flights", "reserve"), ("hotels", "book"), ("payments", "charge")]
+    assert snapshot.steps["book_hotel"].input == {
+        "traveller": "Ada Lovelace",
+        "flight": snapshot.steps["reserve_flight"].output["confirmation"],
+    }
+    assert p.store.index_entries() == []
+    assert sum(sum(s.effects.values()) for s in p.services.values()) == 3
+
+
+def test_transient_failure_is_retried_inside_the_agent_and_completes_with_attempt_one() -> None:
+    # Given the hotel service fails once with 503
+    p = Pipeline()
+    p.services["hotels"].script["book"] = ["503"]
+    # When the trip runs
+    wid = p.start()
+    p.pump()
+    # Then the agent retried the call within attempt 1
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert attempts(p, wid)["book_hotel"] == 1
+    assert p.services["hotels"].actions() == ["book", "book"]
+    assert sum(p.services["hotels"].effects.values()) == 1
+    assert p.clock.now() > 1_800_000_000.0  # the backoff slept on the injected clock, not for real
+
+
+def test_lost_reply_is_resent_by_the_supervisor_and_completes_with_attempt_two() -> None:
+    # Given the flight agent did the work but its reply was lost
+    p = Pipeline(grace=30)
+    wid = p.start()
+    p.run_agent("flights", lose_replies=True)
+    complete_by = p.snapshot(wid).steps["reserve_flight"].complete_by
+    assert complete_by is not None
+    # When the supervisor runs after complete-by + grace
+    p.clock.set(complete_by + 30 + 1)
+    report = p.sweep()
+    # Then it resent the step once, attempt 2, and the workflow completes with one remote effect
+    assert (report.overdue, report.messages) == (1, 1)
+    assert [r.attempt for r in p.requests("flights")] == [2]
+    p.pump()
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPLETED
+    assert snapshot.steps["reserve_flight"].attempt == 2
+    assert snapshot.steps["reserve_flight"].resends == 1
+    assert p.services["flights"].actions() == ["reserve"]  # attempt 2 was answered from the idempotency record
+    assert p.metrics["SupervisorResends"] == 1
+
+
+def test_business_rejection_of_step_three_compensates_two_then_one() -> None:
+    # Given payments rejects the charge
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    # When the trip runs
+    wid = p.start()
+    p.pump()
+    # Then hotel and flight are compensated, in that order, and the rejected charge is not
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    assert statuses(p, wid) == {
+        "reserve_flight": StepStatus.COMPENSATED,
+        "book_hotel": StepStatus.COMPENSATED,
+        "charge_card": StepStatus.FAILED,
+    }
+    assert p.call_log[-2:] == [("hotels", "cancel_booking"), ("flights", "cancel_reservation")]
+    assert p.services["payments"].actions() == ["charge"]
+    assert snapshot.steps["charge_card"].error == {"code": "NO_SEATS", "message": "sold out"}
+    assert snapshot.workflow.reason == "step charge_card failed: NO_SEATS"
+
+
+def test_exhausted_attempts_compensate_the_failed_step_too_because_it_may_have_happened() -> None:
+    # Given the payments agent never replies (max_attempts 3)
+    p = Pipeline()
+    wid = p.start()
+    for agent in ("flights", "hotels"):
+        p.run_agent(agent)
+        p.run_scheduler()
+    for expected_attempt in (1, 2, 3):
+        assert [r.attempt for r in p.requests("payments")] == [expected_attempt]
+        p.run_agent("payments", lose_replies=True)
+        p.clock.advance(30 + 30 + 1)
+        p.sweep()
+    p.pump()
+    # Then the step failed with an unknown outcome and every step, the failed one first, was compensated
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    assert snapshot.steps["charge_card"].may_have_happened is True
+    assert snapshot.steps["charge_card"].error is not None
+    assert snapshot.steps["charge_card"].error["code"] == "TIMED_OUT"
+    assert p.call_log[-3:] == [("payments", "refund"), ("hotels", "cancel_booking"), ("flights", "cancel_reservation")]
+    assert p.services["payments"].actions() == ["charge", "refund"]  # charge once: attempts 2, 3 were replays
+
+
+def test_crash_between_processing_write_and_send_is_repaired_with_exactly_one_message() -> None:
+    # Given a start that wrote the PROCESSING step but crashed before sending
+    p = Pipeline()
+    wid = p.start(send=False)
+    assert p.requests("flights") == []
+    record = p.snapshot(wid).steps["reserve_flight"]
+    assert (record.status, record.attempt) == (StepStatus.PROCESSING, 1)
+    # When the supervisor sweeps after complete-by + grace
+    assert record.complete_by is not None
+    p.clock.set(record.complete_by + 31)
+    p.sweep()
+    # Then exactly one message is there, and the workflow completes
+    assert [(r.step, r.attempt) for r in p.requests("flights")] == [("reserve_flight", 2)]
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert sum(p.services["flights"].effects.values()) == 1
+
+
+def test_the_same_request_delivered_twice_has_one_effect_and_completes_once() -> None:
+    # Given the first request is in the queue twice (SQS at-least-once delivery)
+    p = Pipeline()
+    wid = p.start()
+    [message] = p.bus.peek("queue/flights")
+    p.bus.send([message])
+    # When both copies are delivered and the replies applied
+    replies = p.run_agent("flights")
+    p.run_scheduler()
+    # Then the remote effect happened once, both replies say the same, and the next step was dispatched once
+    assert [(r.attempt, r.outcome) for r in replies] == [(1, Outcome.SUCCEEDED), (1, Outcome.SUCCEEDED)]
+    assert p.services["flights"].actions() == ["reserve"]
+    assert p.snapshot(wid).steps["reserve_flight"].status is StepStatus.COMPLETED
+    assert [r.step for r in p.requests("hotels")] == ["book_hotel"]
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+
+
+def test_stale_reply_for_an_earlier_attempt_is_acknowledged_and_changes_nothing() -> None:
+    # Given attempt 1's reply is held back while the supervisor starts attempt 2
+    p = Pipeline()
+    wid = p.start()
+    [stale] = p.run_agent("flights", lose_replies=True)
+    record = p.snapshot(wid).steps["reserve_flight"]
+    assert record.complete_by is not None
+    p.clock.set(record.complete_by + 31)
+    p.sweep()
+    before = p.snapshot(wid).steps["reserve_flight"]
+    assert (before.status, before.attempt) == (StepStatus.PROCESSING, 2)
+    # When the late attempt-1 reply arrives
+    messages = p.scheduler.on_reply(stale)
+    # Then nothing changed and nothing was sent
+    assert messages == []
+    assert p.snapshot(wid).steps["reserve_flight"] == before
+    assert p.requests("hotels") == []
+    assert p.metrics["StaleReplies"] == 1
+
+
+def test_two_supervisors_at_once_resend_once_and_bump_the_attempt_once() -> None:
+    # Given an overdue step
+    p = Pipeline()
+    wid = p.start()
+    p.run_agent("flights", lose_replies=True)
+    record = p.snapshot(wid).steps["reserve_flight"]
+    assert record.complete_by is not None
+    p.clock.set(record.complete_by + 31)
+    # When two supervisors sweep concurrently, without the lease, so only the conditional writes protect us
+    barrier = threading.Barrier(2)
+    reports = []
+
+    def run() -> None:
+        barrier.wait()
+        reports.append(p.sweep(use_lease=False))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then there is one resend and attempt is 2
+    assert sorted(r.messages for r in reports) == [0, 1]
+    assert [r.attempt for r in p.requests("flights")] == [2]
+    assert p.snapshot(wid).steps["reserve_flight"].attempt == 2
+    assert p.metrics["SupervisorResends"] == 1
+
+
+def test_the_lease_lets_only_one_of_two_overlapping_supervisors_sweep() -> None:
+    # Given one supervisor holds the lease
+    p = Pipeline()
+    p.store.acquire_lease("supervisor", "first", int(p.clock.now()), 50)
+    # When a second one runs
+    report = p.sweep(owner="second")
+    # Then it reads nothing
+    assert (report.acquired, report.overdue, report.pages) == (False, 0, 0)
+
+
+def test_overdue_boundary_no_resend_at_exactly_grace_and_one_a_second_later() -> None:
+    # Given a step whose reply was lost
+    p = Pipeline(grace=30)
+    wid = p.start()
+    p.run_agent("flights", lose_replies=True)
+    complete_by = p.snapshot(wid).steps["reserve_flight"].complete_by
+    assert complete_by is not None
+    # When the supervisor runs at now == complete_by + grace
+    p.clock.set(complete_by + 30)
+    at_boundary = p.sweep()
+    # Then nothing is overdue yet; one second later exactly one resend
+    assert (at_boundary.overdue, at_boundary.messages) == (0, 0)
+    p.clock.set(complete_by + 31)
+    after = p.sweep()
+    assert (after.overdue, after.messages) == (1, 1)
+    assert [r.attempt for r in p.requests("flights")] == [2]
+
+
+def test_compensation_that_fails_twice_with_503_then_succeeds() -> None:
+    # Given payments rejects, and the hotel's compensation fails twice with 503
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    p.services["hotels"].script["cancel_booking"] = ["503", "503"]
+    # When the workflow runs
+    wid = p.start()
+    p.pump()
+    # Then the calls are C2, C2, C2, C1 and the workflow is COMPENSATED
+    compensations = [c for c in p.call_log if c[1] in ("cancel_booking", "cancel_reservation")]
+    assert compensations == [("hotels", "cancel_booking"), ("flights", "cancel_reservation")]
+    assert p.services["hotels"].actions() == ["book", "cancel_booking", "cancel_booking", "cancel_booking"]
+    assert p.services["flights"].actions() == ["reserve", "cancel_reservation"]
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
+
+
+def test_compensation_that_always_fails_ends_compensation_failed_and_stays_there() -> None:
+    # Given payments rejects and the hotel's compensation always fails
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    p.services["hotels"].script["cancel_booking"] = ["503"] * 100
+    # When the workflow runs and then 10 more supervisor ticks pass
+    wid = p.start()
+    p.pump()
+    for _ in range(10):
+        p.clock.advance(60)
+        p.sweep()
+        p.pump()
+    # Then C2 was called max_attempts (3) times, C1 never, and the workflow waits for a person
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATION_FAILED
+    assert p.services["hotels"].actions().count("cancel_booking") == 3
+    assert "cancel_reservation" not in p.services["flights"].actions()
+    assert snapshot.steps["book_hotel"].status is StepStatus.COMPENSATION_FAILED
+    assert snapshot.steps["reserve_flight"].status is StepStatus.COMPLETED
+    assert p.metrics["WorkflowsCompensationFailed"] == 1
+    assert p.store.index_entries() == []
+
+
+def test_a_service_failing_every_call_fails_the_step_after_max_calls_and_compensates() -> None:
+    # Given the hotel service answers 503 to the booking three times
+    p = Pipeline()
+    p.services["hotels"].script["book"] = ["503", "503", "503"]
+    wid = p.start()
+    # When the trip runs
+    p.pump()
+    # Then the agent made max_attempts (3) calls, replied FAILED (not retryable), and both steps were compensated:
+    # the booking's outcome is unknown, so it is cancelled too
+    assert p.services["hotels"].actions() == ["book", "book", "book", "cancel_booking"]
+    assert p.services["flights"].actions() == ["reserve", "cancel_reservation"]
+    snapshot = p.snapshot(wid)
+    assert snapshot.steps["book_hotel"].error is not None
+    assert snapshot.steps["book_hotel"].error["code"] == "TRANSIENT_EXHAUSTED"
+    assert snapshot.steps["book_hotel"].may_have_happened is True
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    assert p.services["payments"].calls == []
+
+
+def test_five_failures_in_a_row_open_the_shared_breaker_and_defer_instead_of_calling() -> None:
+    # Given the hotel service is down for everything
+    p = Pipeline()
+    p.services["hotels"].default = "503"
+    wid = p.start()
+    # When the booking fails 3 calls and its compensation 2 more (5 in a row: the breaker opens)
+    p.pump()
+    # Then the compensation's third call is not made: it is deferred until the breaker allows a probe
+    assert p.services["hotels"].actions() == ["book", "book", "book", "cancel_booking", "cancel_booking"]
+    assert p.breakers.get("hotels").state.value == "open"
+    record = p.snapshot(wid).steps["book_hotel"]
+    assert (record.status, record.comp_attempt, record.deferrals) == (StepStatus.COMPENSATING, 1, 1)
+
+
+def test_circuit_open_defers_and_recovers_after_the_open_period() -> None:
+    # Given a breaker already open for the hotels service
+    p = Pipeline()
+    for _ in range(5):
+        p.breakers.record_failure("hotels")
+    from sasflow.breaker import BreakerRecord, BreakerState
+
+    opened = BreakerRecord(BreakerState.OPEN, 5, p.clock.now() + 30, 0.0)
+    assert p.breakers.transition("hotels", BreakerRecord(), opened)
+    wid = p.start()
+    p.run_agent("flights")
+    p.run_scheduler()
+    # When the hotel request arrives while the breaker is open
+    [deferred] = p.run_agent("hotels")
+    p.run_scheduler()
+    # Then it is deferred: no call, same attempt, redelivered when the breaker lets a probe through
+    assert deferred.outcome is Outcome.DEFERRED
+    assert p.services["hotels"].calls == []
+    record = p.snapshot(wid).steps["book_hotel"]
+    assert (record.status, record.attempt, record.deferrals) == (StepStatus.PROCESSING, 1, 1)
+    assert p.run_agent("hotels") == []  # delayed until retry_at
+    p.clock.advance(31)
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert attempts(p, wid)["book_hotel"] == 1
+    assert p.breakers.get("hotels").state is BreakerState.CLOSED
+
+
+def test_repeated_start_with_the_same_idempotency_key_returns_the_same_workflow() -> None:
+    p = Pipeline()
+    first = p.start(key="trip-42")
+    second = p.start(key="trip-42")
+    assert first == second
+    assert len(p.store.workflows) == 1
+    assert [r.step for r in p.requests("flights")] == ["reserve_flight"]  # the repeat sent nothing
+
+
+def test_dag_steps_run_in_parallel_and_compensate_in_reverse_dependency_order() -> None:
+    # Given flight and hotel do not depend on each other; payment depends on both
+    definition = trip_definition(
+        book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}},
+        charge_card={"depends_on": ["reserve_flight", "book_hotel"]},
+    )
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    # When it starts, both first steps are dispatched at once
+    wid = p.start(definition)
+    assert [r.step for r in p.requests("flights")] == ["reserve_flight"]
+    assert [r.step for r in p.requests("hotels")] == ["book_hotel"]
+    p.pump()
+    # Then after the rejection both are compensated and the workflow is COMPENSATED
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
+    assert {a for a, action in p.call_log if action.startswith("cancel")} == {"flights", "hotels"}
+
+
+def test_cancel_compensates_completed_steps_and_seals_the_rest() -> None:
+    p = Pipeline()
+    wid = p.start()
+    p.run_agent("flights")
+    p.run_scheduler()
+    workflow, messages = p.scheduler.cancel(wid)
+    p.bus.send(messages)
+    assert workflow.status is WorkflowStatus.CANCELLING
+    # the hotel step is in flight: compensation waits for its outcome
+    p.pump()
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.CANCELLED
+    assert statuses(p, wid) == {
+        "reserve_flight": StepStatus.COMPENSATED,
+        "book_hotel": StepStatus.COMPENSATED,
+        "charge_card": StepStatus.SKIPPED,
+    }
+    assert p.services["payments"].calls == []
+
+
+def test_reply_redelivered_after_a_crash_between_two_writes_finishes_the_job() -> None:
+    # Given the scheduler stored the flight's completion but crashed before dispatching the hotel
+    p = Pipeline()
+    wid = p.start()
+    [reply] = p.run_agent("flights", lose_replies=True)
+    original_put = p.store.put_step
+    calls = {"n": 0}
+
+    def crash_on_second_write(record, expect):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("crash")
+        return original_put(record, expect)
+
+    p.store.put_step = crash_on_second_write  # type: ignore[method-assign]
+    try:
+        p.scheduler.on_reply(reply)
+    except RuntimeError:
+        pass
+    p.store.put_step = original_put  # type: ignore[method-assign]
+    assert statuses(p, wid) == {"reserve_flight": StepStatus.COMPLETED}
+    # When SQS redelivers the same reply
+    messages = p.scheduler.on_reply(reply)
+    # Then the hotel is dispatched exactly once and the workflow completes
+    assert [m.queue_url for m in messages] == ["queue/hotels"]
+    p.bus.send(messages)
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+
+
+def test_stalled_workflow_is_repaired_by_the_safety_net() -> None:
+    # Given the completion was stored but the hotel dispatch crashed, and the reply will never come back (DLQ)
+    p = Pipeline()
+    wid = p.start()
+    [reply] = p.run_agent("flights", lose_replies=True)
+    original_put = p.store.put_step
+
+    def crash_on_hotel(record, expect):  # type: ignore[no-untyped-def]
+        if record.step == "book_hotel":
+            raise RuntimeError("crash")
+        return original_put(record, expect)
+
+    p.store.put_step = crash_on_hotel  # type: ignore[method-assign]
+    try:
+        p.scheduler.on_reply(reply)
+    except RuntimeError:
+        pass
+    p.store.put_step = original_put  # type: ignore[method-assign]
+    assert statuses(p, wid) == {"reserve_flight": StepStatus.COMPLETED}
+    # When the supervisor ticks past the workflow's stall deadline
+    ticks = p.settle(wid, max_ticks=40, tick_seconds=60)
+    # Then the workflow completed. Its stall budget is 30 + 3 x (30 x 3 + 30 x 3) = 570 s, so it is overdue once
+    # now > 570 + grace 30 = 600 s: the 11th tick of 60 s.
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert ticks == 11
+    assert p.metrics["WorkflowsStalled"] == 1
+
+
+def test_compensation_message_carries_the_original_token() -> None:
+    # Given a hotel booking that must be undone
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    wid = p.start()
+    for agent in AGENTS:
+        p.run_agent(agent)
+        p.run_scheduler()
+    # When the compensation request is sent
+    [compensation] = p.requests("hotels")
+    # Then it names the forward action's token, under which the hotel service recorded its effect
+    assert compensation.phase is Phase.COMPENSATION
+    assert compensation.action == "cancel_booking"
+    assert compensation.original_token == remote_token(wid, "book_hotel", "book")
+    assert p.services["hotels"].effects[compensation.original_token] == 1
+    assert compensation.token == remote_token(wid, "book_hotel", "cancel_booking")
