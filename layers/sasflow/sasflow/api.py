@@ -36,12 +36,16 @@ from .types import IdempotencyKey, WorkflowId
 
 logger = logging.getLogger("sasflow.api")
 
-_ERRORS = {
-    400: {"model": ErrorResponse, "description": "Malformed request"},
-    404: {"model": ErrorResponse, "description": "No such workflow"},
-    409: {"model": ErrorResponse, "description": "Conflict"},
-    413: {"model": ErrorResponse, "description": "Payload too large"},
-    422: {"model": ErrorResponse, "description": "Invalid request"},
+def _doc(model: type[Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"model": model}}}
+
+
+_ERRORS: dict[int, Any] = {
+    400: _doc(ErrorResponse, "Malformed request"),
+    404: _doc(ErrorResponse, "No such workflow"),
+    409: _doc(ErrorResponse, "Conflict"),
+    413: _doc(ErrorResponse, "Payload too large"),
+    422: _doc(ErrorResponse, "Invalid request"),
 }
 
 
@@ -64,8 +68,8 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         "/workflows",
         summary="Start a workflow",
         responses={
-            200: {"model": WorkflowView, "description": "Already started with this Idempotency-Key"},
-            201: {"model": WorkflowView, "description": "Started"},
+            200: _doc(WorkflowView, "Already started with this Idempotency-Key"),
+            201: _doc(WorkflowView, "Started"),
             **_ERRORS,
         },
     )
@@ -93,7 +97,11 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             headers={"Location": f"/workflows/{view.workflow_id}"},
         )
 
-    @app.get("/workflows/<workflow_id>", summary="Read a workflow and its steps", responses={200: {"model": WorkflowView, "description": "The workflow"}, **_ERRORS})
+    @app.get(
+        "/workflows/<workflow_id>",
+        summary="Read a workflow and its steps",
+        responses={200: _doc(WorkflowView, "The workflow"), **_ERRORS},
+    )
     def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
         scheduler, _ = services()
         snapshot = scheduler.store.load(workflow_id)
@@ -104,7 +112,7 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     @app.post(
         "/workflows/<workflow_id>/cancel",
         summary="Cancel a running workflow (it compensates what may have happened)",
-        responses={202: {"model": WorkflowView, "description": "Cancelling"}, **_ERRORS},
+        responses={202: _doc(WorkflowView, "Cancelling"), **_ERRORS},
     )
     def cancel_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> Response[WorkflowView]:
         scheduler, bus = services()
@@ -113,7 +121,8 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             bus.send(messages)
         snapshot = scheduler.store.load(workflow_id)
         assert snapshot is not None
-        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=WorkflowView.from_snapshot(snapshot))
+        view = WorkflowView.from_snapshot(snapshot)
+        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=view)
 
     @app.get("/openapi.json", summary="OpenAPI document", include_in_schema=False)
     def openapi() -> Response[str]:
