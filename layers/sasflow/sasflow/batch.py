@@ -72,6 +72,9 @@ def _fail(processor: BatchProcessor, message_ids: set[str]) -> None:
     if not message_ids:
         return
     for record in list(processor.success_messages):
-        if getattr(record, "message_id", None) in message_ids:
+        # powertools keeps the raw record dicts here (the handler got the data class)
+        message_id = record.get("messageId") if isinstance(record, dict) else getattr(record, "message_id", None)
+        if message_id in message_ids:
             processor.success_messages.remove(record)
-            processor.fail_messages.append(record)
+            # ...and reports failures from data classes
+            processor.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)

@@ -1,0 +1,244 @@
+"""The main job (``make run``): the local stack from template.yaml, then 50 trip bookings with faults switched on.
+
+The sample services run as real HTTP servers on loopback with fault knobs (latency, transient 5xx, an outage of the
+hotel service, business rejections by payments, hangs past complete-by), and the agents crash after their side
+effect on their first reply (and then at a small rate), so the supervisor has work to do. The run ends with a summary
+read from DynamoDB and the dead-letter queues, cross-checked against the API and the services' ledgers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import urllib3
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+DEAD_LETTER_QUEUES = ("ResponseDeadLetterQueue", "FlightsDeadLetterQueue", "HotelsDeadLetterQueue", "PaymentsDeadLetterQueue")
+
+
+def demo_definition() -> dict[str, Any]:
+    """The sample trip definition from events/, with demo-sized timeouts (seconds) so faults resolve quickly."""
+    request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
+    definition: dict[str, Any] = request["definition"]
+    for step in definition["steps"]:
+        step["timeout_seconds"] = 5
+        step["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1.0, "jitter": True}
+        step["compensation"]["timeout_seconds"] = 5
+        step["compensation"]["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1.0}
+    return definition
+
+
+def demo_knobs() -> dict[str, Any]:
+    """Fault knobs per sample service (see functions/sample_services/travel_services.FaultKnobs)."""
+    from travel_services import FaultKnobs
+
+    return {
+        "flights": FaultKnobs(latency_ms=20, transient_error_rate=0.15),
+        "hotels": FaultKnobs(latency_ms=30, transient_error_rate=0.1, hang_rate=0.03, hang_seconds=8),
+        "payments": FaultKnobs(latency_ms=20, transient_error_rate=0.1, rejection_rate=0.2),
+    }
+
+
+@dataclass
+class Summary:
+    """What the run produced, read from DynamoDB, the dead-letter queues and the services' ledgers."""
+
+    workflows: Counter[str] = field(default_factory=Counter)
+    steps: int = 0
+    attempts: int = 0
+    resends: int = 0
+    deferrals: int = 0
+    compensations: int = 0
+    compensation_attempts: int = 0
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    effects: int = 0
+    duplicate_effects: int = 0
+    remote_compensations: int = 0
+    api_agrees: int = 0
+
+    @property
+    def terminal(self) -> int:
+        return sum(n for status, n in self.workflows.items() if status in TERMINAL)
+
+
+def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str, workflow_ids: list[str]) -> Summary:
+    """Scan the state table and the DLQs; compare every workflow's status with what the API returns."""
+    summary = Summary()
+    dynamodb = boto3.client("dynamodb")
+    paginator = dynamodb.get_paginator("scan")
+    statuses: dict[str, str] = {}
+    for page in paginator.paginate(TableName=physical["StateTable"], ConsistentRead=True):
+        for item in page["Items"]:
+            entity = item.get("entity", {}).get("S")
+            if entity == "workflow":
+                statuses[item["workflow_id"]["S"]] = item["status"]["S"]
+            elif entity == "step":
+                summary.steps += 1
+                summary.attempts += int(item["attempt"]["N"])
+                summary.resends += int(item.get("resends", {"N": "0"})["N"])
+                summary.deferrals += int(item.get("deferrals", {"N": "0"})["N"])
+                comp_attempt = int(item.get("comp_attempt", {"N": "0"})["N"])
+                summary.compensation_attempts += comp_attempt
+                summary.compensations += 1 if comp_attempt > 0 else 0
+    summary.workflows = Counter(statuses.values())
+    sqs = boto3.client("sqs")
+    for logical_id in DEAD_LETTER_QUEUES:
+        attributes = sqs.get_queue_attributes(
+            QueueUrl=physical[logical_id],
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        summary.dead_letters[logical_id] = sum(int(v) for v in attributes.values())
+    for server in servers.values():
+        effects = server.service.effects()
+        summary.effects += sum(effects.values())
+        summary.duplicate_effects += sum(1 for n in effects.values() if n > 1)
+        summary.remote_compensations += sum(server.service.compensations().values())
+    http = urllib3.PoolManager()
+    for workflow_id in workflow_ids:
+        response = http.request("GET", f"{api_url}/workflows/{workflow_id}")
+        if response.status == 200 and json.loads(response.data)["status"] == statuses.get(workflow_id):
+            summary.api_agrees += 1
+    return summary
+
+
+def render(summary: Summary, total: int, elapsed: float, console: Console) -> None:
+    """Print the summary tables."""
+    table = Table(title=f"Workflows ({total} started, {elapsed:.1f} s)")
+    table.add_column("final state")
+    table.add_column("workflows", justify="right")
+    for status in ("COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED", "RUNNING", "COMPENSATING"):
+        if summary.workflows.get(status):
+            table.add_row(status, str(summary.workflows[status]))
+    console.print(table)
+    facts = Table(title="What it took (read from DynamoDB, the DLQs and the services' ledgers)")
+    facts.add_column("measure")
+    facts.add_column("value", justify="right")
+    facts.add_row("steps dispatched", str(summary.steps))
+    facts.add_row("step attempts (dispatches)", str(summary.attempts))
+    facts.add_row("supervisor resends", str(summary.resends))
+    facts.add_row("circuit-breaker deferrals", str(summary.deferrals))
+    facts.add_row("compensations run (steps)", str(summary.compensations))
+    facts.add_row("compensation attempts", str(summary.compensation_attempts))
+    for logical_id, count in summary.dead_letters.items():
+        facts.add_row(f"messages in {logical_id}", str(count))
+    facts.add_row("remote side effects applied", str(summary.effects))
+    facts.add_row("duplicate side effects (same token twice)", str(summary.duplicate_effects))
+    facts.add_row("compensations applied remotely", str(summary.remote_compensations))
+    facts.add_row("API status == DynamoDB status", f"{summary.api_agrees}/{total}")
+    console.print(facts)
+
+
+def run_demo(*, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240.0, console: Console | None = None) -> int:
+    """Run the demo; return the process exit code (0 when every workflow ended and nothing was doubled or lost)."""
+    from http_server import serve_all
+
+    from devstack.stack import LocalStack
+
+    console = console or Console()
+    servers = serve_all(demo_knobs(), rng_seed=seed)
+    parameters = {
+        "DeploySampleServices": "false",
+        "FlightsBaseUrl": servers["flights"].base_url,
+        "HotelsBaseUrl": servers["hotels"].base_url,
+        "PaymentsBaseUrl": servers["payments"].base_url,
+        "DeadlineGraceSeconds": "2",
+        "MaxClockSkewSeconds": "1",
+        "LogLevel": "WARNING",
+    }
+    extra_env = {
+        "BREAKER_OPEN_SECONDS": "3",
+        "BREAKER_PROBE_SECONDS": "3",
+        "DEVSTACK_WORKER_INIT": "devstack.chaos:install",
+        "DEVSTACK_CHAOS": json.dumps({"lose_reply_rate": 0.05, "crash_first_reply": True, "seed": seed}),
+    }
+    started = time.monotonic()
+    try:
+        console.print("[bold]Starting the local stack from template.yaml[/] (moto server, emulated Lambda, schedule, API)")
+        with LocalStack(parameters=parameters, schedule_interval_seconds=1.0, extra_env=extra_env) as stack:
+            console.print(f"API: {stack.api_url}   logs: .devstack/logs/")
+            return _drive(stack, servers, workflows, seed, timeout_seconds, started, console)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def _drive(
+    stack: Any, servers: dict[str, Any], workflows: int, seed: int, timeout_seconds: float, started: float,
+    console: Console,
+) -> int:
+    http = urllib3.PoolManager(maxsize=8)
+    definition = demo_definition()
+    workflow_ids: list[str] = []
+    dynamodb = boto3.client("dynamodb")
+    table = stack.physical_ids["StateTable"]
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        starting = progress.add_task("starting workflows over HTTP", total=workflows)
+        for index in range(workflows):
+            body = {
+                "definition": definition,
+                "input": {"traveller": f"traveller-{index:03d}", "route": "LHR-JFK", "nights": 1 + index % 5,
+                          "amount": 100 + index},
+            }
+            response = http.request(
+                "POST",
+                f"{stack.api_url}/workflows",
+                body=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", "Idempotency-Key": f"demo-{seed}-{index}"},
+            )
+            if response.status not in (200, 201):
+                console.print(f"[red]start {index} failed: {response.status} {response.data[:200]!r}")
+                return 1
+            workflow_ids.append(json.loads(response.data)["workflow_id"])
+            progress.advance(starting)
+            if index == workflows // 3:
+                servers["hotels"].service.start_outage(4)  # a 4-second outage: the breaker opens, steps defer
+        finishing = progress.add_task("workflows in a terminal state", total=workflows)
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            done = _terminal_count(dynamodb, table)
+            progress.update(finishing, completed=done)
+            if done >= workflows:
+                break
+            time.sleep(0.5)
+    elapsed = time.monotonic() - started
+    summary = read_summary(stack.physical_ids, servers, stack.api_url, workflow_ids)
+    render(summary, workflows, elapsed, console)
+    problems = []
+    if summary.terminal != workflows:
+        problems.append(f"{workflows - summary.terminal} workflow(s) did not reach a terminal state")
+    if summary.duplicate_effects:
+        problems.append(f"{summary.duplicate_effects} token(s) had their side effect applied twice")
+    if summary.api_agrees != workflows:
+        problems.append("the API and DynamoDB disagree")
+    if sum(summary.dead_letters.values()):
+        problems.append("messages are waiting in dead-letter queues")
+    for problem in problems:
+        console.print(f"[red]FAILED: {problem}")
+    if not problems:
+        console.print(f"[green]OK[/]: {workflows} workflows terminal, 0 duplicate side effects, 0 dead letters.")
+    return 1 if problems else 0
+
+
+def _terminal_count(dynamodb: Any, table: str) -> int:
+    count = 0
+    for page in dynamodb.get_paginator("scan").paginate(
+        TableName=table,
+        ConsistentRead=True,
+        FilterExpression="entity = :workflow",
+        ExpressionAttributeValues={":workflow": {"S": "workflow"}},
+        ProjectionExpression="#s",
+        ExpressionAttributeNames={"#s": "status"},
+    ):
+        count += sum(1 for item in page["Items"] if item["status"]["S"] in TERMINAL)
+    return count

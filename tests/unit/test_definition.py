@@ -1,0 +1,74 @@
+"""Workflow definitions: defaults, DAG validation, JMESPath references and rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sasflow.definition import parse_definition, render
+from sasflow.errors import InvalidDefinitionError
+
+
+def step(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "agent": "flights", "action": "reserve", **extra}
+
+
+def test_depends_on_defaults_to_the_previous_step() -> None:
+    definition = parse_definition({"name": "chain", "steps": [step("a"), step("b"), step("c")]})
+    assert definition.dependencies == {"a": (), "b": ("a",), "c": ("b",)}
+    assert definition.order == ("a", "b", "c")
+    assert definition.dependents == {"a": ("b",), "b": ("c",), "c": ()}
+
+
+def test_explicit_depends_on_builds_a_dag_in_topological_order() -> None:
+    definition = parse_definition(
+        {"name": "dag", "steps": [step("join", depends_on=["left", "right"]), step("left", depends_on=[]),
+                                  step("right", depends_on=[])]}
+    )
+    assert definition.order == ("left", "right", "join")
+
+
+@pytest.mark.parametrize(
+    ("steps", "message"),
+    [
+        ([step("a", depends_on=["b"]), step("b", depends_on=["a"])], "cycle"),
+        ([step("a", depends_on=["ghost"])], "unknown step 'ghost'"),
+        ([step("a", depends_on=["a"])], "depends on itself"),
+        ([step("a"), step("a")], "used twice"),
+        ([step("a", input={"x.$": "input.[["})], "invalid JMESPath"),
+        ([step("a", input={"x.$": "steps.b.output"}), step("b")], "not an earlier dependency"),
+        ([step("a", input={"x.$": 42})], "must hold a JMESPath expression string"),
+        ([step("a", timeout_seconds=0)], "greater than or equal to 1"),
+        ([step("a", retry={"max_attempts": 3, "backoff_base_seconds": 5, "backoff_cap_seconds": 1})], "cap"),
+    ],
+)
+def test_invalid_definitions_are_refused_with_the_reason(steps: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(InvalidDefinitionError, match=message):
+        parse_definition({"name": "bad", "steps": steps})
+
+
+def test_render_resolves_nested_references_and_leaves_literals_alone() -> None:
+    template = {"who.$": "input.name", "nested": {"conf.$": "steps.a.output.code", "fixed": 1}, "list": [{"n.$": "input.n"}]}
+    context = {"input": {"name": "ada", "n": 3}, "steps": {"a": {"output": {"code": "FL-1"}}}}
+    assert render(template, context) == {"who": "ada", "nested": {"conf": "FL-1", "fixed": 1}, "list": [{"n": 3}]}
+
+
+def test_a_reference_that_matches_nothing_renders_null() -> None:
+    assert render({"x.$": "input.missing"}, {"input": {}}) == {"x": None}
+
+
+def test_compensation_may_refer_to_its_own_step_but_an_action_may_not() -> None:
+    ok = parse_definition(
+        {"name": "c", "steps": [step("a", compensation={"action": "cancel", "input": {"c.$": "step.output.code"}})]}
+    )
+    assert ok.steps[0].compensation is not None
+    with pytest.raises(InvalidDefinitionError, match="may refer only to"):
+        parse_definition({"name": "c", "steps": [step("a", input={"c.$": "step.output.code"})]})
+
+
+def test_referenced_steps_lists_the_outputs_a_step_needs() -> None:
+    definition = parse_definition(
+        {"name": "r", "steps": [step("a"), step("b", input={"x.$": "steps.a.output.id", "y.$": "input.y"})]}
+    )
+    assert definition.referenced_steps("b") == {"a"}
+    assert definition.referenced_steps("a") == set()
