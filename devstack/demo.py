@@ -23,7 +23,12 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
-DEAD_LETTER_QUEUES = ("ResponseDeadLetterQueue", "FlightsDeadLetterQueue", "HotelsDeadLetterQueue", "PaymentsDeadLetterQueue")
+DEAD_LETTER_QUEUES = (
+    "ResponseDeadLetterQueue",
+    "FlightsDeadLetterQueue",
+    "HotelsDeadLetterQueue",
+    "PaymentsDeadLetterQueue",
+)
 
 
 def demo_definition() -> dict[str, Any]:
@@ -138,11 +143,12 @@ def render(summary: Summary, total: int, elapsed: float, console: Console) -> No
     console.print(facts)
 
 
-def run_demo(*, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240.0, console: Console | None = None) -> int:
+def run_demo(
+    *, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240.0, console: Console | None = None
+) -> int:
     """Run the demo; return the process exit code (0 when every workflow ended and nothing was doubled or lost)."""
-    from http_server import serve_all
-
     from devstack.stack import LocalStack
+    from http_server import serve_all
 
     console = console or Console()
     servers = serve_all(demo_knobs(), rng_seed=seed)
@@ -163,7 +169,9 @@ def run_demo(*, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240
     }
     started = time.monotonic()
     try:
-        console.print("[bold]Starting the local stack from template.yaml[/] (moto server, emulated Lambda, schedule, API)")
+        console.print(
+            "[bold]Starting the local stack from template.yaml[/] (moto server, emulated Lambda, schedule, API)"
+        )
         with LocalStack(parameters=parameters, schedule_interval_seconds=1.0, extra_env=extra_env) as stack:
             console.print(f"API: {stack.api_url}   logs: .devstack/logs/")
             return _drive(stack, servers, workflows, seed, timeout_seconds, started, console)
@@ -173,7 +181,12 @@ def run_demo(*, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240
 
 
 def _drive(
-    stack: Any, servers: dict[str, Any], workflows: int, seed: int, timeout_seconds: float, started: float,
+    stack: Any,
+    servers: dict[str, Any],
+    workflows: int,
+    seed: int,
+    timeout_seconds: float,
+    started: float,
     console: Console,
 ) -> int:
     http = urllib3.PoolManager(maxsize=8)
@@ -187,8 +200,12 @@ def _drive(
         for index in range(workflows):
             body = {
                 "definition": definition,
-                "input": {"traveller": f"traveller-{index:03d}", "route": "LHR-JFK", "nights": 1 + index % 5,
-                          "amount": 100 + index},
+                "input": {
+                    "traveller": f"traveller-{index:03d}",
+                    "route": "LHR-JFK",
+                    "nights": 1 + index % 5,
+                    "amount": 100 + index,
+                },
             }
             response = http.request(
                 "POST",

@@ -10,6 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from sasflow.batch import process_sqs_batch
 from sasflow.bootstrap import Lazy, build_agent
 from sasflow.errors import DeadlineExceededError

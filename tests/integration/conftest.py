@@ -11,12 +11,12 @@ from typing import Any
 
 import boto3
 import pytest
+from moto import mock_aws
+
 from devstack.provision import provision
 from devstack.template import SqsEventSpec, Stack
 from http_server import RunningServer, serve_all
-from moto import mock_aws
 from sasflow.clock import ManualClock
-
 from tests.support.lambdas import ROOT, FunctionUnderTest, SqsDriver
 
 
@@ -49,8 +49,15 @@ class Deployed:
                 return
         raise AssertionError("queues did not drain")
 
-    def api(self, method: str, path: str, body: Any = None, *, headers: dict[str, str] | None = None,
-            raw_body: str | None = None) -> tuple[int, Any]:
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        headers: dict[str, str] | None = None,
+        raw_body: str | None = None,
+    ) -> tuple[int, Any]:
         """Invoke the API function with an HTTP API v2 event; return (status, parsed JSON body)."""
         route = "/workflows/{workflow_id}" if path.count("/") == 2 else path
         if path.endswith("/cancel"):

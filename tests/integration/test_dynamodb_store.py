@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import boto3
 import pytest
+from moto import mock_aws
+
 from devstack.provision import provision
 from devstack.template import Stack
-from moto import mock_aws
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, DynamoDBStateStore
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.clock import ManualClock
@@ -21,7 +22,6 @@ from sasflow.scheduler import SchedulerService
 from sasflow.settings import EngineConfig
 from sasflow.states import StepStatus
 from sasflow.supervisor import SupervisorService
-
 from tests.support.lambdas import ROOT
 from tests.support.pipeline import TRIP_INPUT, trip_definition
 
@@ -52,7 +52,9 @@ def build(max_overdue: int = 1000) -> Env:
     store = DynamoDBStateStore(config.state_table, boto3.client("dynamodb"))
     scheduler = SchedulerService(store, clock, config, rng=random.Random(3))
     bus = InMemoryBus()
-    return Env(store, scheduler, SupervisorService(store, bus, scheduler, clock, config), bus, clock, config.state_table)
+    return Env(
+        store, scheduler, SupervisorService(store, bus, scheduler, clock, config), bus, clock, config.state_table
+    )
 
 
 @pytest.fixture
@@ -76,11 +78,16 @@ def index_items(table: str) -> list[dict[str, object]]:
 
 def test_complete_by_is_written_as_an_integer_number_and_only_while_in_flight(env: Env) -> None:
     wid = start(env)
-    raw = boto3.client("dynamodb").get_item(TableName=env.table, Key={"pk": {"S": f"WF#{wid}"}, "sk": {"S": "STEP#reserve_flight"}})
+    raw = boto3.client("dynamodb").get_item(
+        TableName=env.table, Key={"pk": {"S": f"WF#{wid}"}, "sk": {"S": "STEP#reserve_flight"}}
+    )
     assert raw["Item"]["complete_by"] == {"N": str(int(START) + 30)}
     assert raw["Item"]["dl_shard"]["S"].isdigit()
     # the step and the workflow's own stall deadline are in the index
-    assert sorted(i.get("step", {}).get("S", "<workflow>") for i in index_items(env.table)) == ["<workflow>", "reserve_flight"]
+    assert sorted(i.get("step", {}).get("S", "<workflow>") for i in index_items(env.table)) == [
+        "<workflow>",
+        "reserve_flight",
+    ]
     snapshot = env.store.load(wid)
     assert snapshot is not None
     record = snapshot.steps["reserve_flight"]

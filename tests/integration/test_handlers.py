@@ -7,10 +7,10 @@ from typing import Any
 
 import boto3
 import pytest
-from sasflow.errors import MalformedMessageError
 
+from sasflow.errors import MalformedMessageError
 from tests.integration.conftest import Deployed
-from tests.support.lambdas import load_event, sqs_event
+from tests.support.lambdas import load_event
 
 TRIP = load_event("trip_booking_request.json")
 

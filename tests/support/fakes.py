@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
     IdempotencyItemNotFoundError,
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+
 from sasflow.breaker import BreakerRecord, BreakerState
 from sasflow.clock import Clock
 from sasflow.errors import RemoteRejectedError, RemoteTransientError

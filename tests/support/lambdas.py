@@ -22,6 +22,7 @@ from types import ModuleType
 from typing import Any
 
 import boto3
+
 from devstack.template import FunctionSpec, SqsEventSpec
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import Clock

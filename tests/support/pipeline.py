@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+
+from sasflow.adapters.memory import InMemoryStateStore
 from sasflow.agent import AgentRuntime
 from sasflow.breaker import CircuitBreaker
 from sasflow.clock import Clock, ManualClock
@@ -25,9 +27,7 @@ from sasflow.scheduler import SchedulerService
 from sasflow.settings import AgentConfig, EngineConfig
 from sasflow.states import TERMINAL_WORKFLOW
 from sasflow.supervisor import SupervisorService, SweepReport
-
 from tests.support.fakes import FakeRemoteService, InMemoryBreakerStore, InMemoryPersistenceLayer
-from sasflow.adapters.memory import InMemoryStateStore
 
 AGENTS = ("flights", "hotels", "payments")
 
@@ -45,6 +45,8 @@ class FakeLambdaContext:
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
+
+
 REPLIES = "queue/replies"
 
 
@@ -133,7 +135,9 @@ class Pipeline:
         )
         self.store = InMemoryStateStore()
         self.bus = TimedBus(self.clock)
-        self.scheduler = SchedulerService(self.store, self.clock, self.config, rng=random.Random(seed), metrics=self.count)
+        self.scheduler = SchedulerService(
+            self.store, self.clock, self.config, rng=random.Random(seed), metrics=self.count
+        )
         self.supervisor = SupervisorService(
             self.store, self.bus, self.scheduler, self.clock, self.config, metrics=self.count
         )
@@ -182,8 +186,12 @@ class Pipeline:
 
     # ------------------------------------------------------------------ driving
     def start(
-        self, definition: dict[str, Any] | None = None, workflow_input: dict[str, Any] | None = None, *,
-        key: str | None = None, send: bool = True,
+        self,
+        definition: dict[str, Any] | None = None,
+        workflow_input: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        send: bool = True,
     ) -> str:
         """Start a workflow (the sample trip by default); ``send=False`` models a crash before the send."""
         body = {"definition": definition or trip_definition(), "input": workflow_input or TRIP_INPUT}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.errors import MalformedMessageError
 from sasflow.messages import StepRequest, remote_token
 from sasflow.states import Outcome, Phase
-
 from tests.support.pipeline import Pipeline
 
 START = 1_800_000_000.0

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.batch import process_sqs_batch
 from sasflow.errors import MalformedMessageError
@@ -37,8 +38,12 @@ def handle(rec: SQSRecord) -> list[Outgoing]:
 
 def test_only_the_malformed_records_fail_and_their_neighbours_produce_messages() -> None:
     bus = InMemoryBus()
-    event = {"Records": [record("good", VALID), record("bad-json", "not-json"), record("no-step", '{"kind":"step.reply"}')]}
-    response = process_sqs_batch(event, None, handle, bus, BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False))
+    event = {
+        "Records": [record("good", VALID), record("bad-json", "not-json"), record("no-step", '{"kind":"step.reply"}')]
+    }
+    response = process_sqs_batch(
+        event, None, handle, bus, BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
+    )
     assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == ["bad-json", "no-step"]
     assert [m.body for m in bus.queues["queue/next"]] == ["wf-1"]
 
@@ -46,7 +51,9 @@ def test_only_the_malformed_records_fail_and_their_neighbours_produce_messages()
 def test_a_record_whose_message_could_not_be_sent_is_reported_failed_so_sqs_retries_it() -> None:
     bus = InMemoryBus(fail_next=1)
     event = {"Records": [record("first", VALID), record("second", VALID)]}
-    response = process_sqs_batch(event, None, handle, bus, BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False))
+    response = process_sqs_batch(
+        event, None, handle, bus, BatchProcessor(EventType.SQS, raise_on_entire_batch_failure=False)
+    )
     assert response["batchItemFailures"] == [{"itemIdentifier": "first"}]
     assert len(bus.queues["queue/next"]) == 1
 

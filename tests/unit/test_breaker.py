@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import pytest
+
 from sasflow.breaker import BreakerState, CircuitBreaker
 from sasflow.clock import ManualClock
 from sasflow.errors import CircuitOpenError
-
 from tests.support.fakes import InMemoryBreakerStore
 
 START = 1_800_000_000.0
 
 
 def breaker(store: InMemoryBreakerStore, clock: ManualClock) -> CircuitBreaker:
-    return CircuitBreaker("hotels", store, clock, failure_threshold=3, open_seconds=30, probe_seconds=10, cache_seconds=0)
+    return CircuitBreaker(
+        "hotels", store, clock, failure_threshold=3, open_seconds=30, probe_seconds=10, cache_seconds=0
+    )
 
 
 def test_threshold_failures_open_then_cool_down_to_a_single_half_open_probe_that_closes_it() -> None:
@@ -34,7 +36,7 @@ def test_threshold_failures_open_then_cool_down_to_a_single_half_open_probe_that
         b.before_call()  # b must wait for the probe
     assert probing.value.retry_at == int(START) + 40
     a.on_success()
-    assert store.get("hotels") .state is BreakerState.CLOSED
+    assert store.get("hotels").state is BreakerState.CLOSED
     assert store.get("hotels").failures == 0
     b.before_call()  # closed again
 

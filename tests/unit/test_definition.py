@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from sasflow.definition import parse_definition, render
 from sasflow.errors import InvalidDefinitionError
 
@@ -22,8 +23,14 @@ def test_depends_on_defaults_to_the_previous_step() -> None:
 
 def test_explicit_depends_on_builds_a_dag_in_topological_order() -> None:
     definition = parse_definition(
-        {"name": "dag", "steps": [step("join", depends_on=["left", "right"]), step("left", depends_on=[]),
-                                  step("right", depends_on=[])]}
+        {
+            "name": "dag",
+            "steps": [
+                step("join", depends_on=["left", "right"]),
+                step("left", depends_on=[]),
+                step("right", depends_on=[]),
+            ],
+        }
     )
     assert definition.order == ("left", "right", "join")
 
@@ -48,7 +55,11 @@ def test_invalid_definitions_are_refused_with_the_reason(steps: list[dict[str, A
 
 
 def test_render_resolves_nested_references_and_leaves_literals_alone() -> None:
-    template = {"who.$": "input.name", "nested": {"conf.$": "steps.a.output.code", "fixed": 1}, "list": [{"n.$": "input.n"}]}
+    template = {
+        "who.$": "input.name",
+        "nested": {"conf.$": "steps.a.output.code", "fixed": 1},
+        "list": [{"n.$": "input.n"}],
+    }
     context = {"input": {"name": "ada", "n": 3}, "steps": {"a": {"output": {"code": "FL-1"}}}}
     assert render(template, context) == {"who": "ada", "nested": {"conf": "FL-1", "fixed": 1}, "list": [{"n": 3}]}
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from sasflow.messages import remote_token
 from sasflow.states import Outcome, Phase, StepStatus, WorkflowStatus
-
 from tests.support.pipeline import AGENTS, Pipeline, trip_definition
 
 STEPS = ["reserve_flight", "book_hotel", "charge_card"]
@@ -396,10 +397,8 @@ def test_reply_redelivered_after_a_crash_between_two_writes_finishes_the_job() -
         return original_put(record, expect)
 
     p.store.put_step = crash_on_second_write  # type: ignore[method-assign]
-    try:
+    with pytest.raises(RuntimeError, match="crash"):
         p.scheduler.on_reply(reply)
-    except RuntimeError:
-        pass
     p.store.put_step = original_put  # type: ignore[method-assign]
     assert statuses(p, wid) == {"reserve_flight": StepStatus.COMPLETED}
     # When SQS redelivers the same reply
@@ -424,10 +423,8 @@ def test_stalled_workflow_is_repaired_by_the_safety_net() -> None:
         return original_put(record, expect)
 
     p.store.put_step = crash_on_hotel  # type: ignore[method-assign]
-    try:
+    with pytest.raises(RuntimeError, match="crash"):
         p.scheduler.on_reply(reply)
-    except RuntimeError:
-        pass
     p.store.put_step = original_put  # type: ignore[method-assign]
     assert statuses(p, wid) == {"reserve_flight": StepStatus.COMPLETED}
     # When the supervisor ticks past the workflow's stall deadline

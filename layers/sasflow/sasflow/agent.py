@@ -162,8 +162,8 @@ class AgentRuntime:
             self.metrics("AttemptsExhausted")
             error = StepError(code="TRANSIENT_EXHAUSTED", message=str(exc)[:2048])
             return self._reply(request, Outcome.FAILED, error=error)
-        error = StepError.model_validate(result.error) if result.error else None
-        return self._reply(request, result.outcome, output=result.output, error=error, calls=result.calls)
+        detail = StepError.model_validate(result.error) if result.error else None
+        return self._reply(request, result.outcome, output=result.output, error=detail, calls=result.calls)
 
     def _reply(
         self,
@@ -236,7 +236,9 @@ class AgentRuntime:
         try:
             output = retrying(call_once)
         except RemoteRejectedError as exc:
-            return ActionResult(Outcome.REJECTED, error={"code": exc.code, "message": exc.message}, calls=calls).to_dict()
+            return ActionResult(
+                Outcome.REJECTED, error={"code": exc.code, "message": exc.message}, calls=calls
+            ).to_dict()
         except RemoteTransientError as exc:
             if out_of_time:
                 raise DeadlineExceededError(f"stopped retrying after {calls} call(s): {exc}") from exc

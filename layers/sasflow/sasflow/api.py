@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from .api_models import ErrorResponse, StartWorkflowRequest, WorkflowView
 from .errors import (
@@ -36,11 +37,12 @@ from .types import IdempotencyKey, WorkflowId
 
 logger = logging.getLogger("sasflow.api")
 
-def _doc(model: type[Any], description: str) -> dict[str, Any]:
+
+def _doc(model: type[Any], description: str) -> OpenAPIResponse:
     return {"description": description, "content": {"application/json": {"model": model}}}
 
 
-_ERRORS: dict[int, Any] = {
+_ERRORS: dict[int, OpenAPIResponse] = {
     400: _doc(ErrorResponse, "Malformed request"),
     404: _doc(ErrorResponse, "No such workflow"),
     409: _doc(ErrorResponse, "Conflict"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .agent import AgentRuntime
 from .breaker import CircuitBreaker
@@ -122,14 +122,17 @@ def build_agent(
     return AgentServices(config, runtime, SqsMessageBus(sqs_client()), idempotency_config)
 
 
-class Lazy:
+T = TypeVar("T")
+
+
+class Lazy(Generic[T]):
     """Build a value on first use and keep it for the life of the Lambda sandbox (one cold start)."""
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], T]) -> None:
         self._factory = factory
-        self._value: Any = None
+        self._value: T | None = None
 
-    def __call__(self) -> Any:
+    def __call__(self) -> T:
         """Return the value, building it the first time."""
         if self._value is None:
             self._value = self._factory()

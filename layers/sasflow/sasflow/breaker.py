@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 from .clock import Clock
 from .errors import CircuitOpenError
 
 
-class BreakerState(str, Enum):
+class BreakerState(StrEnum):
     """Circuit breaker states."""
 
     CLOSED = "closed"

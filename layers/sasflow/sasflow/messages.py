@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -139,7 +139,10 @@ def decode_reply(body: str) -> StepReply:
     return _decode(StepReply, body)
 
 
-def _decode(model: type[Any], body: str) -> Any:
+M = TypeVar("M", bound=BaseModel)
+
+
+def _decode(model: type[M], body: str) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:

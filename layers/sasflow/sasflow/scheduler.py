@@ -441,9 +441,7 @@ class SchedulerService:
                 first = failed[0]
                 reason = f"step {first.step} failed: {(first.error or {}).get('code', 'FAILED')}"
                 self._set_status(workflow, WorkflowStatus.COMPENSATING, now, reason=reason)
-                snapshot = snapshot.with_workflow(
-                    _evolve_workflow(workflow, WorkflowStatus.COMPENSATING, now, reason)
-                )
+                snapshot = snapshot.with_workflow(_evolve_workflow(workflow, WorkflowStatus.COMPENSATING, now, reason))
                 return self._unwind(snapshot, now)
             if all(snapshot.status_of(name) is StepStatus.COMPLETED for name in definition.order):
                 self._finish(workflow, WorkflowStatus.COMPLETED, now)
@@ -515,7 +513,9 @@ class SchedulerService:
 
         pending = [name for name in reversed(definition.order) if needs(name)]
         if not pending and not compensating:
-            final = WorkflowStatus.CANCELLED if workflow.status is WorkflowStatus.CANCELLING else WorkflowStatus.COMPENSATED
+            final = (
+                WorkflowStatus.CANCELLED if workflow.status is WorkflowStatus.CANCELLING else WorkflowStatus.COMPENSATED
+            )
             self._finish(workflow, final, now)
             return []
         descendants = _descendants(definition)

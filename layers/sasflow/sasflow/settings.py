@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigurationError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class EngineConfig(BaseModel):
@@ -159,13 +161,13 @@ class AgentConfig(BaseModel):
 
 
 def _build(
-    model: type[Any],
+    model: type[M],
     environ: Mapping[str, str],
     names: dict[str, str],
     *,
     required: tuple[str, ...],
     json_fields: tuple[str, ...],
-) -> Any:
+) -> M:
     missing = [name for name in required if not environ.get(name)]
     if missing:
         raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")

@@ -10,10 +10,10 @@ Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COM
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     """Status of one step item."""
 
     PENDING = "PENDING"
@@ -26,7 +26,7 @@ class StepStatus(str, Enum):
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
 
 
-class WorkflowStatus(str, Enum):
+class WorkflowStatus(StrEnum):
     """Status of a workflow."""
 
     RUNNING = "RUNNING"
@@ -38,14 +38,14 @@ class WorkflowStatus(str, Enum):
     CANCELLED = "CANCELLED"
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """Which action of a step a message is about: the forward action or its compensation."""
 
     ACTION = "action"
     COMPENSATION = "compensation"
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """What an agent reports about one attempt.
 
     ``SUCCEEDED``: the action happened; ``REJECTED``: the service refused it and nothing happened (definitive);

@@ -362,9 +362,7 @@ class DynamoDBStateStore:
             #   read(step@attempt n) ... [another writer moves it to n+1, or completes it] ... our write
             # so a duplicate reply, a stale reply, or a second supervisor loses instead of overwriting.
             names["#status"] = "status"
-            values.update(
-                {":s": expect.status.value, ":a": expect.attempt, ":ca": expect.comp_attempt}
-            )
+            values.update({":s": expect.status.value, ":a": expect.attempt, ":ca": expect.comp_attempt})
             parts = ["#status = :s", "attempt = :a", "comp_attempt = :ca"]
             if expect.complete_by is not None:
                 parts.append("complete_by = :cb")
@@ -422,9 +420,7 @@ class DynamoDBStateStore:
                 # lease_is_free: nobody holds it, it expired, or we hold it already.
                 ConditionExpression="attribute_not_exists(pk) OR lease_until < :now OR #owner = :owner",
                 ExpressionAttributeNames={"#owner": "owner"},
-                ExpressionAttributeValues=_ser(
-                    {":owner": owner, ":until": now + ttl_seconds, ":now": now, ":one": 1}
-                ),
+                ExpressionAttributeValues=_ser({":owner": owner, ":until": now + ttl_seconds, ":now": now, ":one": 1}),
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:

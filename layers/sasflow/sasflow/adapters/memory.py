@@ -140,6 +140,7 @@ class InMemoryStateStore:
                 )
                 if entry_shard == shard and entry.complete_by < before:
                     matching.append(entry)
+
         # Key-based paging like DynamoDB's LastEvaluatedKey: entries moved during a sweep are neither skipped nor
         # read twice.
         def key(e: DeadlineEntry) -> tuple[int, str, str]:
