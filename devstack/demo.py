@@ -9,6 +9,8 @@ read from DynamoDB and the dead-letter queues, cross-checked against the API and
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +24,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+# The sample services' code dir, as their Lambda would have it on sys.path (its /var/task).
+SAMPLE_SERVICES_DIR = ROOT / "functions" / "sample_services"
+
+
+def _sample_services_importable() -> None:
+    if str(SAMPLE_SERVICES_DIR) not in sys.path:
+        sys.path.append(str(SAMPLE_SERVICES_DIR))
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 DEAD_LETTER_QUEUES = (
     "ResponseDeadLetterQueue",
@@ -39,12 +48,13 @@ def demo_definition() -> dict[str, Any]:
         step["timeout_seconds"] = 5
         step["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1.0, "jitter": True}
         step["compensation"]["timeout_seconds"] = 5
-        step["compensation"]["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1.0}
+        step["compensation"]["retry"] = {"max_attempts": 5, "backoff_base_seconds": 0.5, "backoff_cap_seconds": 3.0}
     return definition
 
 
 def demo_knobs() -> dict[str, Any]:
     """Fault knobs per sample service (see functions/sample_services/travel_services.FaultKnobs)."""
+    _sample_services_importable()
     from travel_services import FaultKnobs
 
     return {
@@ -118,7 +128,7 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
 
 def render(summary: Summary, total: int, elapsed: float, console: Console) -> None:
     """Print the summary tables."""
-    table = Table(title=f"Workflows ({total} started, {elapsed:.1f} s)")
+    table = Table(title=f"{total} workflows, {elapsed:.0f} s")
     table.add_column("final state")
     table.add_column("workflows", justify="right")
     for status in ("COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED", "RUNNING", "COMPENSATING"):
@@ -148,9 +158,12 @@ def run_demo(
 ) -> int:
     """Run the demo; return the process exit code (0 when every workflow ended and nothing was doubled or lost)."""
     from devstack.stack import LocalStack
+
+    _sample_services_importable()
     from http_server import serve_all
 
     console = console or Console()
+    _log_to_file(ROOT / ".devstack" / "logs" / "devstack.log")
     servers = serve_all(demo_knobs(), rng_seed=seed)
     parameters = {
         "DeploySampleServices": "false",
@@ -173,7 +186,7 @@ def run_demo(
             "[bold]Starting the local stack from template.yaml[/] (moto server, emulated Lambda, schedule, API)"
         )
         with LocalStack(parameters=parameters, schedule_interval_seconds=1.0, extra_env=extra_env) as stack:
-            console.print(f"API: {stack.api_url}   logs: .devstack/logs/")
+            console.print(f"API: {stack.api_url}   logs: .devstack/logs/ (one file per function, devstack.log)")
             return _drive(stack, servers, workflows, seed, timeout_seconds, started, console)
     finally:
         for server in servers.values():
@@ -245,6 +258,17 @@ def _drive(
     if not problems:
         console.print(f"[green]OK[/]: {workflows} workflows terminal, 0 duplicate side effects, 0 dead letters.")
     return 1 if problems else 0
+
+
+def _log_to_file(path: Path) -> None:
+    """Send the local stack's own logs (pollers, workers) to a file, so the console shows progress and results."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    devstack_logger = logging.getLogger("devstack")
+    devstack_logger.addHandler(handler)
+    devstack_logger.setLevel(logging.INFO)
+    devstack_logger.propagate = False
 
 
 def _terminal_count(dynamodb: Any, table: str) -> int:

@@ -235,35 +235,54 @@ def test_overdue_boundary_no_resend_at_exactly_grace_and_one_a_second_later() ->
     assert [r.attempt for r in p.requests("flights")] == [2]
 
 
+def run_until_terminal(p: Pipeline, wid: str, *, step_seconds: float = 5.0, limit: int = 200) -> None:
+    """Deliver queues while moving time in small steps (retries wait for their backoff as SQS delays)."""
+    for _ in range(limit):
+        p.pump()
+        if p.snapshot(wid).workflow.status.value in {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}:
+            return
+        p.clock.advance(step_seconds)
+        p.sweep()
+    raise AssertionError("not terminal")
+
+
+def three_compensation_attempts() -> dict[str, object]:
+    policy = {"max_attempts": 3, "backoff_base_seconds": 1, "backoff_cap_seconds": 4}
+    return trip_definition(
+        reserve_flight={"compensation": {"action": "cancel_reservation", "retry": policy}},
+        book_hotel={"compensation": {"action": "cancel_booking", "retry": policy}},
+    )
+
+
 def test_compensation_that_fails_twice_with_503_then_succeeds() -> None:
-    # Given payments rejects, and the hotel's compensation fails twice with 503
+    # Given payments rejects, and the hotel's compensation fails twice with 503 (one call per attempt)
     p = Pipeline()
     p.services["payments"].script["charge"] = ["reject"]
     p.services["hotels"].script["cancel_booking"] = ["503", "503"]
-    # When the workflow runs
-    wid = p.start()
-    p.pump()
+    # When the workflow runs, time moving through the backoff delays
+    wid = p.start(three_compensation_attempts())
+    run_until_terminal(p, wid)
     # Then the calls are C2, C2, C2, C1 and the workflow is COMPENSATED
     compensations = [c for c in p.call_log if c[1] in ("cancel_booking", "cancel_reservation")]
-    assert compensations == [("hotels", "cancel_booking"), ("flights", "cancel_reservation")]
+    assert compensations == [("hotels", "cancel_booking")] * 3 + [("flights", "cancel_reservation")]
     assert p.services["hotels"].actions() == ["book", "cancel_booking", "cancel_booking", "cancel_booking"]
-    assert p.services["flights"].actions() == ["reserve", "cancel_reservation"]
+    assert p.snapshot(wid).steps["book_hotel"].comp_attempt == 3
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
 
 
 def test_compensation_that_always_fails_ends_compensation_failed_and_stays_there() -> None:
-    # Given payments rejects and the hotel's compensation always fails
+    # Given payments rejects and the hotel's compensation always fails (max_attempts 3)
     p = Pipeline()
     p.services["payments"].script["charge"] = ["reject"]
     p.services["hotels"].script["cancel_booking"] = ["503"] * 100
     # When the workflow runs and then 10 more supervisor ticks pass
-    wid = p.start()
-    p.pump()
+    wid = p.start(three_compensation_attempts())
+    run_until_terminal(p, wid)
     for _ in range(10):
         p.clock.advance(60)
         p.sweep()
         p.pump()
-    # Then C2 was called max_attempts (3) times, C1 never, and the workflow waits for a person
+    # Then C2 was called exactly max_attempts (3) times, C1 never, and the workflow waits for a person
     snapshot = p.snapshot(wid)
     assert snapshot.workflow.status is WorkflowStatus.COMPENSATION_FAILED
     assert p.services["hotels"].actions().count("cancel_booking") == 3
@@ -272,6 +291,16 @@ def test_compensation_that_always_fails_ends_compensation_failed_and_stays_there
     assert snapshot.steps["reserve_flight"].status is StepStatus.COMPLETED
     assert p.metrics["WorkflowsCompensationFailed"] == 1
     assert p.store.index_entries() == []
+
+
+def test_compensation_retries_by_default_five_times() -> None:
+    p = Pipeline()
+    p.services["payments"].script["charge"] = ["reject"]
+    p.services["hotels"].script["cancel_booking"] = ["503"] * 100
+    wid = p.start()
+    run_until_terminal(p, wid, step_seconds=1)
+    assert p.services["hotels"].actions().count("cancel_booking") == 5
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATION_FAILED
 
 
 def test_a_service_failing_every_call_fails_the_step_after_max_calls_and_compensates() -> None:
@@ -298,13 +327,37 @@ def test_five_failures_in_a_row_open_the_shared_breaker_and_defer_instead_of_cal
     p = Pipeline()
     p.services["hotels"].default = "503"
     wid = p.start()
-    # When the booking fails 3 calls and its compensation 2 more (5 in a row: the breaker opens)
-    p.pump()
-    # Then the compensation's third call is not made: it is deferred until the breaker allows a probe
+    # When the booking fails its 3 calls and its compensation fails twice more (5 failures in a row)
+    for _ in range(120):
+        p.pump()
+        if p.breakers.get("hotels").state.value == "open" and p.metrics["CircuitOpenDeferrals"]:
+            break
+        p.clock.advance(1)
+    # Then the breaker is open and the next compensation attempt made no call: it was deferred, not used up
     assert p.services["hotels"].actions() == ["book", "book", "book", "cancel_booking", "cancel_booking"]
-    assert p.breakers.get("hotels").state.value == "open"
     record = p.snapshot(wid).steps["book_hotel"]
-    assert (record.status, record.comp_attempt, record.deferrals) == (StepStatus.COMPENSATING, 1, 1)
+    assert (record.status, record.comp_attempt, record.deferrals) == (StepStatus.COMPENSATING, 3, 1)
+    assert p.metrics["CircuitOpenDeferrals"] == 1
+
+
+def test_a_request_delivered_after_its_complete_by_is_redispatched_without_using_the_attempt() -> None:
+    # Given the hotel request sat in the queue until its complete-by had passed (a backlog)
+    p = Pipeline()
+    wid = p.start()
+    p.run_agent("flights")
+    p.run_scheduler()
+    p.clock.advance(29)
+    # When the agent finally gets it, there is no time left to call
+    [late] = p.run_agent("hotels")
+    p.run_scheduler()
+    # Then no call was made, and the same attempt is dispatched again with a new complete-by
+    assert (late.outcome, late.retryable, late.calls) == (Outcome.FAILED, True, 0)
+    assert p.services["hotels"].calls == []
+    record = p.snapshot(wid).steps["book_hotel"]
+    assert (record.status, record.attempt, record.deferrals) == (StepStatus.PROCESSING, 1, 1)
+    assert record.complete_by == int(p.clock.now()) + 30
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
 
 
 def test_circuit_open_defers_and_recovers_after_the_open_period() -> None:
@@ -429,10 +482,10 @@ def test_stalled_workflow_is_repaired_by_the_safety_net() -> None:
     assert statuses(p, wid) == {"reserve_flight": StepStatus.COMPLETED}
     # When the supervisor ticks past the workflow's stall deadline
     ticks = p.settle(wid, max_ticks=40, tick_seconds=60)
-    # Then the workflow completed. Its stall budget is 30 + 3 x (30 x 3 + 30 x 3) = 570 s, so it is overdue once
-    # now > 570 + grace 30 = 600 s: the 11th tick of 60 s.
+    # Then the workflow completed. Its stall budget is 30 + 3 x (30 x 3 + 30 x 5) = 750 s (compensations default to
+    # 5 attempts), so it is overdue once now > 750 + grace 30 = 780 s: the 14th tick of 60 s.
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
-    assert ticks == 11
+    assert ticks == 14
     assert p.metrics["WorkflowsStalled"] == 1
 
 

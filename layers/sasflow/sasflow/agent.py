@@ -157,11 +157,11 @@ class AgentRuntime:
         except DeadlineExceededError as exc:
             self.metrics("AttemptsOutOfTime")
             error = StepError(code="DEADLINE_EXCEEDED", message=str(exc)[:2048])
-            return self._reply(request, Outcome.FAILED, error=error, retryable=True)
+            return self._reply(request, Outcome.FAILED, error=error, retryable=True, calls=exc.calls)
         except RemoteTransientError as exc:
             self.metrics("AttemptsExhausted")
             error = StepError(code="TRANSIENT_EXHAUSTED", message=str(exc)[:2048])
-            return self._reply(request, Outcome.FAILED, error=error)
+            return self._reply(request, Outcome.FAILED, error=error, calls=request.max_calls)
         detail = StepError.model_validate(result.error) if result.error else None
         return self._reply(request, result.outcome, output=result.output, error=detail, calls=result.calls)
 
@@ -211,7 +211,7 @@ class AgentRuntime:
             nonlocal calls
             left = deadline - self.clock.now()
             if left < MIN_CALL_SECONDS:
-                raise DeadlineExceededError(f"{left:.2f}s left before complete-by minus margin")
+                raise DeadlineExceededError(f"{left:.2f}s left before complete-by minus margin", calls=calls)
             self.breaker.before_call()
             calls += 1
             self.metrics("RemoteCalls")
@@ -241,7 +241,7 @@ class AgentRuntime:
             ).to_dict()
         except RemoteTransientError as exc:
             if out_of_time:
-                raise DeadlineExceededError(f"stopped retrying after {calls} call(s): {exc}") from exc
+                raise DeadlineExceededError(f"stopped retrying after {calls} call(s): {exc}", calls=calls) from exc
             raise
         size = len(json.dumps(output, separators=(",", ":")).encode())
         if size > MAX_OUTPUT_BYTES:

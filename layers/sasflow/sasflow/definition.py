@@ -53,14 +53,21 @@ class RetryPolicy(BaseModel):
 
 
 class CompensationDefinition(BaseModel):
-    """The compensating action that undoes a step (Compensating Transaction pattern)."""
+    """The compensating action that undoes a step (Compensating Transaction pattern).
+
+    Each compensation attempt makes one remote call; a failed attempt is dispatched again after the policy's
+    backoff (an SQS delay), so every retry is a supervised attempt with its own complete-by. The default policy is
+    more patient than a forward step's, because a compensation that gives up needs a person.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
     timeout_seconds: int = Field(default=30, ge=1, le=900)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    retry: RetryPolicy = Field(
+        default_factory=lambda: RetryPolicy(max_attempts=5, backoff_base_seconds=2.0, backoff_cap_seconds=60.0)
+    )
 
 
 class StepDefinition(BaseModel):

@@ -93,4 +93,11 @@ class CircuitOpenError(RetryableError):
 
 
 class DeadlineExceededError(RetryableError):
-    """No time is left before min(complete_by, Lambda deadline) minus the safety margin."""
+    """No time is left before min(complete_by, Lambda deadline) minus the safety margin.
+
+    ``calls`` counts the remote calls made before time ran out (0: the attempt never reached the service).
+    """
+
+    def __init__(self, message: str, *, calls: int = 0) -> None:
+        super().__init__(message)
+        self.calls = calls

@@ -246,7 +246,7 @@ class SchedulerService:
             return self._settled(record, StepStatus.COMPLETED, now, output=reply.output), []
         if reply.outcome is Outcome.REJECTED:
             return self._settled(record, StepStatus.FAILED, now, error=_error(reply), may_have_happened=False), []
-        if reply.outcome is Outcome.DEFERRED and running and record.deferrals < self.config.max_deferrals:
+        if _no_call_made(reply) and running and record.deferrals < self.config.max_deferrals:
             retry_at = max(now, reply.retry_at or now)
             updated, message = self._dispatch_forward(
                 snapshot, step, record.attempt, retry_at, base=record, delay=retry_at - now
@@ -269,13 +269,15 @@ class SchedulerService:
         policy = step.compensation.retry
         if reply.outcome is Outcome.SUCCEEDED:
             return self._settled(record, StepStatus.COMPENSATED, now, comp_output=reply.output), []
-        if reply.outcome is Outcome.DEFERRED and record.deferrals < self.config.max_deferrals:
+        if _no_call_made(reply) and record.deferrals < self.config.max_deferrals:
             retry_at = max(now, reply.retry_at or now)
             updated, message = self._dispatch_compensation(
                 snapshot, record, record.comp_attempt, retry_at, delay=retry_at - now
             )
             return updated.evolve(deferrals=record.deferrals + 1), [message]
-        if (reply.outcome is Outcome.DEFERRED or _retryable(reply)) and record.comp_attempt < policy.max_attempts:
+        # A compensation makes one call per attempt, so every failure that is not a definitive refusal uses one
+        # supervised attempt and is retried with backoff while attempts remain (a business refusal cannot improve).
+        if reply.outcome is not Outcome.REJECTED and record.comp_attempt < policy.max_attempts:
             delay = round(backoff_seconds(policy, record.comp_attempt, self.rng))
             updated, message = self._dispatch_compensation(
                 snapshot, record, record.comp_attempt + 1, now + delay, delay=delay
@@ -594,7 +596,6 @@ class SchedulerService:
             complete_by=complete_by,
             dl_shard=deadline_shard(workflow.workflow_id, step.name, self.config.deadline_shards),
             updated_at=epoch_seconds(self.clock),
-            deferrals=record.deferrals if record.status is StepStatus.COMPENSATING else 0,
         )
         request = StepRequest(
             workflow_id=workflow.workflow_id,
@@ -610,7 +611,8 @@ class SchedulerService:
             backoff_base_seconds=compensation.retry.backoff_base_seconds,
             backoff_cap_seconds=compensation.retry.backoff_cap_seconds,
             jitter=compensation.retry.jitter,
-            max_calls=compensation.retry.max_attempts,
+            # One call per compensation attempt: retries are new supervised attempts, delayed by the backoff.
+            max_calls=1,
         )
         return updated, self._outgoing(step.agent, request, delay)
 
@@ -676,6 +678,11 @@ def _error(reply: StepReply) -> dict[str, Any]:
     if reply.error is not None:
         return reply.error.model_dump()
     return StepError(code=reply.outcome.value.upper(), message="no detail").model_dump()
+
+
+def _no_call_made(reply: StepReply) -> bool:
+    """An attempt that never reached the service (open circuit, or no time left on arrival) is not used up."""
+    return reply.outcome is Outcome.DEFERRED or (_retryable(reply) and reply.calls == 0)
 
 
 def _retryable(reply: StepReply) -> bool:

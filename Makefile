@@ -1,0 +1,152 @@
+# sasflow build / test entry points. Every target creates what it needs on a fresh machine.
+#
+#   make venv         .venv      (Python 3.11) with requirements-dev.txt
+#   make sam-venv     .venv-sam  (Python 3.12, the Lambda runtime) with aws-sam-cli + cfn-lint
+#   make test         lint, typecheck, cfn-lint, sam-validate, pytest (all run; fails if any failed)
+#   make build        sam build (no container) -> .aws-sam/build
+#   make run | up     the local stack (python -m devstack run | up); pass extra args with ARGS="..."
+#   make lock         refresh tools/constraints-*.txt (transitive pins) after changing a requirement
+#   make clean        remove build output and caches (make distclean also removes the venvs)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+ROOT := $(CURDIR)
+
+# --------------------------------------------------------------------------------------------- interpreters
+# Dev venv: Python 3.11 (the machine's default python3).
+ifndef PYTHON311
+PYTHON311 := $(shell for p in python3.11 python3; do \
+	  if $$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; then \
+	    $$p -c 'import sys; print(sys.executable)'; break; fi; \
+	done)
+endif
+# SAM venv: Python 3.12 = the Lambda runtime (pyenv's 3.12.1 if present, else a working python3.12 on PATH;
+# a pyenv shim that is not activated does not count).
+ifndef PYTHON312
+PYTHON312 := $(shell for p in /root/.pyenv/versions/3.12.1/bin/python $${PYENV_ROOT:-/root/.pyenv}/versions/3.12.*/bin/python python3.12; do \
+	  if $$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then \
+	    $$p -c 'import sys; print(sys.executable)'; break; fi; \
+	done)
+endif
+export PYTHON311 PYTHON312
+
+VENV      := .venv
+PY        := $(VENV)/bin/python
+VENV_OK   := $(VENV)/.requirements.stamp
+SAM_VENV  := .venv-sam
+SAM       := $(SAM_VENV)/bin/sam
+SAM_OK    := $(SAM_VENV)/.requirements.stamp
+PIPQ      := tools/pipq
+
+DEV_REQS  := requirements-dev.txt layers/sasflow/requirements.txt tools/constraints-dev.txt
+SAM_REQS  := tools/requirements-sam.txt tools/constraints-sam.txt
+
+# Imports exactly as on Lambda: `sasflow` from the layer (/opt/python), devstack/tests from the repo root.
+APP_PYTHONPATH := $(ROOT)/layers/sasflow:$(ROOT)
+
+# SAM CLI offline: no telemetry, a region, fake credentials (never a real account), no instance-metadata probe.
+SAM_ENV := env -u AWS_PROFILE -u AWS_DEFAULT_PROFILE -u AWS_ENDPOINT_URL \
+	SAM_CLI_TELEMETRY=0 \
+	AWS_DEFAULT_REGION=us-east-1 AWS_REGION=us-east-1 \
+	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_SESSION_TOKEN=testing \
+	AWS_EC2_METADATA_DISABLED=true
+
+# Wall-clock budget of the whole pytest run (seconds); CI allows 90 minutes in all, the suite should stay < 15.
+PYTEST_TIMEOUT ?= 1200
+PYTEST_ARGS ?=
+ARGS ?=
+
+.PHONY: help venv sam-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up lock lock-dev lock-sam clean distclean
+
+help:
+	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+
+# --------------------------------------------------------------------------------------------- venvs
+venv: $(VENV_OK)
+
+$(VENV_OK): $(DEV_REQS)
+	@if [ -z "$(PYTHON311)" ]; then echo "error: no Python 3.11 found (python3.11 / python3)" >&2; exit 1; fi
+	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON311)"; $(PYTHON311) -m venv $(VENV); fi
+	@echo "installing requirements-dev.txt into $(VENV)"
+	@$(PIPQ) $(PY) -m pip install --quiet --disable-pip-version-check \
+		-r requirements-dev.txt -c tools/constraints-dev.txt
+	@touch $@
+
+sam-venv: $(SAM_OK)
+
+$(SAM_OK): $(SAM_REQS)
+	@if [ -z "$(PYTHON312)" ]; then echo "error: no Python 3.12 found (/root/.pyenv/versions/3.12.1/bin/python / python3.12)" >&2; exit 1; fi
+	@if [ ! -x $(SAM_VENV)/bin/python ]; then echo "creating $(SAM_VENV) with $(PYTHON312)"; $(PYTHON312) -m venv $(SAM_VENV); fi
+	@echo "installing tools/requirements-sam.txt into $(SAM_VENV)"
+	@$(PIPQ) $(SAM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r tools/requirements-sam.txt -c tools/constraints-sam.txt
+	@touch $@
+
+# --------------------------------------------------------------------------------------------- checks
+lint: venv
+	$(VENV)/bin/ruff check --output-format=concise .
+	$(VENV)/bin/ruff format --check .
+
+fmt: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+cfn-lint: venv
+	$(VENV)/bin/cfn-lint template.yaml
+
+sam-validate: sam-venv
+	$(SAM_ENV) $(SAM) validate --lint --template-file template.yaml --region us-east-1
+
+# Exit 5 (no tests collected) is a failure: an empty run means collection is broken. ALLOW_NO_TESTS=1 permits it.
+pytest: venv
+	@rc=0; timeout --kill-after=30 $(PYTEST_TIMEOUT) $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "pytest exceeded PYTEST_TIMEOUT=$(PYTEST_TIMEOUT)s" >&2; fi; \
+	if [ $$rc -eq 5 ] && [ "$${ALLOW_NO_TESTS:-0}" = 1 ]; then echo "pytest collected no tests (allowed by ALLOW_NO_TESTS=1)"; rc=0; fi; \
+	exit $$rc
+
+# Runs every check even when an earlier one fails, then fails if any did.
+test: venv sam-venv
+	@failed=""; \
+	for t in lint typecheck cfn-lint sam-validate pytest; do \
+		echo "==> make $$t"; \
+		$(MAKE) $$t || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test FAILED:$$failed" >&2; exit 1; fi
+
+# --------------------------------------------------------------------------------------------- build / run
+# No container: lambda-builders needs `python3.12` first on PATH, which .venv-sam/bin provides (the layer's
+# requirements are then fetched for python3.12/x86_64 by pip). Afterwards every built handler is imported under
+# Python 3.12 with only its code dir and the built layer on sys.path, as on Lambda.
+build: sam-venv
+	PATH="$(ROOT)/$(SAM_VENV)/bin:$$PATH" $(SAM_ENV) $(SAM) build --template-file template.yaml --cached
+	@echo "CoreLayer: $$(du -sh .aws-sam/build/CoreLayer | cut -f1) unzipped ($$(find .aws-sam/build/CoreLayer -type f | wc -l) files)"
+	$(SAM_VENV)/bin/python tools/smoke_build.py .aws-sam/build
+
+run: venv
+	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack run $(ARGS)
+
+up: venv
+	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack up $(ARGS)
+
+# --------------------------------------------------------------------------------------------- maintenance
+# Re-resolve requirements in throw-away venvs (no constraints) and record every transitive pin.
+lock: lock-dev lock-sam
+
+lock-dev:
+	@tools/lock "$(PYTHON311)" requirements-dev.txt tools/constraints-dev.txt
+
+lock-sam:
+	@tools/lock "$(PYTHON312)" tools/requirements-sam.txt tools/constraints-sam.txt
+
+clean:
+	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache
+	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) $(SAM_VENV)

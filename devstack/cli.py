@@ -1,0 +1,186 @@
+"""Command line of the local stack: ``python -m devstack run | up | resources``.
+
+``run`` is the main job (the demo in ``devstack/demo.py``), ``up`` keeps the stack running, ``resources`` lists
+how each template resource is realised locally.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
+from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
+from devstack.template import HttpApiEventSpec, Stack, TemplateError
+
+__all__ = ["app", "example_requests", "main", "parse_parameters", "resources_table"]
+
+app = typer.Typer(
+    name="devstack",
+    help="The sasflow stack on loopback: moto for tables and queues, in-process Lambda, SQS, schedules and HTTP API.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+console = Console()
+
+TemplateOption = Annotated[Path, typer.Option("--template", "-t", help="SAM template.", dir_okay=False)]
+ParamOption = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="Parameter override Key=Value (repeatable), as in sam deploy."),
+]
+StackNameOption = Annotated[str, typer.Option("--stack-name", help="Stack name, the prefix of physical names.")]
+
+
+def parse_parameters(items: list[str] | None) -> dict[str, str]:
+    """Turn ``["Key=Value", ...]`` into a dict.
+
+    Raises
+    ------
+    typer.BadParameter
+        An item has no ``=``.
+    """
+    parameters: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected Key=Value, got {item!r}", param_hint="--param")
+        parameters[key.strip()] = value
+    return parameters
+
+
+def resources_table(stack: Stack) -> Table:
+    """A rich table of the template's resources and how each is realised locally (`devstack.provision.describe`)."""
+    table = Table(title=f"stack {stack.stack_name}: {len(stack.template_resources())} resources", title_justify="left")
+    table.add_column("logical id", style="bold")
+    table.add_column("type")
+    table.add_column("local realisation")
+    styles = {HOW_CREATED: "green", HOW_EMULATED: "cyan", HOW_SKIPPED: "dim"}
+    for logical_id, rtype, how in describe(stack):
+        style = next((value for prefix, value in styles.items() if how.startswith(prefix)), "bold red")
+        table.add_row(logical_id, rtype, how, style=style)
+    return table
+
+
+def example_requests(stack: Stack, api_url: str) -> list[str]:
+    """One curl command per HTTP route (path variables filled with ``example``), for the console."""
+    commands: list[str] = []
+    for spec in stack.functions():
+        for event in spec.events:
+            if not isinstance(event, HttpApiEventSpec) or event.path == "$default":
+                continue
+            path = "/".join("example" if part.startswith("{") else part for part in event.path.split("/"))
+            method = "GET" if event.method == "ANY" else event.method
+            if method in {"POST", "PUT", "PATCH"}:
+                commands.append(f"curl -sS -X {method} {api_url}{path} -H 'content-type: application/json' -d '{{}}'")
+            else:
+                commands.append(f"curl -sS -X {method} {api_url}{path}")
+    return commands
+
+
+def _load_stack(template: Path, param: list[str] | None, stack_name: str) -> Stack:
+    try:
+        return Stack.from_file(template, stack_name=stack_name, parameters=parse_parameters(param))
+    except (TemplateError, OSError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(code=2) from None
+
+
+@app.command()
+def resources(
+    template: TemplateOption = DEFAULT_TEMPLATE,
+    param: ParamOption = None,
+    stack_name: StackNameOption = "sasflow",
+) -> None:
+    """Print the template's resources and how the local stack realises each one."""
+    console.print(resources_table(_load_stack(template, param, stack_name)))
+
+
+@app.command()
+def up(
+    port: Annotated[int, typer.Option("--port", help="Port of the HTTP API emulator (0 = any free port).")] = 3000,
+    template: TemplateOption = DEFAULT_TEMPLATE,
+    param: ParamOption = None,
+    stack_name: StackNameOption = "sasflow",
+    schedule_interval: Annotated[
+        float | None, typer.Option("--schedule-interval", help="Run every schedule this often (seconds).")
+    ] = None,
+    sqs_concurrency: Annotated[int, typer.Option("--sqs-concurrency", help="Poll threads per SQS mapping.")] = 2,
+    visibility_timeout: Annotated[
+        int | None, typer.Option("--visibility-timeout", help="Visibility timeout when polling (seconds).")
+    ] = None,
+    log_dir: Annotated[Path, typer.Option("--log-dir", help="Folder of the per-function logs.")] = DEFAULT_LOG_DIR,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the emulators' activity.")] = False,
+) -> None:
+    """Start the local stack and keep it running until Ctrl-C."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    _load_stack(template, param, stack_name)  # fail fast, before starting anything
+    local = LocalStack(
+        template,
+        parse_parameters(param),
+        schedule_interval_seconds=schedule_interval,
+        sqs_concurrency=sqs_concurrency,
+        log_dir=log_dir,
+        api_port=port,
+        stack_name=stack_name,
+        sqs_visibility_timeout_seconds=visibility_timeout,
+    )
+    with console.status("starting the local stack (moto, tables, queues, function workers)..."):
+        try:
+            local.start()
+        except OSError as error:
+            console.print(f"[bold red]error:[/] {error} (is port {port} free? try --port 0)")
+            raise typer.Exit(code=1) from None
+    stopping = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        console.print(resources_table(local.stack))
+        console.print(f"\n[bold]HTTP API[/]      {local.api_url}")
+        console.print(f"[bold]moto endpoint[/] {local.endpoint_url}  (AWS_ENDPOINT_URL for the aws cli / boto3)")
+        console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
+        for name, value in local.outputs.items():
+            console.print(f"  [dim]{name}[/] {value}")
+        commands = example_requests(local.stack, local.api_url)
+        if commands:
+            console.print("\n[bold]try[/]")
+            for command in commands:
+                console.print(f"  {command}", soft_wrap=True, highlight=False)
+        console.print("\n[green]ready[/] - Ctrl-C to stop")
+        while not stopping.wait(1.0):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with console.status("stopping..."):
+            local.stop()
+    console.print("stopped")
+
+
+@app.command()
+def run(
+    workflows: Annotated[int, typer.Option(help="How many trip bookings to start.", min=1, max=1000)] = 50,
+    seed: Annotated[int, typer.Option(help="Seed of the fault injection (services and agents).")] = 7,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every workflow to end.", min=10)] = 240.0,
+) -> None:
+    """Start the local stack and run trip bookings with faults switched on; print a summary read from DynamoDB."""
+    from devstack.demo import run_demo
+
+    raise typer.Exit(run_demo(workflows=workflows, seed=seed, timeout_seconds=timeout, console=console))
+
+
+def main() -> None:
+    """Entry point of ``python -m devstack``."""
+    app()

@@ -1,0 +1,506 @@
+"""Create the template's tables, queues and alarms in the current AWS target (a moto server or ``mock_aws``).
+
+Every resource type of the template is accounted for: it is either created here (`CREATED_IN_MOTO`), emulated
+in-process by the local stack (`EMULATED_IN_PROCESS`), or refused with `UnsupportedResourceError` before anything
+is created, so nothing in the template is skipped silently. The same holds for properties: a property this module
+does not map raises instead of being dropped.
+
+Integration tests build their tables and queues from the template with::
+
+    with moto.mock_aws():
+        provision(Stack.from_file("template.yaml"))
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from devstack import _aws
+from devstack.template import ScheduleEventSpec, SqsEventSpec, Stack, TemplateError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_sqs import SQSClient
+
+__all__ = [
+    "CREATED_IN_MOTO",
+    "EMULATED_IN_PROCESS",
+    "ProvisionError",
+    "UnsupportedResourceError",
+    "describe",
+    "provision",
+]
+
+logger = logging.getLogger(__name__)
+
+CREATED_IN_MOTO: Final = frozenset({"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm"})
+"""Resource types that `provision` creates through the AWS API."""
+
+EMULATED_IN_PROCESS: Final = {
+    "AWS::Serverless::Function": "Lambda worker processes (devstack.lambda_runtime) driven by its events",
+    "AWS::Serverless::HttpApi": "API Gateway HTTP API emulator on 127.0.0.1 (devstack.event_sources)",
+    "AWS::Serverless::LayerVersion": "layer folder put on the workers' sys.path",
+}
+"""Resource types that the local stack runs in-process instead of creating them, and how."""
+
+_HTTP_API_EMULATED: Final = frozenset({"Description", "Tags"})
+"""HttpApi properties that change nothing locally (``StageName: $default`` neither)."""
+
+HOW_CREATED: Final = "created in moto"
+HOW_EMULATED: Final = "emulated in-process"
+HOW_SKIPPED: Final = "skipped"
+HOW_UNSUPPORTED: Final = "unsupported"
+
+
+class ProvisionError(RuntimeError):
+    """A resource could not be created in the target."""
+
+
+class UnsupportedResourceError(ProvisionError):
+    """The template holds a resource type or property that the local stack can neither create nor emulate."""
+
+
+# ------------------------------------------------------------------------------------------------- clients
+
+
+def _check_local_target(endpoint_url: str | None) -> None:
+    """Refuse to run against a real account: there must be an endpoint, or moto's mock must be active."""
+    if endpoint_url or os.environ.get("AWS_ENDPOINT_URL"):
+        return
+    try:
+        from moto.core.models import botocore_stubber
+
+        mocked = bool(botocore_stubber.enabled)
+    except ImportError:  # pragma: no cover - moto is a dev dependency
+        mocked = False
+    if not mocked:
+        raise ProvisionError(
+            "no local AWS target: pass endpoint_url (a moto server), set AWS_ENDPOINT_URL, or call provision() "
+            "inside moto.mock_aws(); devstack never creates resources in a real account"
+        )
+
+
+def _client(service: str, stack: Stack, endpoint_url: str | None) -> Any:
+    return _aws.client(service, region=stack.region, endpoint_url=endpoint_url)
+
+
+# ------------------------------------------------------------------------------------------------- mapping
+
+
+def _unknown_properties(logical_id: str, props: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(props) - known)
+    if unknown:
+        raise UnsupportedResourceError(
+            f"{logical_id}: properties {unknown} are not mapped by devstack.provision; map them there "
+            "rather than letting the local stack differ from the deployed one"
+        )
+
+
+def _as_bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() == "true"
+
+
+def _table_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::DynamoDB::Table`` properties to a ``CreateTable`` request (the CloudFormation → API names)."""
+    _unknown_properties(
+        logical_id,
+        props,
+        {
+            "TableName",
+            "AttributeDefinitions",
+            "KeySchema",
+            "BillingMode",
+            "GlobalSecondaryIndexes",
+            "LocalSecondaryIndexes",
+            "ProvisionedThroughput",
+            "StreamSpecification",
+            "SSESpecification",
+            "TimeToLiveSpecification",
+            "PointInTimeRecoverySpecification",
+            "Tags",
+            "TableClass",
+            "DeletionProtectionEnabled",
+        },
+    )
+    billing = str(props.get("BillingMode", "PROVISIONED"))
+    request: dict[str, Any] = {
+        "TableName": stack.physical_id(logical_id),
+        "AttributeDefinitions": props["AttributeDefinitions"],
+        "KeySchema": props["KeySchema"],
+        "BillingMode": billing,
+    }
+    if billing == "PROVISIONED":
+        request["ProvisionedThroughput"] = _throughput(props.get("ProvisionedThroughput"), logical_id)
+    gsis = []
+    for index in props.get("GlobalSecondaryIndexes") or []:
+        gsi: dict[str, Any] = {
+            "IndexName": index["IndexName"],
+            "KeySchema": index["KeySchema"],
+            "Projection": _projection(index.get("Projection")),
+        }
+        if billing == "PROVISIONED":
+            gsi["ProvisionedThroughput"] = _throughput(index.get("ProvisionedThroughput"), logical_id)
+        gsis.append(gsi)
+    if gsis:
+        request["GlobalSecondaryIndexes"] = gsis
+    lsis = [
+        {
+            "IndexName": index["IndexName"],
+            "KeySchema": index["KeySchema"],
+            "Projection": _projection(index["Projection"]),
+        }
+        for index in props.get("LocalSecondaryIndexes") or []
+    ]
+    if lsis:
+        request["LocalSecondaryIndexes"] = lsis
+    stream = props.get("StreamSpecification")
+    if stream:
+        request["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream["StreamViewType"]}
+    sse = props.get("SSESpecification")
+    if sse:
+        spec: dict[str, Any] = {"Enabled": _as_bool(sse.get("SSEEnabled", False))}
+        if "SSEType" in sse:
+            spec["SSEType"] = sse["SSEType"]
+        if "KMSMasterKeyId" in sse:
+            spec["KMSMasterKeyId"] = sse["KMSMasterKeyId"]
+        request["SSESpecification"] = spec
+    if props.get("Tags"):
+        request["Tags"] = [{"Key": str(tag["Key"]), "Value": str(tag["Value"])} for tag in props["Tags"]]
+    if "TableClass" in props:
+        request["TableClass"] = props["TableClass"]
+    if "DeletionProtectionEnabled" in props:
+        request["DeletionProtectionEnabled"] = _as_bool(props["DeletionProtectionEnabled"])
+    return request
+
+
+def _throughput(value: Any, logical_id: str) -> dict[str, int]:
+    if not isinstance(value, Mapping):
+        raise ProvisionError(f"{logical_id}: BillingMode PROVISIONED needs ProvisionedThroughput")
+    return {
+        "ReadCapacityUnits": int(value["ReadCapacityUnits"]),
+        "WriteCapacityUnits": int(value["WriteCapacityUnits"]),
+    }
+
+
+def _projection(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        return {"ProjectionType": "ALL"}
+    projection: dict[str, Any] = {"ProjectionType": str(value.get("ProjectionType", "ALL"))}
+    if value.get("NonKeyAttributes"):
+        projection["NonKeyAttributes"] = [str(name) for name in value["NonKeyAttributes"]]
+    return projection
+
+
+_QUEUE_ATTRIBUTES: Final = (
+    "DelaySeconds",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "ReceiveMessageWaitTimeSeconds",
+    "VisibilityTimeout",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
+)
+
+
+def _queue_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::SQS::Queue`` properties to a ``CreateQueue`` request: every property becomes a string attribute."""
+    _unknown_properties(
+        logical_id, props, {*_QUEUE_ATTRIBUTES, "QueueName", "RedrivePolicy", "RedriveAllowPolicy", "Tags"}
+    )
+    attributes: dict[str, str] = {}
+    for name in _QUEUE_ATTRIBUTES:
+        if name in props:
+            value = props[name]
+            attributes[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    for name in ("RedrivePolicy", "RedriveAllowPolicy"):
+        if name in props:
+            policy = props[name]
+            if isinstance(policy, str):
+                policy = json.loads(policy)
+            if name == "RedrivePolicy" and "maxReceiveCount" in policy:
+                policy = {**policy, "maxReceiveCount": int(policy["maxReceiveCount"])}
+            attributes[name] = json.dumps(policy)
+    request: dict[str, Any] = {"QueueName": stack.queue_name(logical_id), "Attributes": attributes}
+    if props.get("Tags"):
+        request["tags"] = {str(tag["Key"]): str(tag["Value"]) for tag in props["Tags"]}
+    return request
+
+
+_ALARM_KEYS: Final = {
+    "AlarmName",
+    "AlarmDescription",
+    "ActionsEnabled",
+    "AlarmActions",
+    "OKActions",
+    "InsufficientDataActions",
+    "MetricName",
+    "Namespace",
+    "Statistic",
+    "ExtendedStatistic",
+    "Dimensions",
+    "Period",
+    "Unit",
+    "EvaluationPeriods",
+    "DatapointsToAlarm",
+    "Threshold",
+    "ComparisonOperator",
+    "TreatMissingData",
+    "EvaluateLowSampleCountPercentile",
+    "Metrics",
+    "ThresholdMetricId",
+    "Tags",
+}
+
+
+def _alarm_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::CloudWatch::Alarm`` properties to ``PutMetricAlarm`` (both the single-metric and Metrics forms)."""
+    _unknown_properties(logical_id, props, set(_ALARM_KEYS))
+    request: dict[str, Any] = {key: props[key] for key in _ALARM_KEYS if key in props}
+    request["AlarmName"] = stack.physical_id(logical_id)
+    for key in ("Period", "EvaluationPeriods", "DatapointsToAlarm"):
+        if key in request:
+            request[key] = int(request[key])
+    if "Threshold" in request:
+        request["Threshold"] = float(request["Threshold"])
+    if "ActionsEnabled" in request:
+        request["ActionsEnabled"] = _as_bool(request["ActionsEnabled"])
+    if "Dimensions" in request:
+        request["Dimensions"] = [{"Name": str(d["Name"]), "Value": str(d["Value"])} for d in request["Dimensions"]]
+    metrics = []
+    for query in request.get("Metrics") or []:
+        query = dict(query)
+        if "ReturnData" in query:
+            query["ReturnData"] = _as_bool(query["ReturnData"])
+        if "Period" in query:
+            query["Period"] = int(query["Period"])
+        if "MetricStat" in query:
+            stat = dict(query["MetricStat"])
+            stat["Period"] = int(stat["Period"])
+            metric = dict(stat["Metric"])
+            if "Dimensions" in metric:
+                metric["Dimensions"] = [
+                    {"Name": str(d["Name"]), "Value": str(d["Value"])} for d in metric["Dimensions"]
+                ]
+            stat["Metric"] = metric
+            query["MetricStat"] = stat
+        metrics.append(query)
+    if metrics:
+        request["Metrics"] = metrics
+    if props.get("Tags"):
+        request["Tags"] = [{"Key": str(tag["Key"]), "Value": str(tag["Value"])} for tag in props["Tags"]]
+    return request
+
+
+# ------------------------------------------------------------------------------------------------- creation
+
+
+def _create_table(client: DynamoDBClient, request: dict[str, Any], props: Mapping[str, Any], exist_ok: bool) -> str:
+    name = str(request["TableName"])
+    try:
+        client.create_table(**request)
+    except client.exceptions.ResourceInUseException:
+        if not exist_ok:
+            raise ProvisionError(f"table {name} already exists in the target (same stack name twice?)") from None
+        return name
+    ttl = props.get("TimeToLiveSpecification")
+    if ttl and _as_bool(ttl.get("Enabled", False)):
+        client.update_time_to_live(
+            TableName=name,
+            TimeToLiveSpecification={"AttributeName": str(ttl["AttributeName"]), "Enabled": True},
+        )
+    pitr = props.get("PointInTimeRecoverySpecification")
+    if pitr and _as_bool(pitr.get("PointInTimeRecoveryEnabled", False)):
+        client.update_continuous_backups(
+            TableName=name,
+            PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": True},
+        )
+    return name
+
+
+def _create_queue(client: SQSClient, request: dict[str, Any], expected_url: str, exist_ok: bool) -> str:
+    name = str(request["QueueName"])
+    if not exist_ok:
+        try:
+            client.get_queue_url(QueueName=name)
+        except client.exceptions.QueueDoesNotExist:
+            pass
+        else:
+            raise ProvisionError(f"queue {name} already exists in the target (same stack name twice?)")
+    url = client.create_queue(**request)["QueueUrl"]
+    if url != expected_url:
+        # moto finds a queue by the last path segment, so either form works; the template's form is kept.
+        logger.debug("queue %s: target returned %s, the stack resolves %s", name, url, expected_url)
+    return expected_url
+
+
+def _creation_order(stack: Stack, logical_ids: list[str]) -> list[str]:
+    """Order resources so that each comes after the resources it refers to (e.g. a DLQ before its source)."""
+    wanted = set(logical_ids)
+    ordered: list[str] = []
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+
+    def visit(logical_id: str) -> None:
+        if state.get(logical_id) == 2:
+            return
+        if state.get(logical_id) == 1:
+            raise ProvisionError(f"circular dependency through {logical_id}")
+        state[logical_id] = 1
+        for dependency in sorted(stack.dependencies(logical_id) & wanted):
+            visit(dependency)
+        state[logical_id] = 2
+        ordered.append(logical_id)
+
+    for logical_id in logical_ids:
+        visit(logical_id)
+    return ordered
+
+
+def _check_supported(stack: Stack) -> list[str]:
+    """The active resources to create; raises before anything is created if one is not supported."""
+    to_create: list[str] = []
+    unsupported: list[str] = []
+    for logical_id, rtype, _cond, active in stack.template_resources():
+        if not active or rtype in EMULATED_IN_PROCESS:
+            continue
+        if rtype in CREATED_IN_MOTO:
+            to_create.append(logical_id)
+        else:
+            unsupported.append(f"{logical_id} ({rtype})")
+    if unsupported:
+        raise UnsupportedResourceError(
+            f"the local stack can neither create nor emulate: {', '.join(unsupported)}; add the type to "
+            "devstack.provision (created in moto) or to the in-process emulation"
+        )
+    return to_create
+
+
+def provision(stack: Stack, *, endpoint_url: str | None = None, exist_ok: bool = False) -> dict[str, str]:
+    """Create every table, queue and alarm of the stack in the current AWS target.
+
+    Parameters
+    ----------
+    stack
+        The resolved template.
+    endpoint_url
+        A moto server's URL. ``None`` uses boto3's defaults, which must point at a local target: moto's in-process
+        ``mock_aws`` or ``AWS_ENDPOINT_URL``.
+    exist_ok
+        Accept tables and queues that already exist instead of raising.
+
+    Returns
+    -------
+    dict
+        Logical id → physical id of each created resource (table name, queue URL, alarm name).
+
+    Raises
+    ------
+    UnsupportedResourceError
+        A resource type or property is neither created nor emulated (raised before anything is created).
+    ProvisionError
+        No local target is configured, or a resource already exists and ``exist_ok`` is false.
+    TemplateError
+        The template cannot be resolved.
+    """
+    _check_local_target(endpoint_url)
+    to_create = _check_supported(stack)
+    requests: dict[str, tuple[str, dict[str, Any]]] = {}
+    builders: dict[str, Callable[[Stack, str, Mapping[str, Any]], dict[str, Any]]] = {
+        "AWS::DynamoDB::Table": _table_request,
+        "AWS::SQS::Queue": _queue_request,
+        "AWS::CloudWatch::Alarm": _alarm_request,
+    }
+    for logical_id in to_create:  # map everything first, so a bad property fails before any call
+        rtype = stack.resource_type(logical_id)
+        requests[logical_id] = (rtype, builders[rtype](stack, logical_id, stack.properties(logical_id)))
+
+    clients: dict[str, Any] = {}
+
+    def client(service: str) -> Any:
+        if service not in clients:
+            clients[service] = _client(service, stack, endpoint_url)
+        return clients[service]
+
+    physical: dict[str, str] = {}
+    for logical_id in _creation_order(stack, to_create):
+        rtype, request = requests[logical_id]
+        if rtype == "AWS::DynamoDB::Table":
+            physical[logical_id] = _create_table(client("dynamodb"), request, stack.properties(logical_id), exist_ok)
+        elif rtype == "AWS::SQS::Queue":
+            physical[logical_id] = _create_queue(client("sqs"), request, stack.physical_id(logical_id), exist_ok)
+        else:
+            client("cloudwatch").put_metric_alarm(**request)
+            physical[logical_id] = str(request["AlarmName"])
+        logger.debug("created %s %s as %s", rtype, logical_id, physical[logical_id])
+    return physical
+
+
+# ------------------------------------------------------------------------------------------------- describe
+
+
+def _describe_function(stack: Stack, logical_id: str) -> str:
+    spec = stack.function(logical_id)
+    triggers: list[str] = []
+    for event in spec.events:
+        if isinstance(event, SqsEventSpec):
+            triggers.append(f"SQS {event.queue_logical_id} (batch {event.batch_size})")
+        elif isinstance(event, ScheduleEventSpec):
+            triggers.append(f"schedule {event.expression}")
+        else:
+            triggers.append(f"HTTP {event.route_key}")
+    trigger_text = "; ".join(triggers) if triggers else "no triggers (invoke directly)"
+    return f"{HOW_EMULATED}: worker processes running {spec.handler} ({spec.runtime}); {trigger_text}"
+
+
+def describe(stack: Stack) -> list[tuple[str, str, str]]:
+    """How each resource of the template is realised locally, for the CLI's table.
+
+    Parameters
+    ----------
+    stack
+        The resolved template.
+
+    Returns
+    -------
+    list of (logical_id, type, how)
+        ``how`` starts with one of ``"created in moto"``, ``"emulated in-process"``, ``"skipped"`` (its condition
+        is false) or ``"unsupported"`` (`provision` would raise), followed by details.
+    """
+    rows: list[tuple[str, str, str]] = []
+    for logical_id, rtype, cond, active in stack.template_resources():
+        try:
+            if not active:
+                how = f"{HOW_SKIPPED}: condition {cond} is false"
+            elif rtype == "AWS::DynamoDB::Table":
+                how = f"{HOW_CREATED}: table {stack.physical_id(logical_id)}"
+            elif rtype == "AWS::SQS::Queue":
+                how = f"{HOW_CREATED}: queue {stack.queue_name(logical_id)}"
+            elif rtype == "AWS::CloudWatch::Alarm":
+                how = f"{HOW_CREATED}: alarm {stack.physical_id(logical_id)} (stored, never evaluated)"
+            elif rtype == "AWS::Serverless::Function":
+                how = _describe_function(stack, logical_id)
+            elif rtype == "AWS::Serverless::HttpApi":
+                how = f"{HOW_EMULATED}: HTTP API {stack.physical_id(logical_id)} served on 127.0.0.1"
+                api_props = stack.properties(logical_id)
+                ignored = sorted(set(api_props) - _HTTP_API_EMULATED)
+                if api_props.get("StageName", "$default") == "$default":
+                    ignored = [name for name in ignored if name != "StageName"]
+                if ignored:
+                    how += f" (not emulated: {', '.join(ignored)})"
+            elif rtype == "AWS::Serverless::LayerVersion":
+                content = stack.properties(logical_id).get("ContentUri")
+                how = f"{HOW_EMULATED}: {content} on the workers' sys.path"
+            else:
+                how = f"{HOW_UNSUPPORTED}: provision() raises for {rtype}"
+        except (TemplateError, ProvisionError) as error:
+            how = f"{HOW_UNSUPPORTED}: {error}"
+        rows.append((logical_id, rtype, how))
+    return rows
