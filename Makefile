@@ -62,13 +62,15 @@ ARGS ?=
 .PHONY: help venv sam-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up lock lock-dev lock-sam clean distclean
 
 help:
-	@sed -n '2,12p' Makefile | sed 's/^# \{0,1\}//'
+	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
 
 # --------------------------------------------------------------------------------------------- venvs
 venv: $(VENV_OK)
 
 $(VENV_OK): $(DEV_REQS)
 	@if [ -z "$(PYTHON311)" ]; then echo "error: no Python 3.11 found (python3.11 / python3)" >&2; exit 1; fi
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
+		echo "$(VENV) is not Python 3.11: recreating it"; rm -rf $(VENV); fi
 	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON311)"; $(PYTHON311) -m venv $(VENV); fi
 	@echo "installing requirements-dev.txt into $(VENV)"
 	@$(PIPQ) $(PY) -m pip install --quiet --disable-pip-version-check \
@@ -79,6 +81,8 @@ sam-venv: $(SAM_OK)
 
 $(SAM_OK): $(SAM_REQS)
 	@if [ -z "$(PYTHON312)" ]; then echo "error: no Python 3.12 found (/root/.pyenv/versions/3.12.1/bin/python / python3.12)" >&2; exit 1; fi
+	@if [ -x $(SAM_VENV)/bin/python ] && ! $(SAM_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
+		echo "$(SAM_VENV) is not Python 3.12: recreating it"; rm -rf $(SAM_VENV); fi
 	@if [ ! -x $(SAM_VENV)/bin/python ]; then echo "creating $(SAM_VENV) with $(PYTHON312)"; $(PYTHON312) -m venv $(SAM_VENV); fi
 	@echo "installing tools/requirements-sam.txt into $(SAM_VENV)"
 	@$(PIPQ) $(SAM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \

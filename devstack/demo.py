@@ -31,6 +31,8 @@ SAMPLE_SERVICES_DIR = ROOT / "functions" / "sample_services"
 def _sample_services_importable() -> None:
     if str(SAMPLE_SERVICES_DIR) not in sys.path:
         sys.path.append(str(SAMPLE_SERVICES_DIR))
+
+
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 DEAD_LETTER_QUEUES = (
     "ResponseDeadLetterQueue",

@@ -6,7 +6,7 @@ reading the table by eye) and ``record`` (S, the ``LedgerRecord`` as JSON, so no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -70,7 +70,7 @@ class DynamoDBLedger:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") != CONDITION_FAILED:
                 raise LedgerUnavailableError(f"ledger write failed: {error}") from error
-            old: dict[str, Any] | None = error.response.get("Item")
+            old = cast("dict[str, Any] | None", error.response.get("Item"))
             existing = _decode(old) if old else self.get(key)
             if existing is None:  # the winner cannot vanish: items are never deleted
                 raise LedgerUnavailableError(f"ledger key {key} lost a race but holds no item") from error
