@@ -7,7 +7,6 @@ first workflow needs exactly one supervisor resend per step. Time is real here; 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,12 +14,9 @@ from typing import Any
 import pytest
 import urllib3
 
+from devstack.stack import LocalStack
+from http_server import RunningServer, serve_all
 from tests.support.lambdas import ROOT
-
-sys.path.append(str(ROOT / "functions" / "sample_services"))
-
-from devstack.stack import LocalStack  # noqa: E402
-from http_server import RunningServer, serve_all  # noqa: E402
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 
