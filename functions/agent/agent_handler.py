@@ -7,11 +7,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sasflow.batch import process_sqs_batch
+from sasflow.batch import OutboxBatchProcessor
 from sasflow.bootstrap import Lazy, build_agent
 from sasflow.errors import DeadlineExceededError
 from sasflow.messages import decode_request, encode
@@ -21,7 +21,6 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def _count(name: str, value: int = 1) -> None:
@@ -29,13 +28,15 @@ def _count(name: str, value: int = 1) -> None:
 
 
 agent = Lazy(lambda: build_agent(metrics=_count))
+processor = OutboxBatchProcessor(lambda: agent().bus)
 
 
-def _handle(record: SQSRecord, context: LambdaContext) -> list[Outgoing]:
+def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
+    """Do one step request; a record that cannot start in the time left fails and comes back later."""
     services = agent()
 
     def time_left() -> float:
-        return float(context.get_remaining_time_in_millis()) / 1000.0
+        return float(lambda_context.get_remaining_time_in_millis()) / 1000.0
 
     if time_left() < services.config.safety_margin_seconds + 1:
         raise DeadlineExceededError("not enough time left in this invocation to start the record")
@@ -50,4 +51,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Process a batch of step requests and report partial failures."""
     services = agent()
     services.idempotency_config.register_lambda_context(context)
-    return dict(process_sqs_batch(event, context, lambda record: _handle(record, context), services.bus, processor))
+    return dict(
+        process_partial_response(event=event, record_handler=handle_request, processor=processor, context=context)
+    )

@@ -7,11 +7,11 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sasflow.batch import process_sqs_batch
+from sasflow.batch import OutboxBatchProcessor
 from sasflow.bootstrap import Lazy, build_engine
 from sasflow.messages import decode_reply
 from sasflow.ports import Outgoing
@@ -20,7 +20,6 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
 
 def _count(name: str, value: int = 1) -> None:
@@ -28,6 +27,7 @@ def _count(name: str, value: int = 1) -> None:
 
 
 engine = Lazy(lambda: build_engine(metrics=_count))
+processor = OutboxBatchProcessor(lambda: engine().bus)
 
 
 def handle_reply(record: SQSRecord) -> list[Outgoing]:
@@ -40,4 +40,6 @@ def handle_reply(record: SQSRecord) -> list[Outgoing]:
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Process a batch of replies and report partial failures."""
-    return dict(process_sqs_batch(event, context, handle_reply, engine().bus, processor))
+    return dict(
+        process_partial_response(event=event, record_handler=handle_reply, processor=processor, context=context)
+    )

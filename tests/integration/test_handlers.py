@@ -7,8 +7,8 @@ from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import UnexpectedBatchTypeError
 
-from sasflow.errors import MalformedMessageError
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import load_event
 
@@ -191,9 +191,9 @@ def test_batch_with_malformed_records_fails_only_those_records(deployed: Deploye
 
 
 def test_an_event_without_records_is_an_error_not_an_empty_success(deployed: Deployed) -> None:
-    with pytest.raises(MalformedMessageError):
+    with pytest.raises(UnexpectedBatchTypeError):
         deployed.fn("SchedulerFunction").invoke({"foo": "bar"})
-    with pytest.raises(MalformedMessageError):
+    with pytest.raises(UnexpectedBatchTypeError):
         deployed.fn("FlightsAgentFunction").invoke({"Records": []})
 
 

@@ -1,9 +1,10 @@
-"""SQS batch processing with an outbox: records first, then one batched send, then the partial response.
+"""SQS batch processing with an outbox, for powertools ``process_partial_response``.
 
-Built on powertools ``BatchProcessor`` (ReportBatchItemFailures): a record whose handling raises becomes a
-batch-item failure and its neighbours still succeed (DESIGN Rule 9). The messages records produce are sent after
-every record was handled, 10 per request, and a record whose messages could not be sent is turned into a failure
-too, so SQS delivers it again.
+``OutboxBatchProcessor`` is a powertools ``BatchProcessor`` (SQS, ReportBatchItemFailures) whose record handler
+returns the messages that record produces. A record that raises becomes a batch-item failure and its neighbours
+still succeed (DESIGN Rule 9). When the batch ends, every produced message is sent, 10 per SendMessageBatch request,
+and a record whose messages could not be sent is turned into a batch-item failure too, so SQS delivers it again.
+``process_partial_response`` refuses an event without ``Records``: that is an error, never an empty success.
 """
 
 from __future__ import annotations
@@ -11,70 +12,56 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor
-from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
+from aws_lambda_powertools.utilities.batch.base import SuccessResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from .errors import MalformedMessageError
 from .ports import MessageBus, Outgoing
 
 
-def process_sqs_batch(
-    event: Any,
-    context: Any,
-    handle_record: Callable[[SQSRecord], Sequence[Outgoing]],
-    bus: MessageBus,
-    processor: BatchProcessor,
-) -> PartialItemFailureResponse:
-    """Handle an SQS event record by record, send what they produced, and report partial failures.
+class OutboxBatchProcessor(BatchProcessor):
+    """A ``BatchProcessor`` for SQS whose record handler returns ``Sequence[Outgoing]`` to send after the batch.
 
     Parameters
     ----------
-    event:
-        The Lambda SQS event (``{"Records": [...]}``).
-    context:
-        The Lambda context.
-    handle_record:
-        Handles one record and returns the messages to send; raises to fail that record only.
     bus:
-        Where the messages go.
-    processor:
-        A powertools ``BatchProcessor(EventType.SQS)`` built once per cold start.
-
-    Returns
-    -------
-    dict
-        ``{"batchItemFailures": [{"itemIdentifier": <messageId>}, ...]}``.
-
-    Raises
-    ------
-    MalformedMessageError
-        When the event has no ``Records`` list: that is an error, never an empty success.
+        Returns the message bus; called when the batch ends (so the bus can be built lazily at cold start).
     """
-    records = event.get("Records") if isinstance(event, dict) else None
-    if not isinstance(records, list) or not records:
-        raise MalformedMessageError("the event has no Records: not an SQS event")
-    produced: list[tuple[str, Outgoing]] = []
 
-    def record_handler(record: SQSRecord) -> None:
-        messages = handle_record(record)
-        produced.extend((record.message_id, message) for message in messages)
+    def __init__(self, bus: Callable[[], MessageBus]) -> None:
+        super().__init__(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        self._bus = bus
+        self._outbox: list[tuple[dict[str, Any], Outgoing]] = []
 
-    with processor(records, record_handler, context):
-        processor.process()
-        if produced:
-            failed = bus.send([message for _, message in produced])
-            _fail(processor, {produced[i][0] for i in failed})
-    return processor.response()
+    def _prepare(self) -> None:
+        super()._prepare()
+        self._outbox = []
+
+    def success_handler(self, record: Any, result: Any) -> SuccessResponse:
+        """Collect what the record produced (``result``), then count it as a success."""
+        for message in result or ():
+            self._outbox.append((record, message))
+        return super().success_handler(record, result)
+
+    def _clean(self) -> None:
+        if self._outbox:
+            failed = self._bus().send([message for _, message in self._outbox])
+            self._fail({_message_id(self._outbox[index][0]) for index in failed})
+        super()._clean()
+
+    def _fail(self, message_ids: set[str | None]) -> None:
+        for record in list(self.success_messages):
+            # powertools keeps the raw record dicts here and reports failures from data classes
+            if _message_id(record) in message_ids:
+                self.success_messages.remove(record)
+                self.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)
 
 
-def _fail(processor: BatchProcessor, message_ids: set[str]) -> None:
-    if not message_ids:
-        return
-    for record in list(processor.success_messages):
-        # powertools keeps the raw record dicts here (the handler got the data class)
-        message_id = record.get("messageId") if isinstance(record, dict) else getattr(record, "message_id", None)
-        if message_id in message_ids:
-            processor.success_messages.remove(record)
-            # ...and reports failures from data classes
-            processor.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)
+def _message_id(record: Any) -> str | None:
+    if isinstance(record, dict):
+        return record.get("messageId")
+    return getattr(record, "message_id", None)
+
+
+#: What a record handler returns: the messages to send once the batch has been handled.
+RecordResult = Sequence[Outgoing]
