@@ -13,8 +13,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sasflow.batch import OutboxBatchProcessor
 from sasflow.bootstrap import Lazy, build_agent
-from sasflow.errors import DeadlineExceededError
-from sasflow.messages import decode_request, encode
 from sasflow.ports import Outgoing
 
 logger = Logger()
@@ -32,16 +30,8 @@ processor = OutboxBatchProcessor(lambda: agent().bus)
 
 
 def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
-    """Do one step request; a record that cannot start in the time left fails and comes back later."""
-    services = agent()
-
-    def time_left() -> float:
-        return float(lambda_context.get_remaining_time_in_millis()) / 1000.0
-
-    if time_left() < services.config.safety_margin_seconds + 1:
-        raise DeadlineExceededError("not enough time left in this invocation to start the record")
-    reply = services.runtime.handle(decode_request(record.body), time_left)
-    return [Outgoing(queue_url=services.config.response_queue_url, body=encode(reply))]
+    """Do one step request and return its reply; a failure fails this record only."""
+    return agent().runtime.process(record.body, lambda: lambda_context.get_remaining_time_in_millis() / 1000.0)
 
 
 @logger.inject_lambda_context

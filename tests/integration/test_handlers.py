@@ -10,7 +10,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import UnexpectedBatchTypeError
 
 from tests.integration.conftest import Deployed
-from tests.support.lambdas import load_event
+from tests.support.lambdas import FakeContext, load_event, sqs_event
 
 TRIP = load_event("trip_booking_request.json")
 
@@ -254,3 +254,31 @@ def test_supervisor_resends_an_overdue_step_after_a_lost_reply(deployed: Deploye
     assert view["status"] == "COMPLETED"
     assert (view["steps"][0]["attempt"], view["steps"][0]["resends"]) == (2, 1)
     assert list(deployed.remote["flights"].service.effects().values()) == [1]
+
+
+def test_a_batch_that_runs_out_of_time_after_six_records_retries_only_the_last_four(deployed: Deployed) -> None:
+    # Given ten started workflows whose flight requests arrive in one batch
+    for _ in range(10):
+        deployed.api("POST", "/workflows", TRIP)
+    agent = deployed.driver("FlightsAgentFunction")
+    messages: list[dict[str, Any]] = []
+    while len(messages) < 10:
+        messages += agent.receive()
+    flights = deployed.remote["flights"].service
+
+    class RunningOut(FakeContext):
+        def get_remaining_time_in_millis(self) -> int:
+            # plenty of time for the first six calls, then only one second
+            return 60_000 if len(flights.effects()) < 6 else 1_000
+
+    # When the invocation runs out of time after the sixth record
+    event = sqs_event(messages, agent.event.queue_arn)
+    result = agent.function.invoke(event, context=RunningOut("FlightsAgentFunction", 30))
+    failed = [f["itemIdentifier"] for f in result["batchItemFailures"]]
+    # Then records 7 to 10 failed without calling out, and their redelivery calls out for those four only
+    assert failed == [m["MessageId"] for m in messages[6:]]
+    assert len(flights.effects()) == 6
+    retry = agent.function.invoke(sqs_event(messages[6:], agent.event.queue_arn))
+    assert retry == {"batchItemFailures": []}
+    assert flights.stats()["calls"] == 10
+    assert sorted(flights.effects().values()) == [1] * 10

@@ -101,9 +101,10 @@ class FunctionUnderTest:
             "POWERTOOLS_METRICS_DISABLED": "true",
         }
 
-    def invoke(self, event: Any, *, remaining_ms: int | None = None) -> Any:
+    def invoke(self, event: Any, *, remaining_ms: int | None = None, context: Any = None) -> Any:
         """Call the handler with the function's environment applied, like one Lambda invocation."""
-        context = FakeContext(self.spec.logical_id, self.spec.timeout_seconds, self.spec.memory_mb)
+        if context is None:
+            context = FakeContext(self.spec.logical_id, self.spec.timeout_seconds, self.spec.memory_mb)
         if remaining_ms is not None:
             context.remaining_ms = remaining_ms
         with environment(self.env):

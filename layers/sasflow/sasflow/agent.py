@@ -35,8 +35,8 @@ from .errors import (
     RemoteRejectedError,
     RemoteTransientError,
 )
-from .messages import SQS_MAX_MESSAGE_BYTES, StepError, StepReply, StepRequest
-from .ports import Counter, no_metrics
+from .messages import SQS_MAX_MESSAGE_BYTES, StepError, StepReply, StepRequest, decode_request, encode
+from .ports import Counter, Outgoing, no_metrics
 from .settings import AgentConfig
 from .states import Outcome
 
@@ -121,6 +121,29 @@ class AgentRuntime:
         self.rng = rng or random.Random()
         self.metrics = metrics
         self._perform = idempotent(self._perform_action)
+
+    def process(self, body: str, time_left: Callable[[], float]) -> list[Outgoing]:
+        """Handle one SQS record body and return the reply to send to the response queue.
+
+        Parameters
+        ----------
+        body:
+            The record's body: a JSON ``StepRequest``.
+        time_left:
+            Seconds left in the Lambda invocation.
+
+        Raises
+        ------
+        MalformedMessageError
+            When the body is not a valid request (the record fails, and ends in the dead-letter queue).
+        DeadlineExceededError
+            When the invocation has too little time left to start (the record fails and is delivered again, so the
+            records after a slow one in the same batch are retried, not lost).
+        """
+        if time_left() < self.config.safety_margin_seconds + MIN_CALL_SECONDS:
+            raise DeadlineExceededError("not enough time left in this invocation to start the record")
+        reply = self.handle(decode_request(body), time_left)
+        return [Outgoing(queue_url=self.config.response_queue_url, body=encode(reply))]
 
     def handle(self, request: StepRequest, time_left: Callable[[], float]) -> StepReply:
         """Do ``request`` and return the reply to send.
