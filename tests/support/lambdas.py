@@ -8,14 +8,7 @@ source mapping: receive from moto, build the Lambda SQS event, invoke, delete wh
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import json
-import os
-import sys
-import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,13 +16,13 @@ from typing import Any
 
 import boto3
 
+from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
 from devstack.template import FunctionSpec, SqsEventSpec
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import Clock
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
-_counter = itertools.count()
 
 
 def load_event(name: str) -> dict[str, Any]:
@@ -37,33 +30,8 @@ def load_event(name: str) -> dict[str, Any]:
     return json.loads((EVENTS / name).read_text())  # type: ignore[no-any-return]
 
 
-class FakeContext:
+class FakeContext(FakeLambdaContext):
     """A Lambda context whose remaining time is fixed (milliseconds) unless a test changes it."""
-
-    def __init__(self, function_name: str, timeout_seconds: int, memory_mb: int = 256) -> None:
-        self.function_name = function_name
-        self.function_version = "$LATEST"
-        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
-        self.memory_limit_in_mb = memory_mb
-        self.aws_request_id = str(uuid.uuid4())
-        self.log_group_name = f"/aws/lambda/{function_name}"
-        self.log_stream_name = "2026/11/29/[$LATEST]test"
-        self.remaining_ms = timeout_seconds * 1000
-
-    def get_remaining_time_in_millis(self) -> int:
-        return self.remaining_ms
-
-
-@contextmanager
-def environment(variables: Mapping[str, str]) -> Iterator[None]:
-    """Apply ``variables`` to os.environ for the duration, then restore it exactly."""
-    saved = dict(os.environ)
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 @dataclass
@@ -76,16 +44,7 @@ class FunctionUnderTest:
 
     @classmethod
     def load(cls, spec: FunctionSpec, clock: Clock) -> FunctionUnderTest:
-        module_name, _ = spec.handler.rsplit(".", 1)
-        path = spec.code_dir / f"{module_name}.py"
-        unique = f"{module_name}__{spec.logical_id}__{next(_counter)}"
-        env = {**spec.environment, "AWS_LAMBDA_FUNCTION_NAME": spec.logical_id, "POWERTOOLS_METRICS_DISABLED": "true"}
-        with environment(env):
-            loader_spec = importlib.util.spec_from_file_location(unique, path)
-            assert loader_spec is not None and loader_spec.loader is not None
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[unique] = module
-            loader_spec.loader.exec_module(module)
+        module = load_function_module(spec)
         # Inject the test clock into the cold-start wiring (the handler code itself is unchanged).
         if hasattr(module, "engine"):
             module.engine = Lazy(lambda: build_engine(clock=clock))
@@ -93,21 +52,13 @@ class FunctionUnderTest:
             module.agent = Lazy(lambda: build_agent(clock=clock))
         return cls(spec, module, clock)
 
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            **self.spec.environment,
-            "AWS_LAMBDA_FUNCTION_NAME": self.spec.logical_id,
-            "POWERTOOLS_METRICS_DISABLED": "true",
-        }
-
     def invoke(self, event: Any, *, remaining_ms: int | None = None, context: Any = None) -> Any:
         """Call the handler with the function's environment applied, like one Lambda invocation."""
         if context is None:
             context = FakeContext(self.spec.logical_id, self.spec.timeout_seconds, self.spec.memory_mb)
         if remaining_ms is not None:
             context.remaining_ms = remaining_ms
-        with environment(self.env):
+        with environment(function_environment(self.spec)):
             return self.module.handler(event, context)
 
 

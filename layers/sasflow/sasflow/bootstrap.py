@@ -7,11 +7,12 @@ boto3 client before the endpoint (or moto) is set. Tests build services with fak
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .agent import AgentRuntime
+from .agent import AgentRuntime, RemoteClient
 from .breaker import CircuitBreaker
 from .clock import Clock, SystemClock
 from .ports import Counter, MessageBus, StateStore, no_metrics
@@ -42,9 +43,17 @@ class AgentServices:
 
 
 def build_engine(
-    environ: Mapping[str, str] | None = None, *, clock: Clock | None = None, metrics: Counter = no_metrics
+    environ: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    metrics: Counter = no_metrics,
+    bus: MessageBus | None = None,
+    dynamodb: Any = None,
+    rng: random.Random | None = None,
 ) -> EngineServices:
     """Build the engine's services over DynamoDB and SQS from the environment.
+
+    Every collaborator can be injected (simulations and tests); the defaults are the real AWS clients.
 
     Raises
     ------
@@ -56,17 +65,26 @@ def build_engine(
 
     config = EngineConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()
-    store = DynamoDBStateStore(config.state_table, dynamodb_client())
-    bus = SqsMessageBus(sqs_client())
-    scheduler = SchedulerService(store, clock, config, metrics=metrics)
+    store = DynamoDBStateStore(config.state_table, dynamodb or dynamodb_client())
+    bus = bus or SqsMessageBus(sqs_client())
+    scheduler = SchedulerService(store, clock, config, metrics=metrics, rng=rng)
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
 
 
 def build_agent(
-    environ: Mapping[str, str] | None = None, *, clock: Clock | None = None, metrics: Counter = no_metrics
+    environ: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    metrics: Counter = no_metrics,
+    bus: MessageBus | None = None,
+    dynamodb: Any = None,
+    remote: RemoteClient | None = None,
+    rng: random.Random | None = None,
 ) -> AgentServices:
     """Build an agent's runtime: HTTP client, shared circuit breaker and powertools idempotency over DynamoDB.
+
+    Every collaborator can be injected (simulations and tests); the defaults are the real clients.
 
     Raises
     ------
@@ -86,7 +104,7 @@ def build_agent(
 
     config = AgentConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()
-    client = dynamodb_client()
+    client = dynamodb or dynamodb_client()
     # One persistence layer per IdempotencyConfig. The key is the business identity taken from the message body.
     persistence = DynamoDBPersistenceLayer(table_name=config.idempotency_table, boto3_client=client)
     idempotency_config = IdempotencyConfig(
@@ -113,13 +131,14 @@ def build_agent(
     )
     runtime = AgentRuntime(
         config,
-        HttpRemoteClient(config.remote_base_url),
+        remote or HttpRemoteClient(config.remote_base_url),
         breaker,
         clock,
         idempotent=idempotent,
+        rng=rng,
         metrics=metrics,
     )
-    return AgentServices(config, runtime, SqsMessageBus(sqs_client()), idempotency_config)
+    return AgentServices(config, runtime, bus or SqsMessageBus(sqs_client()), idempotency_config)
 
 
 T = TypeVar("T")
