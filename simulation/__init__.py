@@ -1,0 +1,1 @@
+"""Deterministic fault-injection simulation of sasflow (``python -m simulation``, ``make sim``)."""

@@ -1,0 +1,5 @@
+"""Entry point: ``python -m simulation``."""
+
+from simulation.cli import main
+
+main()

@@ -1,0 +1,445 @@
+"""Deterministic fault-injection simulation of sasflow: the real handlers and DynamoDB store adapter (moto).
+
+One run: build the tables from template.yaml inside ``moto.mock_aws``, load the real Lambda handlers (API, scheduler,
+three agents, supervisor) in process, inject a ``ManualClock``, a seeded ``random.Random``, the simulated SQS and
+remote services, and crash points around every DynamoDB call and every send. Start the workflows over the API
+handler, then play the event loop (deliveries in random order, supervisor ticks on its schedule, a second supervisor
+interleaved inside the first) until everything has gone quiet. Then check the invariants against DynamoDB, the
+queues and the remote services' ledgers.
+
+Replay a seed with ``python -m simulation --seed N --workflows M``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import multiprocessing
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+from moto import mock_aws
+
+from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
+from devstack.provision import provision
+from devstack.template import FunctionSpec, SqsEventSpec, Stack
+from sasflow.bootstrap import Lazy, build_agent, build_engine
+from sasflow.clock import ManualClock, OffsetClock
+from simulation.invariants import Violation, check_invariants
+from simulation.world import (
+    CrashInjector,
+    FaultLog,
+    Faults,
+    QueueSpec,
+    SimBus,
+    SimCrash,
+    SimMessage,
+    SimQueues,
+    SimRemote,
+    powertools_on_clock,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENT_FUNCTIONS = {
+    "flights": "FlightsAgentFunction",
+    "hotels": "HotelsAgentFunction",
+    "payments": "PaymentsAgentFunction",
+}
+START = 1_800_000_000.0
+#: Offline only: moto in process, fake credentials, no endpoint that could reach a real account.
+FAKE_AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "ERROR",
+}
+TICK_SECONDS = 60.0  # the template's rate(1 minute)
+MAX_TICKS_AFTER_LAST_START = 240
+
+
+def trip_definition(shape: str) -> dict[str, Any]:
+    """The sample saga as a chain, or as a DAG where flight and hotel run in parallel before the payment."""
+    request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
+    definition: dict[str, Any] = request["definition"]
+    if shape == "dag":
+        definition["steps"][1]["depends_on"] = []
+        definition["steps"][1]["input"] = {"traveller.$": "input.traveller"}
+        definition["steps"][2]["depends_on"] = ["reserve_flight", "book_hotel"]
+    return definition
+
+
+@dataclass
+class RunReport:
+    """What one simulated run did and found."""
+
+    seed: int
+    workflows: int
+    statuses: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: list[Violation] = field(default_factory=list)
+    invocations: int = 0
+    ticks: int = 0
+    simulated_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    dead_letters: int = 0
+
+    def replay_command(self) -> str:
+        return f"make sim ARGS='--seed {self.seed} --workflows {self.workflows} --runs 1'"
+
+
+class Simulation:
+    """One seeded run over ``workflows`` workflows."""
+
+    def __init__(self, seed: int, workflows: int, faults: Faults | None = None) -> None:
+        self.seed = seed
+        self.workflows = workflows
+        self.faults = faults or Faults()
+        self.rng = random.Random(seed)
+        self.clock = ManualClock(START)
+        self.log = FaultLog()
+        self.report = RunReport(seed, workflows)
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self) -> None:
+        parameters = {"DeploySampleServices": "false"}
+        for agent in AGENT_FUNCTIONS:
+            # The remote services are simulated in process; the URL only has to be valid configuration.
+            parameters[f"{agent.title()}BaseUrl"] = f"http://{agent}.sim.invalid"
+        self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
+        self.physical = provision(self.stack)
+        specs = {spec.logical_id: spec for spec in self.stack.functions()}
+        self.specs = specs
+        self.queues = SimQueues(self._queue_specs(), self.clock, random.Random(self.rng.random()))
+        self.bus = SimBus(self.queues, random.Random(self.rng.random()), self.faults, self.log)
+        self.crashes = CrashInjector(random.Random(self.rng.random()), self.faults, self.log)
+        self.dynamodb = boto3.client("dynamodb")
+        self.crashes.install(self.dynamodb)
+        seq = itertools.count(1)
+        self.remotes = {
+            agent: SimRemote(agent, self.clock, random.Random(self.rng.random()), self.faults, self.log, seq)
+            for agent in AGENT_FUNCTIONS
+        }
+        self._plan_outages()
+        self.modules: dict[str, Any] = {}
+        for logical_id in ("ApiFunction", "SchedulerFunction", "SupervisorFunction"):
+            self.modules[logical_id] = self._load_engine_function(specs[logical_id])
+        for agent, logical_id in AGENT_FUNCTIONS.items():
+            self.modules[logical_id] = self._load_agent_function(specs[logical_id], agent)
+        self.consumers: list[tuple[str, SqsEventSpec]] = [
+            (spec.logical_id, event)
+            for spec in specs.values()
+            for event in spec.events
+            if isinstance(event, SqsEventSpec)
+        ]
+
+    def _queue_specs(self) -> list[QueueSpec]:
+        result = []
+        for logical_id, kind, _, active in self.stack.template_resources():
+            if kind != "AWS::SQS::Queue" or not active:
+                continue
+            properties = self.stack.properties(logical_id)
+            redrive = properties.get("RedrivePolicy") or {}
+            dlq_arn = redrive.get("deadLetterTargetArn")
+            dlq_url = None
+            if dlq_arn:
+                dlq_name = dlq_arn.rsplit(":", 1)[1]
+                dlq_url = next(u for lid, u in self.physical.items() if u.endswith("/" + dlq_name))
+            result.append(
+                QueueSpec(
+                    url=self.physical[logical_id],
+                    visibility_timeout=int(properties.get("VisibilityTimeout", 30)),
+                    max_receive_count=int(redrive["maxReceiveCount"]) if redrive else None,
+                    dead_letter_url=dlq_url,
+                )
+            )
+        return result
+
+    def _plan_outages(self) -> None:
+        for _ in range(self.faults.remote_outages):
+            remote = self.rng.choice(list(self.remotes.values()))
+            start = START + self.rng.uniform(0, max(60.0, self.workflows * 2.0))
+            remote.outages.append((start, start + self.faults.outage_seconds))
+
+    def _load_engine_function(self, spec: FunctionSpec) -> Any:
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        rng = random.Random(self.rng.random())
+        module.engine = Lazy(lambda: build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng))
+        return module
+
+    def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        skew = self.rng.uniform(-self.faults.clock_skew_seconds, self.faults.clock_skew_seconds)
+        clock = OffsetClock(self.clock, skew)
+        rng = random.Random(self.rng.random())
+        module.agent = Lazy(
+            lambda: build_agent(
+                env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng
+            )
+        )
+        return module
+
+    # ------------------------------------------------------------------ invocation
+    def _invoke(self, logical_id: str, event: Any) -> tuple[bool, Any]:
+        """Invoke a handler like Lambda: environment applied, faults armed, a context on the simulated clock."""
+        spec = self.specs[logical_id]
+        context = _ClockContext(spec, self.clock)
+        self.report.invocations += 1
+        self.crashes.armed = self.bus.armed = True
+        try:
+            with environment(function_environment(spec)):
+                return True, self.modules[logical_id].handler(event, context)
+        except (SimCrash, IdempotencyAlreadyInProgressError) as error:
+            return False, error
+        except Exception as error:  # any other escape is also a failed invocation; SQS redelivers
+            self.log(f"invocation error {type(error).__name__}")
+            return False, error
+        finally:
+            self.crashes.armed = self.bus.armed = False
+
+    def _deliver(self, logical_id: str, event_spec: SqsEventSpec) -> bool:
+        messages = self.queues.receive(event_spec.queue_url, min(event_spec.batch_size, 10))
+        if not messages:
+            return False
+        if self.rng.random() < self.faults.consumer_lost:
+            # The poller received the batch and died: the messages come back after the visibility timeout.
+            self.log("consumer lost after receive")
+            return True
+        ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn))
+        if not ok:
+            return True
+        failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+        for message in messages:
+            if message.message_id not in failed:
+                self.queues.delete(event_spec.queue_url, message.receipt)
+        return True
+
+    def _start(self, index: int) -> None:
+        shape = "dag" if index % 4 == 3 else "chain"
+        body = {
+            "definition": trip_definition(shape),
+            "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
+        }
+        event = _http_event(body, key=f"sim-{self.seed}-{index}")
+        # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
+        for _ in range(20):
+            ok, response = self._invoke("ApiFunction", event)
+            if ok and response["statusCode"] in (200, 201):
+                return
+            self.clock.advance(1)
+        raise AssertionError(f"start {index} never succeeded")
+
+    def _tick(self) -> None:
+        self.report.ticks += 1
+        event = {
+            "version": "0",
+            "id": f"tick-{self.report.ticks}",
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "account": "123456789012",
+            "time": "",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {},
+        }
+        if self.rng.random() < self.faults.second_supervisor:
+            # A second supervisor runs the same sweep inside the first, at one of its DynamoDB calls, as if its lease
+            # had expired: only the conditional writes keep them apart.
+            trigger = self.rng.randint(1, 12)
+            calls = itertools.count(1)
+
+            def interleave(_: str) -> None:
+                if next(calls) == trigger:
+                    self.crashes.on_call = None
+                    self.log("second supervisor interleaved")
+                    self._second_supervisor()
+
+            self.crashes.on_call = interleave
+        self._invoke("SupervisorFunction", event)
+        self.crashes.on_call = None
+
+    def _second_supervisor(self) -> None:
+        engine = self.modules["SupervisorFunction"].engine()
+        with contextlib.suppress(SimCrash):  # an injected crash ends the second supervisor's run
+            engine.supervisor.sweep(owner="second-supervisor", use_lease=False)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> RunReport:
+        started = time.perf_counter()
+        with environment(FAKE_AWS_ENV), mock_aws(), powertools_on_clock(self.clock):
+            self._setup()
+            self._loop()
+            self.report.violations = check_invariants(self)
+            self._collect()
+        self.report.wall_seconds = time.perf_counter() - started
+        return self.report
+
+    def _loop(self) -> None:
+        start_times = sorted(
+            START + self.rng.uniform(0, max(30.0, self.workflows * 1.0)) for _ in range(self.workflows)
+        )
+        next_tick = START + TICK_SECONDS
+        started = 0
+        ticks_after_last_start = 0
+        urls = [event.queue_url for _, event in self.consumers]
+        while True:
+            # Deliver everything visible now, in random order, before moving time.
+            progressed = True
+            while progressed:
+                progressed = False
+                order = list(self.consumers)
+                self.rng.shuffle(order)
+                for logical_id, event_spec in order:
+                    progressed |= self._deliver(logical_id, event_spec)
+            if started < self.workflows and start_times[started] <= self.clock.now():
+                self._start(started)
+                started += 1
+                continue
+            if started == self.workflows and self.queues.pending(urls) == 0 and self._all_terminal():
+                return
+            candidates = [next_tick]
+            if started < self.workflows:
+                candidates.append(start_times[started])
+            visible = self.queues.next_visible_at(urls)
+            if visible is not None:
+                candidates.append(visible)
+            target = max(self.clock.now(), min(candidates))
+            self.clock.set(target)
+            if self.clock.now() >= next_tick:
+                self._tick()
+                next_tick += TICK_SECONDS
+                if started == self.workflows:
+                    ticks_after_last_start += 1
+                    if ticks_after_last_start > MAX_TICKS_AFTER_LAST_START:
+                        return  # the invariants will report what did not finish
+
+    def _all_terminal(self) -> bool:
+        items = _scan(self.dynamodb_checker(), self.physical["StateTable"])
+        statuses = [i["status"]["S"] for i in items if i.get("entity", {}).get("S") == "workflow"]
+        return len(statuses) == self.workflows and all(s in _TERMINAL for s in statuses)
+
+    def dynamodb_checker(self) -> Any:
+        """A client without crash hooks, for the simulation's own reads."""
+        if not hasattr(self, "_checker"):
+            self._checker = boto3.client("dynamodb")
+        return self._checker
+
+    def _collect(self) -> None:
+        items = _scan(self.dynamodb_checker(), self.physical["StateTable"])
+        self.report.statuses = Counter(i["status"]["S"] for i in items if i.get("entity", {}).get("S") == "workflow")
+        self.report.faults = self.log.counts
+        self.report.simulated_seconds = self.clock.now() - START
+        self.report.dead_letters = sum(
+            len(self.queues.messages[spec.dead_letter_url])
+            for spec in self.queues.specs.values()
+            if spec.dead_letter_url
+        )
+
+
+_TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+
+
+class _ClockContext(FakeLambdaContext):
+    """A context whose deadline runs on the simulated clock (retries that sleep use up the invocation)."""
+
+    def __init__(self, spec: FunctionSpec, clock: ManualClock) -> None:
+        super().__init__(spec.logical_id, spec.timeout_seconds, spec.memory_mb)
+        self._clock = clock
+        self._deadline = clock.now() + spec.timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - self._clock.now()) * 1000))
+
+
+def _scan(client: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        items.extend(page["Items"])
+    return items
+
+
+def _sqs_event(messages: list[SimMessage], queue_arn: str) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt,
+                "body": m.body,
+                "attributes": {"ApproximateReceiveCount": str(m.receive_count)},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": "us-east-1",
+            }
+            for m in messages
+        ]
+    }
+
+
+def _http_event(body: Any, *, key: str) -> dict[str, Any]:
+    return {
+        "version": "2.0",
+        "routeKey": "POST /workflows",
+        "rawPath": "/workflows",
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "idempotency-key": key},
+        "requestContext": {
+            "http": {"method": "POST", "path": "/workflows", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
+            "requestId": key,
+            "routeKey": "POST /workflows",
+            "stage": "$default",
+        },
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+def run_one(seed: int, workflows: int, faults: Faults | None = None) -> RunReport:
+    """Run one simulation (a separate moto backend; safe to call in a worker process)."""
+    logging.disable(logging.CRITICAL)  # the handlers log every injected crash; the report says what matters
+    return Simulation(seed, workflows, faults).run()
+
+
+def run_many(
+    seed: int,
+    workflows: int,
+    runs: int,
+    faults: Faults | None = None,
+    *,
+    jobs: int = 1,
+    progress: Callable[[RunReport], None] | None = None,
+) -> list[RunReport]:
+    """Run ``runs`` simulations of ``workflows`` each, with seeds ``seed, seed+1, ...``, on ``jobs`` processes.
+
+    Each run is independent and deterministic for its seed, so the order of completion does not matter.
+    """
+    seeds = [seed + index for index in range(runs)]
+    reports: list[RunReport] = []
+    if jobs <= 1:
+        for each in seeds:
+            reports.append(run_one(each, workflows, faults))
+            if progress is not None:
+                progress(reports[-1])
+        return reports
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(run_one, each, workflows, faults) for each in seeds]
+        for future in as_completed(futures):
+            reports.append(future.result())
+            if progress is not None:
+                progress(reports[-1])
+    return sorted(reports, key=lambda r: r.seed)

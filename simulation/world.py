@@ -1,0 +1,327 @@
+"""The simulated world around the real handlers: SQS, faults, remote services and time.
+
+Everything draws from one seeded ``random.Random`` and one ``ManualClock``, so a seed replays exactly.
+
+- ``SimQueues`` models SQS standard queues with the template's visibility timeout and redrive policy: a received
+  message is invisible until its visibility timeout, comes back if it is not deleted, and moves to its dead-letter
+  queue when it is received more than ``maxReceiveCount`` times. Delivery order among visible messages is random.
+- ``SimBus`` is the handlers' ``MessageBus``: it may crash before or after sending, duplicate a message, or delay
+  it (which reorders it).
+- ``CrashInjector`` raises ``SimCrash`` just before or just after any DynamoDB call (botocore event hooks), so the
+  state store, the idempotency layer and the circuit breaker all see crash points.
+- ``SimRemote`` is a remote service with fault knobs that records every effect and every compensation by token:
+  the ground truth the invariants are checked against.
+- ``powertools_on_clock`` makes powertools' idempotency read the simulated clock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import random
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sasflow.clock import Clock, ManualClock
+from sasflow.errors import RemoteRejectedError, RemoteTransientError
+from sasflow.messages import StepRequest
+from sasflow.ports import Outgoing
+
+
+class SimCrash(RuntimeError):
+    """An injected crash: the process 'dies' at this point (it is not a botocore error, so nothing catches it)."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Fault rates (probabilities per event) and magnitudes of one simulation."""
+
+    crash_before_call: float = 0.005
+    crash_after_call: float = 0.005
+    crash_before_send: float = 0.01
+    crash_after_send: float = 0.01
+    duplicate: float = 0.03
+    delay: float = 0.05
+    delay_max_seconds: int = 60
+    consumer_lost: float = 0.02
+    remote_transient: float = 0.08
+    remote_reject: float = 0.05
+    remote_slow: float = 0.05
+    remote_hang: float = 0.02
+    remote_outages: int = 1
+    outage_seconds: int = 120
+    clock_skew_seconds: float = 4.0
+    second_supervisor: float = 0.3
+
+    @classmethod
+    def none(cls) -> Faults:
+        """No faults at all (a baseline)."""
+        return cls(**{name: 0 for name in cls.__dataclass_fields__})
+
+
+class FaultLog:
+    """Counts injected faults by kind."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, kind: str) -> None:
+        self.counts[kind] += 1
+
+
+# ---------------------------------------------------------------------------------------------------- SQS
+@dataclass
+class SimMessage:
+    message_id: str
+    body: str
+    sent_at: float
+    visible_at: float
+    receive_count: int = 0
+    first_received_at: float | None = None
+    receipt: str = ""
+
+
+@dataclass
+class QueueSpec:
+    url: str
+    visibility_timeout: int
+    max_receive_count: int | None
+    dead_letter_url: str | None
+
+
+class SimQueues:
+    """SQS standard queues on the simulated clock."""
+
+    def __init__(self, specs: Sequence[QueueSpec], clock: Clock, rng: random.Random) -> None:
+        self.specs = {spec.url: spec for spec in specs}
+        self.messages: dict[str, list[SimMessage]] = {spec.url: [] for spec in specs}
+        self.clock = clock
+        self.rng = rng
+        self._ids = itertools.count(1)
+
+    def send(self, url: str, body: str, delay_seconds: float = 0) -> str:
+        if url not in self.messages:
+            raise KeyError(f"no queue {url}")
+        now = self.clock.now()
+        message = SimMessage(f"m-{next(self._ids):07d}", body, now, now + delay_seconds)
+        self.messages[url].append(message)
+        return message.message_id
+
+    def receive(self, url: str, max_messages: int) -> list[SimMessage]:
+        """Receive up to ``max_messages`` visible messages (random order); redrive over-received ones to the DLQ."""
+        spec = self.specs[url]
+        now = self.clock.now()
+        visible = [m for m in self.messages[url] if m.visible_at <= now]
+        self.rng.shuffle(visible)
+        received: list[SimMessage] = []
+        for message in visible:
+            if len(received) >= max_messages:
+                break
+            if spec.max_receive_count is not None and message.receive_count >= spec.max_receive_count:
+                # SQS moves a message to the DLQ when a receive would exceed maxReceiveCount.
+                self.messages[url].remove(message)
+                assert spec.dead_letter_url is not None
+                message.visible_at = now
+                self.messages[spec.dead_letter_url].append(message)
+                continue
+            message.receive_count += 1
+            message.first_received_at = message.first_received_at or now
+            message.visible_at = now + spec.visibility_timeout
+            message.receipt = f"{message.message_id}#{message.receive_count}"
+            received.append(message)
+        return received
+
+    def delete(self, url: str, receipt: str) -> None:
+        self.messages[url] = [m for m in self.messages[url] if m.receipt != receipt]
+
+    def next_visible_at(self, urls: Sequence[str]) -> float | None:
+        times = [m.visible_at for url in urls for m in self.messages[url]]
+        return min(times) if times else None
+
+    def pending(self, urls: Sequence[str]) -> int:
+        return sum(len(self.messages[url]) for url in urls)
+
+
+class SimBus:
+    """The handlers' message bus, over ``SimQueues``, with send faults."""
+
+    def __init__(self, queues: SimQueues, rng: random.Random, faults: Faults, log: FaultLog) -> None:
+        self.queues = queues
+        self.rng = rng
+        self.faults = faults
+        self.log = log
+        self.armed = False
+
+    def send(self, messages: Sequence[Outgoing]) -> list[int]:
+        if self.armed and self.rng.random() < self.faults.crash_before_send:
+            self.log("crash before send")
+            raise SimCrash("crash before SendMessageBatch")
+        for message in messages:
+            delay = float(message.delay_seconds)
+            if self.armed and self.rng.random() < self.faults.delay:
+                self.log("delayed delivery")
+                delay += self.rng.uniform(1, self.faults.delay_max_seconds)
+            self.queues.send(message.queue_url, message.body, delay)
+            if self.armed and self.rng.random() < self.faults.duplicate:
+                self.log("duplicate delivery")
+                self.queues.send(message.queue_url, message.body, delay + self.rng.uniform(0, 5))
+        if self.armed and self.rng.random() < self.faults.crash_after_send:
+            self.log("crash after send")
+            raise SimCrash("crash after SendMessageBatch")
+        return []
+
+
+# ---------------------------------------------------------------------------------------------------- DynamoDB crashes
+class CrashInjector:
+    """Raises ``SimCrash`` just before or just after DynamoDB calls made while ``armed``."""
+
+    def __init__(self, rng: random.Random, faults: Faults, log: FaultLog) -> None:
+        self.rng = rng
+        self.faults = faults
+        self.log = log
+        self.armed = False
+        self.calls = 0
+        self.on_call: Any = None  # hook for interleaving a second supervisor
+
+    def install(self, client: Any) -> None:
+        client.meta.events.register("before-call.dynamodb.*", self._before)
+        client.meta.events.register("after-call.dynamodb.*", self._after)
+
+    def _before(self, model: Any, **_: Any) -> None:
+        if not self.armed:
+            return
+        self.calls += 1
+        if self.on_call is not None:
+            self.on_call(model.name)
+        if self.rng.random() < self.faults.crash_before_call:
+            self.log("crash before DynamoDB call")
+            raise SimCrash(f"crash before {model.name}")
+
+    def _after(self, model: Any, **_: Any) -> None:
+        if self.armed and self.rng.random() < self.faults.crash_after_call:
+            self.log("crash after DynamoDB call")
+            raise SimCrash(f"crash after {model.name}")
+
+
+# ---------------------------------------------------------------------------------------------------- remote services
+@dataclass
+class Effect:
+    token: str
+    step: str
+    workflow_id: str
+    applied_at: float
+    seq: int
+    undone_by: list[int] = field(default_factory=list)
+
+
+class SimRemote:
+    """A remote service with fault knobs and a ground-truth ledger (effects and compensations by token).
+
+    A forward token is applied at most once; a replay returns the stored answer. A compensation undoes the effect of
+    its ``original_token`` once; a compensation that arrives first leaves a tombstone that refuses the late action.
+    """
+
+    def __init__(
+        self, name: str, clock: ManualClock, rng: random.Random, faults: Faults, log: FaultLog, seq: Iterator[int]
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.rng = rng
+        self.faults = faults
+        self.log = log
+        self.seq = seq
+        self.outages: list[tuple[float, float]] = []
+        self.effects: dict[str, Effect] = {}
+        self.applications: Counter[str] = Counter()
+        self.answers: dict[str, dict[str, Any] | RemoteRejectedError] = {}
+        self.tombstones: set[str] = set()
+        self.undo_log: list[tuple[int, str, str]] = []  # (seq, original token, compensation token)
+        self.calls = 0
+
+    def call(self, request: StepRequest, timeout_seconds: float) -> dict[str, Any]:
+        self.calls += 1
+        now = self.clock.now()
+        if any(start <= now < end for start, end in self.outages):
+            self.log("remote outage")
+            raise RemoteTransientError("503 outage", status=503)
+        if self.rng.random() < self.faults.remote_transient:
+            self.log("remote transient 5xx")
+            raise RemoteTransientError("503 transient", status=503)
+        if self.rng.random() < self.faults.remote_slow:
+            self.log("remote slow")
+            self.clock.advance(min(timeout_seconds * 0.5, self.rng.uniform(0.5, 3.0)))
+        hang = self.rng.random() < self.faults.remote_hang
+        result = self._apply(request)
+        if hang:
+            # The caller gives up at its timeout; whether the effect happened is unknown to it.
+            self.log("remote hang past timeout")
+            self.clock.advance(timeout_seconds)
+            raise RemoteTransientError("read timeout", outcome_unknown=True)
+        if isinstance(result, RemoteRejectedError):
+            raise result
+        return result
+
+    def _apply(self, request: StepRequest) -> dict[str, Any] | RemoteRejectedError:
+        token = request.token
+        if token in self.answers:
+            return self.answers[token]
+        answer: dict[str, Any] | RemoteRejectedError
+        if request.original_token is None:
+            if token in self.tombstones:
+                answer = RemoteRejectedError("ALREADY_COMPENSATED", "compensated before it arrived", 409)
+            elif self.rng.random() < self.faults.remote_reject:
+                self.log("remote business rejection")
+                answer = RemoteRejectedError("REJECTED", f"{self.name} says no", 409)
+            else:
+                seq = next(self.seq)
+                self.applications[token] += 1
+                self.effects[token] = Effect(token, request.step, request.workflow_id, self.clock.now(), seq)
+                answer = {"service": self.name, "confirmation": f"{self.name[:2].upper()}-{token[:8]}", "seq": seq}
+        else:
+            original = request.original_token
+            effect = self.effects.get(original)
+            seq = next(self.seq)
+            if effect is not None:
+                effect.undone_by.append(seq)
+                answer = {"undone": True, "seq": seq}
+            else:
+                self.tombstones.add(original)
+                answer = {"undone": False, "reason": "nothing_to_undo", "seq": seq}
+            self.undo_log.append((seq, original, token))
+        self.answers[token] = answer
+        return answer
+
+
+# ---------------------------------------------------------------------------------------------------- time
+@contextmanager
+def powertools_on_clock(clock: Clock) -> Iterator[None]:
+    """Make powertools' idempotency (record expiry, in-progress expiry) read ``clock`` instead of the wall clock."""
+    from aws_lambda_powertools.utilities.idempotency import base
+    from aws_lambda_powertools.utilities.idempotency.persistence import base as persistence_base
+    from aws_lambda_powertools.utilities.idempotency.persistence import datarecord, dynamodb
+
+    class _Datetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> _Datetime:
+            moment = datetime.datetime.fromtimestamp(clock.now(), tz)
+            return cls(*moment.timetuple()[:6], moment.microsecond, moment.tzinfo)
+
+    stdlib = datetime
+
+    class _Module:
+        datetime = _Datetime
+        timedelta = stdlib.timedelta
+        timezone = stdlib.timezone
+
+    modules: tuple[Any, ...] = (base, persistence_base, datarecord, dynamodb)
+    saved = [module.dt for module in modules]
+    for module in modules:
+        module.dt = _Module
+    try:
+        yield
+    finally:
+        for module, original in zip(modules, saved, strict=True):
+            module.dt = original
