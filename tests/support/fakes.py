@@ -127,9 +127,10 @@ class InMemoryPersistenceLayer(BasePersistenceLayer):
         return copy.copy(record)
 
     def _put_record(self, data_record: DataRecord) -> None:
-        import datetime as dt
+        # Read the time the way powertools does, so a patched clock (simulation.world.powertools_on_clock) applies.
+        from aws_lambda_powertools.utilities.idempotency.persistence import base as persistence_base
 
-        now = dt.datetime.now()
+        now = persistence_base.dt.datetime.now()
         with self._lock:
             existing = self.records.get(data_record.idempotency_key)
             if existing is not None:
