@@ -7,18 +7,29 @@ Routes
 - ``POST /workflows/{workflow_id}/cancel``: stop a running workflow and compensate what may have happened (202).
 - ``GET /openapi.json``: the OpenAPI 3 document.
 
-Domain errors become HTTP status codes in exactly one place (the exception handlers below), always with a JSON
-``ErrorResponse`` body; a refused request writes nothing and sends nothing (DESIGN Rule 9).
+Errors become HTTP status codes in exactly one place, the ``_REFUSALS`` table: one handler is registered for its
+exceptions and every route documents its statuses, so each refusal is a documented 4xx with a JSON ``ErrorResponse``
+body. A refused request writes nothing and sends nothing (DESIGN Rule 9). Request bodies are strict JSON
+(``parse_json_body``) sent as ``application/json`` in UTF-8; anything else is a 400 or a 415, never a 500.
 """
 
 from __future__ import annotations
 
+import binascii
+import json
 import logging
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.middlewares.openapi_validation import OpenAPIRequestValidationMiddleware
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
@@ -37,23 +48,209 @@ from .types import IdempotencyKey, WorkflowId
 
 logger = logging.getLogger("sasflow.api")
 
+#: Deepest nesting of objects and arrays accepted in a request body (RFC 8259 section 9 lets a parser set it).
+#: The body's own envelope takes five levels (body, definition, steps, step, input); deeper documents would reach
+#: pydantic's serialisation depth and Python's recursion limit further down the line and fail there as 500s.
+MAX_JSON_DEPTH = 64
+
+
+# ------------------------------------------------------------------------------------------ refusals (one place)
+@dataclass(frozen=True)
+class _Refusal:
+    status: int
+    code: str
+    description: str
+    message: Callable[[Exception], str] = str
+
+
+def _validation_message(exc: Exception) -> str:
+    return "the request does not match the schema"
+
+
+#: Every exception the API turns into an HTTP status, and nowhere else: the handlers are registered from this table
+#: and the documented error responses of every route are generated from it, so the two cannot drift apart.
+#: Powertools picks the entry of the nearest class in the exception's MRO.
+_REFUSALS: dict[type[Exception], _Refusal] = {
+    NotFoundError: _Refusal(404, "NOT_FOUND", "No such route", lambda exc: "no such route"),
+    WorkflowNotFoundError: _Refusal(404, "WORKFLOW_NOT_FOUND", "No such workflow", lambda exc: f"no workflow {exc}"),
+    IdempotencyKeyConflictError: _Refusal(409, "IDEMPOTENCY_KEY_REUSED", "Idempotency-Key used with another body"),
+    ConditionFailedError: _Refusal(409, "CONFLICT", "The workflow is not in a state that allows this"),
+    PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large for DynamoDB or SQS"),
+    RequestUnsupportedContentType: _Refusal(415, "UNSUPPORTED_MEDIA_TYPE", "The body is not application/json"),
+    InvalidDefinitionError: _Refusal(422, "INVALID_DEFINITION", "The definition cannot run here"),
+    RequestValidationError: _Refusal(422, "VALIDATION_ERROR", "Invalid request", _validation_message),
+}
+#: A ``RequestValidationError`` whose body is not JSON text at all (RFC 9110: the request is malformed).
+_MALFORMED_JSON = _Refusal(
+    400, "MALFORMED_JSON", "Malformed JSON body", lambda exc: "the request body is not valid JSON"
+)
+
+
+def _refusal_of(exc: Exception) -> _Refusal:
+    if isinstance(exc, RequestValidationError) and any(e.get("type") == "json_invalid" for e in exc.errors()):
+        return _MALFORMED_JSON
+    return next(_REFUSALS[cls] for cls in type(exc).__mro__ if cls in _REFUSALS)
+
+
+def _details(exc: Exception) -> list[dict[str, Any]] | None:
+    if not isinstance(exc, RequestValidationError):
+        return None
+    details = []
+    for error in exc.errors():
+        message = str(error.get("msg", ""))
+        reason = (error.get("ctx") or {}).get("error")
+        details.append(
+            {
+                "loc": [str(part) for part in error.get("loc", ())],
+                "msg": f"{message}: {reason}" if reason else message,
+                "type": str(error.get("type", "")),
+            }
+        )
+    return details
+
+
+def _refuse(exc: Exception) -> Response[Any]:
+    refusal = _refusal_of(exc)
+    body = ErrorResponse(error=refusal.code, message=refusal.message(exc), details=_details(exc))
+    return Response(
+        status_code=refusal.status,
+        content_type=content_types.APPLICATION_JSON,
+        body=body.model_dump_json(exclude_none=True),
+    )
+
+
+def _documented_errors() -> dict[int, OpenAPIResponse]:
+    descriptions: dict[int, list[str]] = {}
+    for refusal in (_MALFORMED_JSON, *_REFUSALS.values()):
+        descriptions.setdefault(refusal.status, []).append(refusal.description)
+    return {status: _doc(ErrorResponse, "; ".join(texts)) for status, texts in sorted(descriptions.items())}
+
 
 def _doc(model: type[Any], description: str) -> OpenAPIResponse:
     return {"description": description, "content": {"application/json": {"model": model}}}
 
 
-_ERRORS: dict[int, OpenAPIResponse] = {
-    400: _doc(ErrorResponse, "Malformed request"),
-    404: _doc(ErrorResponse, "No such workflow"),
-    409: _doc(ErrorResponse, "Conflict"),
-    413: _doc(ErrorResponse, "Payload too large"),
-    422: _doc(ErrorResponse, "Invalid request"),
-}
+_ERRORS = _documented_errors()
 
 
-def _error(status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> Response[Any]:
-    body = ErrorResponse(error=code, message=message, details=details).model_dump_json(exclude_none=True)
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=body)
+# ------------------------------------------------------------------------------------------ request bodies
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} does not fit in a double")
+    return value
+
+
+def parse_json_body(text: str) -> Any:
+    """Parse a request body as strict JSON (RFC 8259), the ``json_body_deserializer`` of the resolver.
+
+    Python's ``json`` also reads ``NaN`` and ``Infinity``, numbers beyond a double (as ``inf``) and lone UTF-16
+    surrogates; none of them survives the way back out (JSON responses, UTF-8 in DynamoDB and SQS), so they are
+    refused here rather than stored. Nesting is capped at `MAX_JSON_DEPTH` levels.
+
+    Parameters
+    ----------
+    text
+        The decoded request body.
+
+    Returns
+    -------
+    Any
+        The parsed document.
+
+    Raises
+    ------
+    json.JSONDecodeError
+        When the body is not strict JSON; powertools reports it as a ``json_invalid`` validation error (400).
+    """
+    try:
+        document = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError as exc:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, 0) from exc
+    except ValueError as exc:  # NaN / Infinity, a float overflow, an integer over Python's 4,300-digit limit
+        raise json.JSONDecodeError(str(exc), text, 0) from exc
+    problem = _strict_json_problem(document)
+    if problem:
+        raise json.JSONDecodeError(problem, text, 0)
+    return document
+
+
+def _strict_json_problem(document: Any) -> str | None:
+    # Iterative, so a deep document cannot exhaust the stack here.
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list) and depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not _is_unicode(key):
+                    return "a key is not valid Unicode (lone surrogate)"
+                stack.append((value, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1) for value in node)
+        elif isinstance(node, str) and not _is_unicode(node):
+            return "a string is not valid Unicode (lone surrogate)"
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _JsonBodyValidation(OpenAPIRequestValidationMiddleware):
+    """Powertools' request validation, reading a body only as ``application/json`` in UTF-8 (RFC 8259 section 8.1).
+
+    Powertools would also parse form and multipart bodies (a multipart type without a boundary raises a bare
+    ``ValueError``) and lets a base64 body that is not UTF-8 raise ``UnicodeDecodeError``: both were 500s. Here the
+    first is refused as 415 and the second as 400, through the refusals table.
+    """
+
+    def _get_body(self, app: Any) -> dict[str, Any]:
+        content_type = app.current_event.headers.get("content-type", "")
+        media_type = content_type.partition(";")[0].strip().lower()
+        if media_type not in ("", content_types.APPLICATION_JSON):
+            raise RequestUnsupportedContentType(
+                f"the request body must be application/json, not {media_type}",
+                errors=[{"type": "unsupported_content_type", "loc": ("header", "content-type"), "msg": media_type}],
+            )
+        try:
+            app.current_event.decoded_body  # noqa: B018 - decodes (and caches) base64 + UTF-8
+        except (UnicodeDecodeError, binascii.Error) as exc:
+            raise RequestValidationError(
+                [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
+            ) from exc
+        return self._parse_json_data(app)
+
+
+def _document_agents(document: dict[str, Any], agents: list[str]) -> None:
+    # The agents are deployment configuration (one request queue each), so the model can only give their pattern;
+    # the served document names them, and a definition with any other agent is refused 422 INVALID_DEFINITION.
+    agent = document["components"]["schemas"]["StepDefinition"]["properties"]["agent"]
+    agent["enum"] = agents
+    agent["description"] = "The agent (remote service) that does the step: one of this deployment's agents."
+
+
+def _api_resolver() -> APIGatewayHttpResolver:
+    app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=parse_json_body)
+    # The request validation middleware is created by the resolver and run before any user middleware, so the
+    # body rules above can only take its place. Fail at cold start, not per request, if powertools renames it.
+    if not isinstance(getattr(app, "_request_validation_middleware", None), OpenAPIRequestValidationMiddleware):
+        raise RuntimeError("aws-lambda-powertools no longer has APIGatewayHttpResolver._request_validation_middleware")
+    app._request_validation_middleware = _JsonBodyValidation()
+    return app
 
 
 def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> APIGatewayHttpResolver:
@@ -64,7 +261,7 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     APIGatewayHttpResolver
         Resolve HTTP API (payload v2) events with ``app.resolve(event, context)``.
     """
-    app = APIGatewayHttpResolver(enable_validation=True)
+    app = _api_resolver()
 
     @app.post(
         "/workflows",
@@ -128,44 +325,11 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
 
     @app.get("/openapi.json", summary="OpenAPI document", include_in_schema=False)
     def openapi() -> Response[str]:
-        return Response(
-            status_code=200,
-            content_type=content_types.APPLICATION_JSON,
-            body=app.get_openapi_json_schema(title="sasflow", version="1.0.0"),
-        )
+        scheduler, _ = services()
+        document = json.loads(app.get_openapi_json_schema(title="sasflow", version="1.0.0"))
+        _document_agents(document, sorted(scheduler.config.agent_queue_urls))
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(document))
 
-    @app.exception_handler(RequestValidationError)
-    def invalid_request(exc: RequestValidationError) -> Response[Any]:
-        details = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-            for e in exc.errors()
-        ]
-        if any(d["type"] == "json_invalid" for d in details):
-            return _error(400, "MALFORMED_JSON", "the request body is not valid JSON", details)
-        return _error(422, "VALIDATION_ERROR", "the request does not match the schema", details)
-
-    @app.exception_handler(InvalidDefinitionError)
-    def invalid_definition(exc: InvalidDefinitionError) -> Response[Any]:
-        return _error(422, "INVALID_DEFINITION", str(exc))
-
-    @app.exception_handler(PayloadTooLargeError)
-    def too_large(exc: PayloadTooLargeError) -> Response[Any]:
-        return _error(413, "PAYLOAD_TOO_LARGE", str(exc))
-
-    @app.exception_handler(IdempotencyKeyConflictError)
-    def key_conflict(exc: IdempotencyKeyConflictError) -> Response[Any]:
-        return _error(409, "IDEMPOTENCY_KEY_REUSED", str(exc))
-
-    @app.exception_handler(WorkflowNotFoundError)
-    def not_found(exc: WorkflowNotFoundError) -> Response[Any]:
-        return _error(404, "WORKFLOW_NOT_FOUND", f"no workflow {exc}")
-
-    @app.exception_handler(ConditionFailedError)
-    def conflict(exc: ConditionFailedError) -> Response[Any]:
-        return _error(409, "CONFLICT", str(exc))
-
-    @app.not_found
-    def no_route(exc: Exception) -> Response[Any]:
-        return _error(404, "NOT_FOUND", "no such route")
+    app.exception_handler(list(_REFUSALS))(_refuse)
 
     return app

@@ -27,7 +27,7 @@ from botocore.exceptions import ClientError
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
 from ..records import DeadlineEntry, Snapshot, StepRecord, WorkflowRecord
-from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -300,6 +300,7 @@ class DynamoDBStateStore:
         stall_at: int | None = None,
     ) -> None:
         """Conditionally move the workflow's status (see ``StateStore``)."""
+        check_workflow_transition(expect, status)
         sets = ["#status = :status", "updated_at = :now"]
         values: dict[str, Any] = {":status": status.value, ":now": now, ":expect": expect.value}
         removes: list[str] = []
@@ -350,6 +351,7 @@ class DynamoDBStateStore:
     # -- steps
     def put_step(self, record: StepRecord, expect: StepRecord | None) -> None:
         """Replace a step item conditionally on its expected status, attempts and complete-by."""
+        check_step_transition(expect.status if expect else StepStatus.PENDING, record.status)
         item = step_item(record)
         _check_size(item, f"step item {record.step}")
         names: dict[str, str] = {}

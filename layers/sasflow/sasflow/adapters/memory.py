@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing
 from ..records import DeadlineEntry, Snapshot, StepRecord, WorkflowRecord
-from ..states import TERMINAL_WORKFLOW, WorkflowStatus
+from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
 
 
 class InMemoryStateStore:
@@ -58,6 +58,7 @@ class InMemoryStateStore:
 
     def put_step(self, record: StepRecord, expect: StepRecord | None) -> None:
         """See ``StateStore.put_step``."""
+        check_step_transition(expect.status if expect else StepStatus.PENDING, record.status)
         if record.in_flight and (not isinstance(record.complete_by, int) or not isinstance(record.dl_shard, str)):
             raise TypeError("an in-flight step needs int complete_by and str dl_shard")
         if not record.in_flight:
@@ -90,6 +91,7 @@ class InMemoryStateStore:
         stall_at: int | None = None,
     ) -> None:
         """See ``StateStore.set_workflow_status``."""
+        check_workflow_transition(expect, status)
         with self._lock:
             current = self.workflows.get(workflow_id)
             if current is None or current.status is not expect:
