@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sasflow.adapters.memory import InMemoryStateStore
 from sasflow.records import StepRecord
 from sasflow.states import StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
