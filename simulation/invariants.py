@@ -10,6 +10,8 @@
    deadline iff it is not terminal; a terminal workflow has no step in flight.
 7. Every message is consumed or in a dead-letter queue, and each dead-letter entry belongs to a terminal workflow,
    so it was not needed (nothing was silently dropped).
+8. The stall safety net never had to rescue a workflow unless one of its messages went to a dead-letter queue:
+   otherwise progress was lost between writers (for example two concurrent replies of parallel steps).
 """
 
 from __future__ import annotations
@@ -141,6 +143,15 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                     violations.append(
                         Violation("compensated before a later step", workflow_id, f"{step.name} before {later}")
                     )
+
+    dead_lettered = {
+        _workflow_of(m.body)
+        for spec in sim.queues.specs.values()
+        if spec.dead_letter_url is None
+        for m in sim.queues.messages[spec.url]
+    }
+    for workflow_id in sorted(sim.rescued - dead_lettered):
+        violations.append(Violation("rescued by the stall safety net without a dead letter", workflow_id, ""))
 
     for spec in sim.queues.specs.values():
         pending = sim.queues.messages[spec.url]

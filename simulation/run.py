@@ -111,6 +111,8 @@ class Simulation:
         self.clock = ManualClock(START)
         self.log = FaultLog()
         self.report = RunReport(seed, workflows)
+        self._nested = False
+        self.rescued: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -194,32 +196,74 @@ class Simulation:
         return module
 
     # ------------------------------------------------------------------ invocation
-    def _invoke(self, logical_id: str, event: Any) -> tuple[bool, Any]:
-        """Invoke a handler like Lambda: environment applied, faults armed, a context on the simulated clock."""
+    def _invoke(self, logical_id: str, event: Any, *, sandbox: str = "") -> tuple[bool, Any]:
+        """Invoke a handler like Lambda: environment applied, faults armed, a context on the simulated clock.
+
+        ``sandbox`` names a second instance of the function (its own module state), for concurrent invocations.
+        """
         spec = self.specs[logical_id]
         context = _ClockContext(spec, self.clock)
         self.report.invocations += 1
+        module = self._module(logical_id, sandbox)
+        armed = (self.crashes.armed, self.bus.armed)
         self.crashes.armed = self.bus.armed = True
+        self._maybe_interleave(logical_id)
         try:
             with environment(function_environment(spec)):
-                return True, self.modules[logical_id].handler(event, context)
+                return True, module.handler(event, context)
         except (SimCrash, IdempotencyAlreadyInProgressError) as error:
             return False, error
         except Exception as error:  # any other escape is also a failed invocation; SQS redelivers
             self.log(f"invocation error {type(error).__name__}")
             return False, error
         finally:
-            self.crashes.armed = self.bus.armed = False
+            self.crashes.armed, self.bus.armed = armed
 
-    def _deliver(self, logical_id: str, event_spec: SqsEventSpec) -> bool:
-        messages = self.queues.receive(event_spec.queue_url, min(event_spec.batch_size, 10))
+    def _module(self, logical_id: str, sandbox: str) -> Any:
+        key = logical_id + sandbox
+        if key not in self.modules:
+            spec = self.specs[logical_id]
+            agent = next((a for a, f in AGENT_FUNCTIONS.items() if f == logical_id), None)
+            self.modules[key] = self._load_agent_function(spec, agent) if agent else self._load_engine_function(spec)
+        return self.modules[key]
+
+    def _maybe_interleave(self, logical_id: str) -> None:
+        """Sometimes let a second instance of a consumer run a whole batch in the middle of this invocation."""
+        consumer_ids = {c for c, _ in self.consumers}
+        if self._nested or self.crashes.on_call is not None or logical_id not in consumer_ids:
+            return
+        if self.rng.random() >= self.faults.concurrent_invocation:
+            return
+        trigger = self.rng.randint(1, 6)
+        calls = itertools.count(1)
+        other_id, other_event = self.rng.choice(self.consumers)
+
+        def interleave(_: str) -> None:
+            if next(calls) != trigger:
+                return
+            self.crashes.on_call = None
+            self._nested = True
+            self.log("concurrent invocation interleaved")
+            try:
+                self._deliver(other_id, other_event, sandbox="#2")
+            finally:
+                self._nested = False
+
+        self.crashes.on_call = interleave
+
+    def _deliver(self, logical_id: str, event_spec: SqsEventSpec, *, sandbox: str = "") -> bool:
+        # Like Lambda's event source mapping, batches vary in size (1..BatchSize), so related messages (the replies
+        # of parallel steps) may land in different, concurrent invocations.
+        size = self.rng.randint(1, min(event_spec.batch_size, 10))
+        messages = self.queues.receive(event_spec.queue_url, size)
         if not messages:
             return False
         if self.rng.random() < self.faults.consumer_lost:
             # The poller received the batch and died: the messages come back after the visibility timeout.
             self.log("consumer lost after receive")
             return True
-        ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn))
+        ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn), sandbox=sandbox)
+        self.crashes.on_call = None if not self._nested else self.crashes.on_call
         if not ok:
             return True
         failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
@@ -229,7 +273,7 @@ class Simulation:
         return True
 
     def _start(self, index: int) -> None:
-        shape = "dag" if index % 4 == 3 else "chain"
+        shape = "dag" if index % 2 == 1 else "chain"
         body = {
             "definition": trip_definition(shape),
             "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},

@@ -55,6 +55,7 @@ class Faults:
     outage_seconds: int = 120
     clock_skew_seconds: float = 4.0
     second_supervisor: float = 0.3
+    concurrent_invocation: float = 0.15
 
     @classmethod
     def none(cls) -> Faults:

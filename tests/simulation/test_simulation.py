@@ -12,9 +12,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.mark.parametrize("seed", [11, 12])
 def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int) -> None:
-    report = run_one(seed, 60)
+    report = run_one(seed, 30)
     assert report.violations == [], report.replay_command()
-    assert sum(report.statuses.values()) == 60
+    assert sum(report.statuses.values()) == 30
     injected = set(report.faults)
     assert {
         "crash before DynamoDB call",
@@ -25,8 +25,8 @@ def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int
 
 
 def test_a_seed_replays_exactly() -> None:
-    first = Simulation(5, 15).run()
-    second = Simulation(5, 15).run()
+    first = Simulation(5, 10).run()
+    second = Simulation(5, 10).run()
     assert (first.statuses, first.faults, first.invocations, first.ticks) == (
         second.statuses,
         second.faults,

@@ -505,3 +505,32 @@ def test_compensation_message_carries_the_original_token() -> None:
     assert compensation.original_token == remote_token(wid, "book_hotel", "book")
     assert p.services["hotels"].effects[compensation.original_token] == 1
     assert compensation.token == remote_token(wid, "book_hotel", "cancel_booking")
+
+
+def test_concurrent_replies_of_parallel_steps_still_start_the_join_step() -> None:
+    # Given flight and hotel run in parallel and the payment waits for both
+    definition = trip_definition(
+        book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}},
+        charge_card={"depends_on": ["reserve_flight", "book_hotel"]},
+    )
+    p = Pipeline()
+    wid = p.start(definition)
+    [flight_reply] = p.run_agent("flights", lose_replies=True)
+    [hotel_reply] = p.run_agent("hotels", lose_replies=True)
+    # When both replies are applied concurrently: both read the workflow before either writes
+    original_put = p.store.put_step
+    interleaved = {"done": False}
+
+    def put_after_the_other_reply_ran(record, expect):  # type: ignore[no-untyped-def]
+        if not interleaved["done"]:
+            interleaved["done"] = True
+            p.bus.send(p.scheduler.on_reply(hotel_reply))  # the hotel reply runs entirely inside this moment
+        return original_put(record, expect)
+
+    p.store.put_step = put_after_the_other_reply_ran  # type: ignore[method-assign]
+    p.bus.send(p.scheduler.on_reply(flight_reply))
+    p.store.put_step = original_put  # type: ignore[method-assign]
+    # Then the payment was dispatched once, and the workflow completes without waiting for the safety net
+    assert [r.step for r in p.requests("payments")] == ["charge_card"]
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED

@@ -235,7 +235,7 @@ class SchedulerService:
         except ConditionFailedError:
             logger.debug("lost race applying reply", extra={"workflow_id": reply.workflow_id, "step": reply.step})
             return []
-        return messages + self.advance(snapshot.with_step(updated))
+        return messages + self._advance_after_write(snapshot, updated)
 
     def _forward_outcome(
         self, snapshot: Snapshot, record: StepRecord, reply: StepReply, now: int
@@ -338,7 +338,7 @@ class SchedulerService:
         except ConditionFailedError:
             return self._reload_and_advance(workflow.workflow_id)
         self.metrics("StepsTimedOut")
-        return self.advance(snapshot.with_step(failed))
+        return self._advance_after_write(snapshot, failed)
 
     def _compensation_timed_out(
         self, snapshot: Snapshot, record: StepRecord, step: StepDefinition, now: int
@@ -359,7 +359,7 @@ class SchedulerService:
             self.store.put_step(failed, expect=record)
         except ConditionFailedError:
             return self._reload_and_advance(snapshot.workflow.workflow_id)
-        return self.advance(snapshot.with_step(failed))
+        return self._advance_after_write(snapshot, failed)
 
     def on_workflow_stalled(self, workflow_id: str) -> list[Outgoing]:
         """Safety net for a non-terminal workflow past its stall deadline: advance it, then re-arm the deadline.
@@ -426,6 +426,20 @@ class SchedulerService:
                 snapshot = fresh
         logger.info("advance gave way to concurrent progress", extra={"workflow_id": snapshot.workflow.workflow_id})
         return messages
+
+    def _advance_after_write(self, snapshot: Snapshot, written: StepRecord) -> list[Outgoing]:
+        """Advance after writing one step, from a view that includes every concurrent sibling's write.
+
+        Each writer conditions only its own step. When another step was in flight in our snapshot (parallel
+        branches), its outcome may have been written concurrently by a writer whose own snapshot still showed ours
+        in flight; if both advanced from their stale views, neither would start the join step or finish the
+        workflow. Re-reading after our write fixes that: of two concurrent writers, the one that reads last sees
+        both writes. A chain has no other step in flight, so it pays no extra read.
+        """
+        others_in_flight = any(r.in_flight for name, r in snapshot.steps.items() if name != written.step)
+        if others_in_flight:
+            return self._reload_and_advance(snapshot.workflow.workflow_id)
+        return self.advance(snapshot.with_step(written))
 
     def _reload_and_advance(self, workflow_id: str) -> list[Outgoing]:
         fresh = self.store.load(workflow_id)
