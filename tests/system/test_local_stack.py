@@ -52,8 +52,8 @@ class Api:
 def trip(**input_changes: Any) -> dict[str, Any]:
     request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
     for step in request["definition"]["steps"]:
-        step["timeout_seconds"] = 3
-        step["compensation"]["timeout_seconds"] = 3
+        step["timeout_seconds"] = 5
+        step["compensation"]["timeout_seconds"] = 5
         step["compensation"]["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 0.5}
     request["definition"]["steps"][2]["input"]["simulate.$"] = "input.simulate"
     request["input"].update(input_changes)

@@ -45,7 +45,11 @@ def test_explicit_depends_on_builds_a_dag_in_topological_order() -> None:
         ([step("a", input={"x.$": "input.[["})], "invalid JMESPath"),
         ([step("a", input={"x.$": "steps.b.output"}), step("b")], "not an earlier dependency"),
         ([step("a", input={"x.$": 42})], "must hold a JMESPath expression string"),
-        ([step("a", timeout_seconds=0)], "greater than or equal to 1"),
+        ([step("a", timeout_seconds=2)], "greater than or equal to 5"),
+        ([step("a"), step("b", input={"x.$": "inptu.traveller"})], r"must start with one of \['input', 'steps'\]"),
+        ([step("a"), step("b", input={"x.$": "steps"})], "must name the step"),
+        ([step("a"), step("b", input={"x.$": "steps.*.output"})], "must name the step"),
+        ([step("a"), step("b", input={"x.$": "@"})], "must start with one of"),
         ([step("a", retry={"max_attempts": 3, "backoff_base_seconds": 5, "backoff_cap_seconds": 1})], "cap"),
     ],
 )
@@ -73,7 +77,7 @@ def test_compensation_may_refer_to_its_own_step_but_an_action_may_not() -> None:
         {"name": "c", "steps": [step("a", compensation={"action": "cancel", "input": {"c.$": "step.output.code"}})]}
     )
     assert ok.steps[0].compensation is not None
-    with pytest.raises(InvalidDefinitionError, match="may refer only to"):
+    with pytest.raises(InvalidDefinitionError, match=r"must start with one of \['input', 'steps'\]"):
         parse_definition({"name": "c", "steps": [step("a", input={"c.$": "step.output.code"})]})
 
 
@@ -83,3 +87,23 @@ def test_referenced_steps_lists_the_outputs_a_step_needs() -> None:
     )
     assert definition.referenced_steps("b") == {"a"}
     assert definition.referenced_steps("a") == set()
+
+
+def test_references_inside_filters_and_under_input_are_not_mistaken_for_steps() -> None:
+    definition = parse_definition(
+        {
+            "name": "refs",
+            "steps": [
+                step("a"),
+                step("b", input={"x.$": "input.steps.later", "y.$": "input.items[?price > `3`].name"}),
+                step("c", input={"z.$": "[input.a, steps.a.output.id, length(input.items)]"}),
+            ],
+        }
+    )
+    assert definition.referenced_steps("c") == {"a"}
+
+
+def test_version_must_be_an_integer_not_a_string_or_bool() -> None:
+    for version in ("1", True):
+        with pytest.raises(InvalidDefinitionError, match="version"):
+            parse_definition({"name": "v", "version": version, "steps": [step("a")]})

@@ -18,7 +18,7 @@ from typing import Any
 
 import jmespath
 from jmespath.exceptions import JMESPathError
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from .errors import InvalidDefinitionError
 from .types import ActionName, AgentName, StepName
@@ -64,7 +64,7 @@ class CompensationDefinition(BaseModel):
 
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
-    timeout_seconds: int = Field(default=30, ge=1, le=900)
+    timeout_seconds: int = Field(default=30, ge=5, le=900)
     retry: RetryPolicy = Field(
         default_factory=lambda: RetryPolicy(max_attempts=5, backoff_base_seconds=2.0, backoff_cap_seconds=60.0)
     )
@@ -79,7 +79,9 @@ class StepDefinition(BaseModel):
     agent: AgentName
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
-    timeout_seconds: int = Field(default=30, ge=1, le=900, description="Seconds from dispatch to complete-by.")
+    timeout_seconds: int = Field(
+        default=30, ge=5, le=900, description="Seconds from dispatch to complete-by (the agent keeps 2 s to reply)."
+    )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     compensation: CompensationDefinition | None = None
     depends_on: list[StepName] | None = Field(
@@ -93,7 +95,7 @@ class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    version: int = Field(default=1, ge=1)
+    version: StrictInt = Field(default=1, ge=1)
     steps: list[StepDefinition] = Field(min_length=1, max_length=MAX_STEPS)
 
     @field_validator("steps")
@@ -253,19 +255,57 @@ def _expressions_text(value: Any) -> str:
 
 
 def _check_template(template: dict[str, Any], where: str, ancestors: set[str], *, allow_step: bool) -> None:
+    allowed = set(_ROOTS) if allow_step else {"input", "steps"}
     for expression in _expressions(template):
         try:
-            _compiled(expression)
+            parsed = _compiled(expression).parsed
         except JMESPathError as exc:
             raise ValueError(f"{where}: invalid JMESPath {expression!r}: {exc}") from exc
-        roots = set(re.findall(r"(?:^|[^.\w])([A-Za-z_]\w*)\s*(?=[.\[]|$)", expression))
-        allowed = set(_ROOTS) if allow_step else {"input", "steps"}
-        bare = {r for r in roots if r in _ROOTS}
-        if bare - allowed:
-            raise ValueError(f"{where}: {expression!r} may refer only to {sorted(allowed)}")
-        for ref in _STEP_REF.findall(expression):
+        roots: set[str] = set()
+        steps: set[str] = set()
+        _walk(parsed, True, roots, steps)
+        if not roots or roots - allowed:
+            raise ValueError(
+                f"{where}: {expression!r} must start with one of {sorted(allowed)} (found {sorted(roots) or 'none'})"
+            )
+        if "steps" in roots and "*" in steps:
+            raise ValueError(f"{where}: {expression!r} must name the step it reads: steps.<name>.output...")
+        for ref in steps:
             if ref not in ancestors:
                 raise ValueError(f"{where}: {expression!r} refers to step {ref!r}, which is not an earlier dependency")
+
+
+def _walk(node: dict[str, Any], at_root: bool, roots: set[str], steps: set[str]) -> None:
+    """Collect the root names an expression reads from the context, and the step names under ``steps``.
+
+    Only the leftmost field of a path is evaluated against the context root; fields inside projections, filters
+    and the right side of a pipe are relative to the elements they visit.
+    """
+    kind = node.get("type")
+    children = node.get("children", [])
+    if kind == "field":
+        if at_root:
+            roots.add(node["value"])
+            if node["value"] == "steps":
+                steps.add("*")  # bare `steps`: no step named
+    elif kind == "current" and at_root:
+        roots.add("@")
+    elif kind in ("subexpression", "index_expression"):
+        left, right = children[0], children[1]
+        if at_root and left.get("type") == "field" and left.get("value") == "steps":
+            roots.add("steps")
+            steps.add(right["value"] if right.get("type") == "field" else "*")
+        else:
+            _walk(left, at_root, roots, steps)
+        _walk(right, False, roots, steps)
+    elif kind in ("projection", "value_projection", "filter_projection", "flatten", "pipe"):
+        _walk(children[0], at_root, roots, steps)
+        for child in children[1:]:
+            _walk(child, False, roots, steps)
+    else:
+        for child in children:
+            if isinstance(child, dict):
+                _walk(child, at_root, roots, steps)
 
 
 def _topological_order(names: list[str], deps: dict[str, tuple[str, ...]]) -> list[str]:

@@ -17,6 +17,28 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sasflow.sqs")
 _BATCH = 10
+#: SendMessageBatch: at most 10 entries and 262,144 bytes in all (the sum of the bodies), per the SQS quotas
+#: (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
+_BATCH_BYTES = 262_144
+
+
+def batches(sizes: Sequence[int]) -> list[list[int]]:
+    """Group message indexes into SendMessageBatch requests: 10 entries and 262,144 bytes at most each.
+
+    ``sizes`` are the UTF-8 body sizes in bytes (each already at most 262,144); order is kept.
+    """
+    result: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if current and (len(current) == _BATCH or total + size > _BATCH_BYTES):
+            result.append(current)
+            current, total = [], 0
+        current.append(index)
+        total += size
+    if current:
+        result.append(current)
+    return result
 
 
 def sqs_client() -> SQSClient:
@@ -37,7 +59,7 @@ class SqsMessageBus:
         self.client = client
 
     def send(self, messages: Sequence[Outgoing]) -> list[int]:
-        """Send ``messages`` grouped by queue, 10 per SendMessageBatch; return the indexes that failed.
+        """Send ``messages`` grouped by queue in SendMessageBatch requests; return the indexes that failed.
 
         A request that raises (throttling, ServiceUnavailable after botocore's own retries) fails all its entries;
         the state that expects them is already durable, so the supervisor resends them later (DESIGN Rule 1).
@@ -47,8 +69,9 @@ class SqsMessageBus:
             by_queue[message.queue_url].append(index)
         failed: list[int] = []
         for queue_url, indexes in by_queue.items():
-            for start in range(0, len(indexes), _BATCH):
-                chunk = indexes[start : start + _BATCH]
+            sizes = [len(messages[i].body.encode("utf-8")) for i in indexes]
+            for group in batches(sizes):
+                chunk = [indexes[i] for i in group]
                 entries = [
                     {"Id": str(i), "MessageBody": messages[i].body, "DelaySeconds": messages[i].delay_seconds}
                     for i in chunk
