@@ -5,6 +5,8 @@
 #   make test         lint, typecheck, cfn-lint, sam-validate, pytest (all run; fails if any failed)
 #   make build        sam build (no container) -> .aws-sam/build
 #   make run | up     the local stack (python -m devstack run | up); pass extra args with ARGS="..."
+#   make load         1,000 trip bookings under faults on the local stack, checked (python -m devstack load)
+#   make fuzz         schemathesis against the local API's /openapi.json, >= 2,000 cases (tools/fuzz.py)
 #   make lock         refresh tools/constraints-*.txt (transitive pins) after changing a requirement
 #   make clean        remove build output and caches (make distclean also removes the venvs)
 
@@ -138,6 +140,16 @@ run: venv
 up: venv
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack up $(ARGS)
 
+# 1,000 workflows under faults, checked (devstack/load.py). The run stops itself after LOAD_TIME_LIMIT seconds
+# (make load LOAD_TIME_LIMIT=2700 for a longer one); `timeout` is only the backstop (--foreground: Ctrl-C still
+# reaches the run).
+LOAD_TIME_LIMIT ?= 900
+.PHONY: load
+load: venv
+	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" \
+		timeout --foreground --kill-after=30 $$(( $(LOAD_TIME_LIMIT) + 180 )) \
+		$(PY) -m devstack load --time-limit $(LOAD_TIME_LIMIT) $(ARGS)
+
 # --------------------------------------------------------------------------------------------- maintenance
 # Re-resolve requirements in throw-away venvs (no constraints) and record every transitive pin.
 lock: lock-dev lock-sam
@@ -154,3 +166,24 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV) $(SAM_VENV)
+
+# --------------------------------------------------------------------------------------------- simulation
+# Deterministic fault-injection simulation (real handlers + moto): >= 10,000 workflows, 0 invariant violations.
+# Replay one seed: make sim ARGS='--seed N --workflows M --runs 1'
+SIM_ARGS ?= --seed 1 --workflows 200 --runs 50 --jobs 2
+.PHONY: sim
+sim: venv
+	PYTHONPATH="$(APP_PYTHONPATH):$(ROOT)/functions/sample_services$${PYTHONPATH:+:$$PYTHONPATH}" \
+		$(PY) -m simulation $(if $(ARGS),$(ARGS),$(SIM_ARGS))
+
+# --------------------------------------------------------------------------------------------- API fuzzing
+# schemathesis against the OpenAPI document the API serves, through the local stack on loopback (tools/fuzz.py):
+# >= 2,000 test cases, summary by check, non-zero exit on any failure. FUZZ_MAX_TIME bounds the run (seconds);
+# `timeout` is only the backstop. Another seed: make fuzz ARGS='--seed 7'. `make test` runs a small round
+# (tests/fuzz/test_api_fuzz.py).
+FUZZ_MAX_TIME ?= 900
+.PHONY: fuzz
+fuzz: venv
+	PYTHONPATH="$(APP_PYTHONPATH):$(ROOT)/functions/sample_services$${PYTHONPATH:+:$$PYTHONPATH}" \
+		timeout --foreground --kill-after=30 $$(( $(FUZZ_MAX_TIME) + 300 )) \
+		$(PY) tools/fuzz.py --max-time $(FUZZ_MAX_TIME) $(ARGS)

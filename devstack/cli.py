@@ -1,11 +1,13 @@
-"""Command line of the local stack: ``python -m devstack run | up | resources``.
+"""Command line of the local stack: ``python -m devstack run | load | up | resources``.
 
-``run`` is the main job (the demo in ``devstack/demo.py``), ``up`` keeps the stack running, ``resources`` lists
-how each template resource is realised locally.
+``run`` is the main job (the demo in ``devstack/demo.py``), ``load`` the load run (``devstack/load.py``), ``up``
+keeps the stack running, ``resources`` lists how each template resource is realised locally.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import logging
 import signal
 import threading
@@ -179,6 +181,47 @@ def run(
     from devstack.demo import run_demo
 
     raise typer.Exit(run_demo(workflows=workflows, seed=seed, timeout_seconds=timeout, console=console))
+
+
+@app.command()
+def load(
+    workflows: Annotated[int, typer.Option(help="How many trip bookings to start.", min=1, max=5000)] = 1000,
+    transient_error_rate: Annotated[
+        float, typer.Option(help="Share of calls to every service that fail with 503.", min=0.0, max=1.0)
+    ] = 0.2,
+    outage_seconds: Annotated[float, typer.Option(help="Length of the hotels outage (seconds).", min=0.0)] = 30.0,
+    max_in_flight: Annotated[
+        int | None, typer.Option(help="At most this many workflows running at once [default: 25].", min=1)
+    ] = None,
+    time_limit: Annotated[
+        float, typer.Option(help="Wall-clock limit of the whole run, start-up included (seconds).", min=30.0)
+    ] = 900.0,
+    seed: Annotated[int, typer.Option(help="Seed of the services' fault draws.")] = 7,
+    report: Annotated[Path | None, typer.Option(help="Also write the markdown table here.", dir_okay=False)] = Path(
+        ".devstack/load/report.md"
+    ),
+) -> None:
+    """Run many trip bookings under faults on the local stack; check and print what it took (exit 1 on a failure)."""
+    from devstack.load import LoadProfile, render, run_load, write_report
+
+    profile = LoadProfile(
+        workflows=workflows,
+        transient_error_rate=transient_error_rate,
+        outage_seconds=outage_seconds,
+        time_limit_seconds=time_limit,
+        seed=seed,
+    )
+    if max_in_flight is not None:
+        profile = dataclasses.replace(profile, max_in_flight=max_in_flight)
+    result = run_load(profile, console=console)
+    render(result, console)
+    if report is not None:
+        write_report(result, report)
+        console.print(f"\nmarkdown table written to {report}")
+    # moto leaves much cyclic garbage (every TransactWriteItems deep-copies the table); collecting it at interpreter
+    # exit takes minutes after a large run, and the process ends here, so that last collection is skipped.
+    gc.freeze()
+    raise typer.Exit(result.exit_code)
 
 
 def main() -> None:

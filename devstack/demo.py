@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_SERVICES_DIR = ROOT / "functions" / "sample_services"
 
 
-def _sample_services_importable() -> None:
+def sample_services_importable() -> None:
     if str(SAMPLE_SERVICES_DIR) not in sys.path:
         sys.path.append(str(SAMPLE_SERVICES_DIR))
 
@@ -42,21 +42,25 @@ DEAD_LETTER_QUEUES = (
 )
 
 
-def demo_definition() -> dict[str, Any]:
-    """The sample trip definition from events/, with demo-sized timeouts (seconds) so faults resolve quickly."""
+def demo_definition(timeout_seconds: int = 5) -> dict[str, Any]:
+    """The sample trip definition from events/, with demo-sized timeouts (seconds) so faults resolve quickly.
+
+    ``timeout_seconds`` is every step's and compensation's complete-by budget (``make load`` gives more, because
+    under load a request also waits in its queue).
+    """
     request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
     definition: dict[str, Any] = request["definition"]
     for step in definition["steps"]:
-        step["timeout_seconds"] = 5
+        step["timeout_seconds"] = timeout_seconds
         step["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 1.0, "jitter": True}
-        step["compensation"]["timeout_seconds"] = 5
+        step["compensation"]["timeout_seconds"] = timeout_seconds
         step["compensation"]["retry"] = {"max_attempts": 5, "backoff_base_seconds": 0.5, "backoff_cap_seconds": 3.0}
     return definition
 
 
 def demo_knobs() -> dict[str, Any]:
     """Fault knobs per sample service (see functions/sample_services/travel_services.FaultKnobs)."""
-    _sample_services_importable()
+    sample_services_importable()
     from travel_services import FaultKnobs
 
     return {
@@ -161,7 +165,7 @@ def run_demo(
     """Run the demo; return the process exit code (0 when every workflow ended and nothing was doubled or lost)."""
     from devstack.stack import LocalStack
 
-    _sample_services_importable()
+    sample_services_importable()
     from http_server import serve_all
 
     console = console or Console()

@@ -10,11 +10,41 @@ from .definition import WorkflowDefinition
 from .records import Snapshot
 from .states import StepStatus, WorkflowStatus
 
+#: The sample saga of the README (events/trip_booking_request.json, shortened): the document's example request.
+_TRIP_EXAMPLE: dict[str, Any] = {
+    "definition": {
+        "name": "trip-booking",
+        "version": 1,
+        "steps": [
+            {
+                "name": "reserve_flight",
+                "agent": "flights",
+                "action": "reserve",
+                "input": {"traveller.$": "input.traveller"},
+                "timeout_seconds": 30,
+                "retry": {"max_attempts": 3, "backoff_base_seconds": 1, "backoff_cap_seconds": 8, "jitter": True},
+                "compensation": {
+                    "action": "cancel_reservation",
+                    "input": {"confirmation.$": "step.output.confirmation"},
+                },
+            },
+            {
+                "name": "book_hotel",
+                "agent": "hotels",
+                "action": "book",
+                "input": {"flight.$": "steps.reserve_flight.output.confirmation"},
+                "compensation": {"action": "cancel_booking"},
+            },
+        ],
+    },
+    "input": {"traveller": "Ada Lovelace"},
+}
+
 
 class StartWorkflowRequest(BaseModel):
     """Body of ``POST /workflows``: the definition to run and the workflow input."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_TRIP_EXAMPLE]})
 
     definition: WorkflowDefinition
     input: dict[str, Any] = Field(default_factory=dict, description="Workflow input; steps refer to it as input.*")
@@ -85,7 +115,8 @@ class WorkflowView(BaseModel):
 
 
 class ErrorResponse(BaseModel):
-    """Every 4xx/5xx body: a stable ``error`` code, a human ``message``, and optional validation ``details``."""
+    """Every error body (always a 4xx): a stable ``error`` code, a human ``message`` and, for a request that failed
+    validation, ``details`` with the ``loc``, ``msg`` and ``type`` of each problem."""
 
     error: str
     message: str

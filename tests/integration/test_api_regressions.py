@@ -1,0 +1,200 @@
+"""Regressions found by fuzzing the API (tools/fuzz.py, schemathesis through the local stack).
+
+Each request below was a 500 from the API function, or a response its OpenAPI document did not describe, before
+sasflow.api refused it as a documented 4xx with an ``ErrorResponse`` body. Every refused request must also write
+nothing and send nothing (DESIGN Rule 9).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import pytest
+
+from sasflow.api_models import ErrorResponse
+from tests.integration.conftest import Deployed
+from tests.support.lambdas import load_event
+
+TRIP = load_event("trip_booking_request.json")
+ERROR_STATUSES = {"400", "404", "409", "413", "415", "422"}
+
+
+def post_raw(deployed: Deployed, body: bytes, content_type: str | None = "application/json") -> tuple[int, Any]:
+    """POST /workflows with exactly these bytes, as API Gateway sends them (base64 when not UTF-8 text)."""
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode(), True
+    headers = {"content-type": content_type} if content_type is not None else {}
+    event = {
+        "version": "2.0",
+        "routeKey": "POST /workflows",
+        "rawPath": "/workflows",
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "local",
+            "http": {"method": "POST", "path": "/workflows", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
+            "requestId": f"fuzz-regression-{time.monotonic_ns()}",
+            "routeKey": "POST /workflows",
+            "stage": "$default",
+            "timeEpoch": int(time.time() * 1000),
+        },
+        "body": text,
+        "isBase64Encoded": encoded,
+    }
+    response = deployed.fn("ApiFunction").invoke(event)
+    return response["statusCode"], json.loads(response.get("body") or "null")
+
+
+def trip_with_input(value: Any) -> dict[str, Any]:
+    body = json.loads(json.dumps(TRIP))
+    body["input"] = value
+    return body
+
+
+def nested(levels: int) -> Any:
+    """A JSON object ``levels`` deep: {"a": {"a": ... {}}}."""
+    value: Any = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+def assert_refused(deployed: Deployed, status: int, body: Any, expected: tuple[int, str]) -> None:
+    assert (status, body["error"]) == expected
+    ErrorResponse.model_validate(body)  # the documented error body
+    assert body["message"]
+    assert deployed.items() == []
+    assert deployed.depth("FlightsRequestQueue") == 0
+
+
+# --------------------------------------------------------------------------------------------- request bodies
+@pytest.mark.parametrize(
+    ("case", "raw"),
+    [
+        ("invalid UTF-8", b'{"definition": "\xff\xfe"}'),
+        ("UTF-16", json.dumps(TRIP).encode("utf-16")),
+        ("control bytes", b"\x03\xff"),
+    ],
+)
+def test_a_body_that_is_not_utf8_is_400_malformed_json_not_500(deployed: Deployed, case: str, raw: bytes) -> None:
+    # Given bytes that are not UTF-8 (API Gateway passes them base64-encoded)
+    # When they are POSTed as application/json
+    status, body = post_raw(deployed, raw)
+    # Then they are refused as malformed JSON (was: UnicodeDecodeError in powertools -> 500)
+    assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "multipart/form-data",  # no boundary: was a bare ValueError in powertools -> 500
+        "multipart/form-data; boundary=x",
+        "application/x-www-form-urlencoded",
+        "text/plain",
+        "application/xml",
+        "application/problem+json",
+    ],
+)
+def test_a_body_that_is_not_application_json_is_415_with_an_error_response(
+    deployed: Deployed, content_type: str
+) -> None:
+    # Given the trip request sent with another media type
+    status, body = post_raw(deployed, json.dumps(TRIP).encode(), content_type)
+    # Then 415 with the documented ErrorResponse (was: 500, 422, or powertools' own {"statusCode": 415, ...})
+    assert_refused(deployed, status, body, (415, "UNSUPPORTED_MEDIA_TYPE"))
+    assert body["message"] == f"the request body must be application/json, not {content_type.split(';')[0]}"
+
+
+@pytest.mark.parametrize("content_type", ["APPLICATION/JSON", "application/json; charset=utf-8", None])
+def test_json_media_type_is_matched_case_insensitively_and_may_be_omitted(
+    deployed: Deployed, content_type: str | None
+) -> None:
+    # Media types are case-insensitive (RFC 9110 section 8.3.1); powertools refused "APPLICATION/JSON" with 415.
+    status, body = post_raw(deployed, json.dumps(TRIP).encode(), content_type)
+    assert status == 201
+    assert body["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    ("case", "raw", "reason"),
+    [
+        ("NaN", '{"x": NaN}', "NaN is not a JSON value"),
+        ("Infinity", '{"x": Infinity}', "Infinity is not a JSON value"),
+        ("-Infinity", '{"x": -Infinity}', "-Infinity is not a JSON value"),
+        ("float overflow", '{"x": 1e400}', "1e400 does not fit in a double"),
+        ("lone surrogate", '{"x": "\\ud800"}', "a string is not valid Unicode (lone surrogate)"),
+        ("lone surrogate key", '{"\\udfff": 1}', "a key is not valid Unicode (lone surrogate)"),
+    ],
+)
+def test_input_that_is_not_strict_json_is_400_and_stores_nothing(
+    deployed: Deployed, case: str, raw: str, reason: str
+) -> None:
+    # Given a workflow input Python's json reads but JSON (RFC 8259) has no value for
+    text = json.dumps({"definition": TRIP["definition"]})[:-1] + f', "input": {raw}}}'
+    # When it is POSTed
+    status, body = post_raw(deployed, text.encode())
+    # Then 400 (was: NaN/inf stored and shown back as null; a lone surrogate -> UnicodeEncodeError -> 500)
+    assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
+    assert body["details"][0]["msg"] == f"JSON decode error: {reason}"
+
+
+def test_an_integer_beyond_pythons_digit_limit_is_400_not_500(deployed: Deployed) -> None:
+    text = json.dumps({"definition": TRIP["definition"]})[:-1] + f', "input": {{"x": {"9" * 5000}}}}}'
+    status, body = post_raw(deployed, text.encode())
+    assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
+
+
+def test_nesting_up_to_64_levels_is_accepted_and_deeper_is_400(deployed: Deployed) -> None:
+    # Given inputs whose request bodies nest exactly 64 and 65 levels (the body is level 1, input level 2)
+    at_limit = trip_with_input(nested(63))
+    over = trip_with_input(nested(64))
+    # When both are POSTed
+    over_status, over_body = post_raw(deployed, json.dumps(over).encode())
+    # Then the deeper one is refused (was: pydantic's "Maximum serialization depth exceeded" -> 500 from ~300 levels)
+    assert_refused(deployed, over_status, over_body, (400, "MALFORMED_JSON"))
+    assert over_body["details"][0]["msg"] == "JSON decode error: nested deeper than 64 levels"
+    status, body = post_raw(deployed, json.dumps(at_limit).encode())
+    assert status == 201
+    assert body["input"] == nested(63)
+
+
+def test_nesting_past_the_recursion_limit_is_400_not_500(deployed: Deployed) -> None:
+    status, body = post_raw(deployed, b"[" * 5000 + b"]" * 5000)
+    assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
+    assert body["details"][0]["msg"] == "JSON decode error: nested deeper than 64 levels"
+
+
+# --------------------------------------------------------------------------------------------- the document
+def test_every_route_documents_every_error_status_with_the_error_response_schema(deployed: Deployed) -> None:
+    status, spec = deployed.api("GET", "/openapi.json")
+    assert status == 200
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            errors = {code: r for code, r in operation["responses"].items() if code.startswith(("4", "5"))}
+            # 415 was missing (powertools' own 415 body was not an ErrorResponse either)
+            assert set(errors) == ERROR_STATUSES, (method, path)
+            for response in errors.values():
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorResponse"}
+
+
+def test_the_document_names_the_agents_of_this_deployment(deployed: Deployed) -> None:
+    # A definition naming another agent is refused 422: the served document now says which agents exist.
+    _, spec = deployed.api("GET", "/openapi.json")
+    agent = spec["components"]["schemas"]["StepDefinition"]["properties"]["agent"]
+    assert agent["enum"] == ["flights", "hotels", "payments"]
+
+
+def test_the_documented_example_request_starts_a_workflow(deployed: Deployed) -> None:
+    # The examples phase of the fuzzing sends it; it must stay valid against this deployment.
+    _, spec = deployed.api("GET", "/openapi.json")
+    (example,) = spec["components"]["schemas"]["StartWorkflowRequest"]["examples"]
+    status, body = deployed.api("POST", "/workflows", example)
+    assert status == 201
+    assert [s["name"] for s in body["steps"]] == ["reserve_flight", "book_hotel"]
