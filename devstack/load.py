@@ -897,7 +897,7 @@ class _Driver:
                 return workflow_id_for(key)
             try:
                 response = self.http.request(
-                    "POST", f"{self.stack.api_url}/workflows", body=body, headers=headers, timeout=30.0
+                    "POST", f"{self.stack.api_url}/workflows", body=body, headers=headers, timeout=60.0
                 )
             except urllib3.exceptions.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
