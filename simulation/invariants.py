@@ -130,7 +130,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 violations.append(Violation("COMPENSATION_FAILED before retries were exhausted", workflow_id, ""))
 
         # Reverse dependency order: a step is undone only after every later step that depends on it.
-        descendants = _descendants(definition)
+        descendants = definition.descendants
         for step in definition.steps:
             undone = happened[step.name]
             if undone is None or not undone.undone_by:
@@ -170,13 +170,3 @@ def _workflow_of(body: str) -> str | None:
         return str(json.loads(body)["workflow_id"])
     except (ValueError, KeyError, TypeError):
         return None
-
-
-def _descendants(definition: WorkflowDefinition) -> dict[str, set[str]]:
-    result: dict[str, set[str]] = {}
-    for name in reversed(definition.order):
-        acc: set[str] = set()
-        for child in definition.dependents[name]:
-            acc |= {child} | result[child]
-        result[name] = acc
-    return result

@@ -154,6 +154,17 @@ class WorkflowDefinition(BaseModel):
         return {k: tuple(v) for k, v in result.items()}
 
     @cached_property
+    def descendants(self) -> dict[str, frozenset[str]]:
+        """Map each step name to every step that depends on it, directly or transitively."""
+        result: dict[str, frozenset[str]] = {}
+        for name in reversed(self.order):
+            acc: set[str] = set()
+            for child in self.dependents[name]:
+                acc |= {child} | result[child]
+            result[name] = frozenset(acc)
+        return result
+
+    @cached_property
     def order(self) -> tuple[str, ...]:
         """Step names in a topological order that keeps the written order where dependencies allow."""
         return tuple(_topological_order([s.name for s in self.steps], self.dependencies))

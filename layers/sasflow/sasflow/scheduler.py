@@ -534,7 +534,7 @@ class SchedulerService:
             )
             self._finish(workflow, final, now)
             return []
-        descendants = _descendants(definition)
+        descendants = definition.descendants
         messages: list[Outgoing] = []
         for name in pending:
             if not all(settled(d) for d in descendants[name]):
@@ -705,14 +705,3 @@ def _retryable(reply: StepReply) -> bool:
 
 def _evolve_workflow(workflow: WorkflowRecord, status: WorkflowStatus, now: int, reason: str | None) -> WorkflowRecord:
     return replace(workflow, status=status, updated_at=now, reason=reason or workflow.reason)
-
-
-def _descendants(definition: WorkflowDefinition) -> dict[str, set[str]]:
-    result: dict[str, set[str]] = {}
-    for name in reversed(definition.order):
-        acc: set[str] = set()
-        for child in definition.dependents[name]:
-            acc.add(child)
-            acc |= result[child]
-        result[name] = acc
-    return result
