@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sasflow.definition import WorkflowDefinition
+from sasflow.adapters.dynamodb_store import unpack_definition
 from sasflow.messages import remote_token
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
 
     for workflow_id, workflow in workflows.items():
         status = workflow["status"]
-        definition = WorkflowDefinition.model_validate_json(workflow["definition"])
+        definition = unpack_definition(workflow["definition_z"])
         records = steps.get(workflow_id, {})
         if status not in TERMINAL:
             violations.append(Violation("not terminal", workflow_id, status))

@@ -18,6 +18,7 @@ import json
 import logging
 import multiprocessing
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -116,7 +117,10 @@ class Simulation:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        parameters = {"DeploySampleServices": "false"}
+        # Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read,
+        # entries land in both), but moto answers each index query by sorting the whole table, which made the
+        # supervisor's 8 queries per tick over 40% of a run's time.
+        parameters = {"DeploySampleServices": "false", "DeadlineShards": "2"}
         for agent in AGENT_FUNCTIONS:
             # The remote services are simulated in process; the URL only has to be valid configuration.
             parameters[f"{agent.title()}BaseUrl"] = f"http://{agent}.sim.invalid"
@@ -179,8 +183,49 @@ class Simulation:
         module: Any = load_function_module(spec)
         env = function_environment(spec)
         rng = random.Random(self.rng.random())
-        module.engine = Lazy(lambda: build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng))
+        module.engine = Lazy(
+            lambda: self._watch_rescues(
+                build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
+            )
+        )
         return module
+
+    def _watch_rescues(self, engine: Any) -> Any:
+        """Record the workflows the stall safety net had to repair (invariant 8 checks each against the DLQs).
+
+        A repair counts only when no message of the workflow was still waiting in a live queue: a redelivery would
+        have repaired it too, the safety net merely came first.
+        """
+        scheduler = engine.scheduler
+        original = scheduler.on_workflow_stalled
+
+        def on_workflow_stalled(workflow_id: str) -> list[Any]:
+            before = self._workflow_status(workflow_id)
+            pending = any(
+                _body_workflow_id(m.body) == workflow_id
+                for spec in self.queues.specs.values()
+                if spec.dead_letter_url is not None
+                for m in self.queues.messages[spec.url]
+            )
+            messages: list[Any] = original(workflow_id)
+            if (messages or self._workflow_status(workflow_id) != before) and not pending:
+                self.rescued.add(workflow_id)
+            return messages
+
+        scheduler.on_workflow_stalled = on_workflow_stalled
+        return engine
+
+    def _workflow_status(self, workflow_id: str) -> str | None:
+        item = (
+            self.dynamodb_checker()
+            .get_item(
+                TableName=self.physical["StateTable"],
+                Key={"pk": {"S": f"WF#{workflow_id}"}, "sk": {"S": "#WF"}},
+                ConsistentRead=True,
+            )
+            .get("Item")
+        )
+        return item["status"]["S"] if item else None
 
     def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
         module: Any = load_function_module(spec)
@@ -202,12 +247,12 @@ class Simulation:
         ``sandbox`` names a second instance of the function (its own module state), for concurrent invocations.
         """
         spec = self.specs[logical_id]
-        context = _ClockContext(spec, self.clock)
+        context = ClockContext(spec, self.clock)
         self.report.invocations += 1
         module = self._module(logical_id, sandbox)
         armed = (self.crashes.armed, self.bus.armed)
         self.crashes.armed = self.bus.armed = True
-        self._maybe_interleave(logical_id)
+        self._maybe_interleave(logical_id, event)
         try:
             with environment(function_environment(spec)):
                 return True, module.handler(event, context)
@@ -227,37 +272,72 @@ class Simulation:
             self.modules[key] = self._load_agent_function(spec, agent) if agent else self._load_engine_function(spec)
         return self.modules[key]
 
-    def _maybe_interleave(self, logical_id: str) -> None:
+    def _maybe_interleave(self, logical_id: str, event: Any) -> None:
         """Sometimes let a second instance of a consumer run a whole batch in the middle of this invocation."""
         consumer_ids = {c for c, _ in self.consumers}
         if self._nested or self.crashes.on_call is not None or logical_id not in consumer_ids:
             return
-        if self.rng.random() >= self.faults.concurrent_invocation:
+        own_event = next(e for c, e in self.consumers if c == logical_id)
+        workflow_ids = _workflow_ids(event)
+        siblings_waiting = self.queues.visible(own_event.queue_url, lambda m: _body_workflow_id(m.body) in workflow_ids)
+        related: set[str] = set()
+        if siblings_waiting and self.rng.random() < self.faults.concurrent_sibling:
+            # Messages of the same workflows (say the reply of a parallel sibling step) are waiting: a second
+            # instance of this function takes them between this instance's read and its write, the race on a join.
+            other_id, other_event, related = logical_id, own_event, workflow_ids
+        elif self.rng.random() < self.faults.concurrent_invocation:
+            other_id, other_event = self.rng.choice(self.consumers)
+        else:
             return
         trigger = self.rng.randint(1, 6)
         calls = itertools.count(1)
-        other_id, other_event = self.rng.choice(self.consumers)
 
-        def interleave(_: str) -> None:
-            if next(calls) != trigger:
+        loaded: list[str | None] = [None]
+
+        def interleave(operation: str, body: str = "") -> None:
+            nonlocal related
+            if related:
+                # Just before the first write that follows the load of a workflow whose other messages wait in the
+                # queue: the window between a scheduler's read and its conditional write, where a concurrent
+                # instance's write makes the loaded view stale.
+                if operation == "Query":
+                    match = _WORKFLOW_KEY.search(body)
+                    loaded[0] = match.group(1) if match else None
+                    return
+                if operation not in ("PutItem", "UpdateItem", "TransactWriteItems") or loaded[0] not in related:
+                    return
+                related = {loaded[0]}
+                if not self.queues.visible(other_event.queue_url, lambda m: _body_workflow_id(m.body) in related):
+                    loaded[0] = None
+                    return
+            elif next(calls) != trigger:
                 return
             self.crashes.on_call = None
             self._nested = True
-            self.log("concurrent invocation interleaved")
+            self.log("concurrent invocation interleaved" + (" (same workflows)" if related else ""))
             try:
-                self._deliver(other_id, other_event, sandbox="#2")
+                self._deliver(other_id, other_event, sandbox="#2", related=related)
             finally:
                 self._nested = False
 
         self.crashes.on_call = interleave
 
-    def _deliver(self, logical_id: str, event_spec: SqsEventSpec, *, sandbox: str = "") -> bool:
+    def _deliver(
+        self, logical_id: str, event_spec: SqsEventSpec, *, sandbox: str = "", related: set[str] | None = None
+    ) -> bool:
         # Like Lambda's event source mapping, batches vary in size (1..BatchSize), so related messages (the replies
         # of parallel steps) may land in different, concurrent invocations.
         size = self.rng.randint(1, min(event_spec.batch_size, 10))
-        messages = self.queues.receive(event_spec.queue_url, size)
+        prefer = (lambda m: _body_workflow_id(m.body) in related) if related else None
+        # Sometimes a batch takes one message per workflow, so the replies of parallel siblings go to different
+        # (possibly concurrent) invocations, as they do when Lambda's poller splits them.
+        spread = not related and self.rng.random() < 0.5
+        group = (lambda m: _body_workflow_id(m.body)) if spread else None
+        messages = self.queues.receive(event_spec.queue_url, size, prefer, group)
         if not messages:
             return False
+        if related and any(_body_workflow_id(m.body) in related for m in messages):
+            self.log("concurrent instance took a message of the same workflow")
         if self.rng.random() < self.faults.consumer_lost:
             # The poller received the batch and died: the messages come back after the visibility timeout.
             self.log("consumer lost after receive")
@@ -278,7 +358,7 @@ class Simulation:
             "definition": trip_definition(shape),
             "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
         }
-        event = _http_event(body, key=f"sim-{self.seed}-{index}")
+        event = start_event(body, key=f"sim-{self.seed}-{index}")
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
         for _ in range(20):
             ok, response = self._invoke("ApiFunction", event)
@@ -289,24 +369,14 @@ class Simulation:
 
     def _tick(self) -> None:
         self.report.ticks += 1
-        event = {
-            "version": "0",
-            "id": f"tick-{self.report.ticks}",
-            "detail-type": "Scheduled Event",
-            "source": "aws.events",
-            "account": "123456789012",
-            "time": "",
-            "region": "us-east-1",
-            "resources": [],
-            "detail": {},
-        }
+        event = scheduled_event(self.report.ticks)
         if self.rng.random() < self.faults.second_supervisor:
             # A second supervisor runs the same sweep inside the first, at one of its DynamoDB calls, as if its lease
             # had expired: only the conditional writes keep them apart.
             trigger = self.rng.randint(1, 12)
             calls = itertools.count(1)
 
-            def interleave(_: str) -> None:
+            def interleave(_: str, __: str = "") -> None:
                 if next(calls) == trigger:
                     self.crashes.on_call = None
                     self.log("second supervisor interleaved")
@@ -348,6 +418,12 @@ class Simulation:
                 order = list(self.consumers)
                 self.rng.shuffle(order)
                 for logical_id, event_spec in order:
+                    if self.rng.random() < self.faults.slow_poller:
+                        # This consumer's poller lags a pass, so messages pile up (the replies of parallel siblings
+                        # among them) and batches hold related messages, as under real load. The pass repeats until
+                        # nothing is visible, so the messages are delivered later, never dropped.
+                        progressed = True
+                        continue
                     progressed |= self._deliver(logical_id, event_spec)
             if started < self.workflows and start_times[started] <= self.clock.now():
                 self._start(started)
@@ -397,7 +473,7 @@ class Simulation:
 _TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 
 
-class _ClockContext(FakeLambdaContext):
+class ClockContext(FakeLambdaContext):
     """A context whose deadline runs on the simulated clock (retries that sleep use up the invocation)."""
 
     def __init__(self, spec: FunctionSpec, clock: ManualClock) -> None:
@@ -435,7 +511,40 @@ def _sqs_event(messages: list[SimMessage], queue_arn: str) -> dict[str, Any]:
     }
 
 
-def _http_event(body: Any, *, key: str) -> dict[str, Any]:
+_WORKFLOW_KEY = re.compile(r'"WF#([^"]+)"')
+
+
+def _body_workflow_id(body: str) -> str | None:
+    try:
+        value = json.loads(body).get("workflow_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _workflow_ids(event: Any) -> set[str]:
+    """The workflow ids of an SQS event's records (malformed bodies are skipped)."""
+    records = event.get("Records", []) if isinstance(event, dict) else []
+    return {wid for r in records if (wid := _body_workflow_id(r.get("body", ""))) is not None}
+
+
+def scheduled_event(tick: int) -> dict[str, Any]:
+    """The EventBridge scheduled event the supervisor receives on its ``tick``-th run."""
+    return {
+        "version": "0",
+        "id": f"tick-{tick}",
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "123456789012",
+        "time": "",
+        "region": "us-east-1",
+        "resources": [],
+        "detail": {},
+    }
+
+
+def start_event(body: Any, *, key: str) -> dict[str, Any]:
+    """An HTTP API (payload 2.0) ``POST /workflows`` event with ``body`` and an ``Idempotency-Key``."""
     return {
         "version": "2.0",
         "routeKey": "POST /workflows",

@@ -20,7 +20,7 @@ import datetime
 import itertools
 import random
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +56,8 @@ class Faults:
     clock_skew_seconds: float = 4.0
     second_supervisor: float = 0.3
     concurrent_invocation: float = 0.15
+    slow_poller: float = 0.3
+    concurrent_sibling: float = 0.5
 
     @classmethod
     def none(cls) -> Faults:
@@ -111,16 +113,35 @@ class SimQueues:
         self.messages[url].append(message)
         return message.message_id
 
-    def receive(self, url: str, max_messages: int) -> list[SimMessage]:
-        """Receive up to ``max_messages`` visible messages (random order); redrive over-received ones to the DLQ."""
+    def receive(
+        self,
+        url: str,
+        max_messages: int,
+        prefer: Callable[[SimMessage], bool] | None = None,
+        group: Callable[[SimMessage], object] | None = None,
+    ) -> list[SimMessage]:
+        """Receive up to ``max_messages`` visible messages (random order); redrive over-received ones to the DLQ.
+
+        ``prefer`` puts the messages it accepts first (still in random order among themselves): the simulation uses
+        it to hand a concurrent instance the messages most likely to race with the running one. ``group`` takes at
+        most one message per group (for example per workflow), leaving the others visible for another consumer.
+        """
         spec = self.specs[url]
         now = self.clock.now()
         visible = [m for m in self.messages[url] if m.visible_at <= now]
         self.rng.shuffle(visible)
+        if prefer is not None:
+            visible.sort(key=lambda m: not prefer(m))
         received: list[SimMessage] = []
+        groups: set[object] = set()
         for message in visible:
             if len(received) >= max_messages:
                 break
+            if group is not None:
+                key = group(message)
+                if key in groups:
+                    continue
+                groups.add(key)
             if spec.max_receive_count is not None and message.receive_count >= spec.max_receive_count:
                 # SQS moves a message to the DLQ when a receive would exceed maxReceiveCount.
                 self.messages[url].remove(message)
@@ -134,6 +155,11 @@ class SimQueues:
             message.receipt = f"{message.message_id}#{message.receive_count}"
             received.append(message)
         return received
+
+    def visible(self, url: str, accept: Callable[[SimMessage], bool]) -> int:
+        """How many visible messages of ``url`` ``accept`` takes."""
+        now = self.clock.now()
+        return sum(1 for m in self.messages[url] if m.visible_at <= now and accept(m))
 
     def delete(self, url: str, receipt: str) -> None:
         self.messages[url] = [m for m in self.messages[url] if m.receipt != receipt]
@@ -185,18 +211,19 @@ class CrashInjector:
         self.log = log
         self.armed = False
         self.calls = 0
-        self.on_call: Any = None  # hook for interleaving a second supervisor
+        self.on_call: Any = None  # hook (operation, request body) for interleaving a second instance
 
     def install(self, client: Any) -> None:
         client.meta.events.register("before-call.dynamodb.*", self._before)
         client.meta.events.register("after-call.dynamodb.*", self._after)
 
-    def _before(self, model: Any, **_: Any) -> None:
+    def _before(self, model: Any, params: Any = None, **_: Any) -> None:
         if not self.armed:
             return
         self.calls += 1
         if self.on_call is not None:
-            self.on_call(model.name)
+            body = params.get("body", b"") if isinstance(params, dict) else b""
+            self.on_call(model.name, body.decode() if isinstance(body, bytes) else str(body))
         if self.rng.random() < self.faults.crash_before_call:
             self.log("crash before DynamoDB call")
             raise SimCrash(f"crash before {model.name}")

@@ -27,7 +27,8 @@ def _count(name: str, value: int = 1) -> None:
 
 
 engine = Lazy(lambda: build_engine(metrics=_count))
-processor = OutboxBatchProcessor(lambda: engine().bus)
+# Stop starting replies with 5 s left: the rest come back at once as batch-item failures, not after a timeout.
+processor = OutboxBatchProcessor(lambda: engine().bus, reserve_seconds=5)
 
 
 def handle_reply(record: SQSRecord) -> list[Outgoing]:

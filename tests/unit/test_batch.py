@@ -69,3 +69,40 @@ def test_an_event_without_records_is_an_error(event: Any) -> None:
     with pytest.raises(Exception, match=r"(?i)records|event"):
         process_partial_response(event, handle, OutboxBatchProcessor(lambda: bus))
     assert bus.queues == {}
+
+
+class _Countdown:
+    """A Lambda context whose remaining time drops by ``step_ms`` every time it is read."""
+
+    def __init__(self, remaining_ms: int, step_ms: int) -> None:
+        self.remaining_ms = remaining_ms
+        self.step_ms = step_ms
+
+    def get_remaining_time_in_millis(self) -> int:
+        value = self.remaining_ms
+        self.remaining_ms -= self.step_ms
+        return value
+
+
+def test_records_not_started_before_the_reserve_come_back_as_failures_and_the_started_ones_are_sent() -> None:
+    bus = InMemoryBus()
+    handled: list[str] = []
+
+    def record_handler(record: SQSRecord) -> list[Outgoing]:
+        handled.append(record.message_id)
+        return handle(record)
+
+    # 7 s left at the first record, 1 s less at each: records 1-3 start (7, 6, 5 s left), 4 and 5 do not (4, 3 s).
+    event = {"Records": [sqs_record(f"r{i}", VALID) for i in range(1, 6)]}
+    processor = OutboxBatchProcessor(lambda: bus, reserve_seconds=5)
+    response = process_partial_response(event, record_handler, processor, context=_Countdown(7_000, 1_000))
+    assert handled == ["r1", "r2", "r3"]
+    assert response["batchItemFailures"] == [{"itemIdentifier": "r4"}, {"itemIdentifier": "r5"}]
+    assert len(bus.queues["queue/next"]) == 3
+
+
+def test_without_a_reserve_every_record_starts_however_little_time_is_left() -> None:
+    bus = InMemoryBus()
+    event = {"Records": [sqs_record("a", VALID), sqs_record("b", VALID)]}
+    response = process_partial_response(event, handle, OutboxBatchProcessor(lambda: bus), context=_Countdown(10, 5))
+    assert response["batchItemFailures"] == []

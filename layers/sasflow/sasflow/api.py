@@ -43,6 +43,7 @@ from .errors import (
 )
 from .messages import canonical_hash
 from .ports import MessageBus
+from .records import Snapshot
 from .scheduler import SchedulerService
 from .types import IdempotencyKey, WorkflowId
 
@@ -286,7 +287,11 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             if failed:
                 # The steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1).
                 logger.warning("start messages not sent", extra={"workflow_id": result.workflow.workflow_id})
-        snapshot = scheduler.store.load(result.workflow.workflow_id)
+        if result.created:
+            # Read nothing we already hold: the start wrote exactly this workflow and these steps.
+            snapshot: Snapshot | None = Snapshot(result.workflow, {r.step: r for r in result.steps})
+        else:
+            snapshot = scheduler.store.load(result.workflow.workflow_id)  # a repeat shows the current state
         assert snapshot is not None
         view = WorkflowView.from_snapshot(snapshot)
         return Response(

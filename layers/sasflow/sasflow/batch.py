@@ -5,15 +5,21 @@ returns the messages that record produces. A record that raises becomes a batch-
 still succeed (DESIGN Rule 9). When the batch ends, every produced message is sent, 10 per SendMessageBatch request,
 and a record whose messages could not be sent is turned into a batch-item failure too, so SQS delivers it again.
 ``process_partial_response`` refuses an event without ``Records``: that is an error, never an empty success.
+
+With ``reserve_seconds`` the processor stops starting records once the invocation has less than that left (read from
+the Lambda context): the records not started become batch-item failures, so SQS delivers them again to a fresh
+invocation, instead of the whole batch timing out and coming back after the visibility timeout (Lambda developer
+guide, "Handling errors for an SQS event source": a timed-out invocation fails the whole batch).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
-from aws_lambda_powertools.utilities.batch.base import SuccessResponse
+from aws_lambda_powertools.utilities.batch.base import FailureResponse, SuccessResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from .ports import MessageBus, Outgoing
@@ -26,12 +32,24 @@ class OutboxBatchProcessor(BatchProcessor):
     ----------
     bus:
         Returns the message bus; called when the batch ends (so the bus can be built lazily at cold start).
+    reserve_seconds:
+        Do not start a record with less than this left in the invocation (seconds); 0 starts every record.
     """
 
-    def __init__(self, bus: Callable[[], MessageBus]) -> None:
+    def __init__(self, bus: Callable[[], MessageBus], *, reserve_seconds: float = 0.0) -> None:
         super().__init__(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self._bus = bus
         self._outbox: list[tuple[dict[str, Any], Outgoing]] = []
+        self._reserve_ms = reserve_seconds * 1000
+
+    def _process_record(self, record: dict[str, Any]) -> SuccessResponse | FailureResponse:
+        context = getattr(self, "lambda_context", None)
+        if self._reserve_ms and context is not None and context.get_remaining_time_in_millis() < self._reserve_ms:
+            try:
+                raise OutOfTimeError(f"less than {self._reserve_ms / 1000:g} s left in the invocation; not started")
+            except OutOfTimeError:
+                return self.failure_handler(record=SQSRecord(record), exception=sys.exc_info())
+        return super()._process_record(record)
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -55,6 +73,10 @@ class OutboxBatchProcessor(BatchProcessor):
             if _message_id(record) in message_ids:
                 self.success_messages.remove(record)
                 self.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)
+
+
+class OutOfTimeError(Exception):
+    """A record was not started because the invocation is about to time out; SQS delivers it again."""
 
 
 def _message_id(record: Any) -> str | None:

@@ -10,15 +10,20 @@ import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from .agent import AgentRuntime, RemoteClient
-from .breaker import CircuitBreaker
 from .clock import Clock, SystemClock
 from .ports import Counter, MessageBus, StateStore, no_metrics
 from .scheduler import SchedulerService
 from .settings import AgentConfig, EngineConfig
 from .supervisor import SupervisorService
+
+if TYPE_CHECKING:
+    # Only an agent needs these (and tenacity): `build_agent` imports them, so the API, scheduler and supervisor
+    # handlers never load them at cold start. The scheduler and supervisor stay imported above: three handlers use
+    # them, and their loggers create the "sasflow" logger that handlers configure at import
+    # (copy_config_to_registered_loggers only finds loggers that exist by then).
+    from .agent import AgentRuntime, RemoteClient
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,8 @@ def build_agent(
     from .adapters.dynamodb_store import dynamodb_client
     from .adapters.http_remote import HttpRemoteClient
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .agent import AgentRuntime
+    from .breaker import CircuitBreaker
 
     config = AgentConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()
@@ -128,6 +135,7 @@ def build_agent(
         failure_threshold=config.breaker_failure_threshold,
         open_seconds=config.breaker_open_seconds,
         probe_seconds=config.breaker_probe_seconds,
+        cache_seconds=config.breaker_cache_seconds,
     )
     runtime = AgentRuntime(
         config,

@@ -43,11 +43,16 @@ _MAX_SQS_DELAY = 900
 
 @dataclass(frozen=True)
 class StartResult:
-    """What ``start_workflow`` did: the workflow, whether this call created it, and the messages to send."""
+    """What ``start_workflow`` did: the workflow, whether this call created it, and the messages to send.
+
+    ``steps`` holds the step records this call wrote (empty for a repeat), so a caller can show the new workflow
+    without reading back what it just wrote.
+    """
 
     workflow: WorkflowRecord
     created: bool
     messages: list[Outgoing] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
 
 
 def workflow_id_for(idempotency_key: str | None) -> str:
@@ -197,7 +202,7 @@ class SchedulerService:
                 ) from None
             return StartResult(existing, created=False)
         self.metrics("WorkflowsStarted")
-        return StartResult(workflow, created=True, messages=messages)
+        return StartResult(workflow, created=True, messages=messages, steps=records)
 
     # ------------------------------------------------------------------ replies
     def on_reply(self, reply: StepReply) -> list[Outgoing]:

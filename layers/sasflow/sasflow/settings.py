@@ -107,6 +107,10 @@ class AgentConfig(BaseModel):
     breaker_failure_threshold, breaker_open_seconds, breaker_probe_seconds:
         Circuit breaker: consecutive failures that open it, how long it stays open, how long a half-open probe
         may take before another instance may probe (seconds).
+    breaker_cache_seconds:
+        How long an instance reuses its last read of the shared breaker before reading it again (seconds). An
+        instance that sees a failure updates the shared state at once; the others learn of an opened breaker at
+        most this late, and meanwhile their calls fail fast against the sick service.
     idempotency_expiry_seconds:
         How long a completed action's result is remembered (seconds).
     """
@@ -122,6 +126,7 @@ class AgentConfig(BaseModel):
     breaker_failure_threshold: int = Field(default=5, ge=1)
     breaker_open_seconds: int = Field(default=30, ge=1)
     breaker_probe_seconds: int = Field(default=10, ge=1)
+    breaker_cache_seconds: float = Field(default=5.0, ge=0, le=60)
     idempotency_expiry_seconds: int = Field(default=86_400, ge=60)
 
     @field_validator("remote_base_url")
@@ -153,6 +158,7 @@ class AgentConfig(BaseModel):
                 "breaker_failure_threshold": "BREAKER_FAILURE_THRESHOLD",
                 "breaker_open_seconds": "BREAKER_OPEN_SECONDS",
                 "breaker_probe_seconds": "BREAKER_PROBE_SECONDS",
+                "breaker_cache_seconds": "BREAKER_CACHE_SECONDS",
                 "idempotency_expiry_seconds": "IDEMPOTENCY_EXPIRY_SECONDS",
             },
             required=("AGENT_NAME", "REMOTE_BASE_URL", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),

@@ -1,0 +1,158 @@
+"""The anchor: the same saga written for AWS Step Functions Standard, and the state transitions it would bill.
+
+`saga_asl` writes the Amazon States Language a Step Functions user would write for a chain definition, the cheapest
+honest way: one ``Task`` state per step (the agent's Lambda, ``End: true`` on the last one, so no extra ``Succeed``
+state), a ``Retry`` with the same call budget our definition gives the step (``max_attempts`` dispatches of
+``max_attempts`` calls each), and
+a ``Catch`` that enters the compensation chain: one ``Task`` per step to undo, in reverse order, each with the
+compensation's retry budget, ending in a ``Fail`` state (source: the Step Functions developer guide, "Saga pattern"
+and "Handling errors in Step Functions workflows").
+
+`count_transitions` walks that ASL with what actually happened to each step in our run (how many calls the
+remote service received per step and phase, whether the step completed, was rejected, or may have happened) and
+counts the transitions Step Functions bills: every state entered, and every retry (AWS Step Functions pricing:
+"Step Functions counts a state transition each time a step of your workflow is executed, including retries").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_COMPENSATION_ATTEMPTS = 5
+
+TRANSIENT = "Remote.Transient"
+REJECTED = "Remote.Rejected"
+TIMEOUT = "States.Timeout"
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """What happened to one step of one workflow.
+
+    Attributes
+    ----------
+    ran:
+        Whether the step was started at all.
+    calls:
+        Task attempts for the forward action: calls the remote service received, plus invocations lost before
+        calling (Step Functions would see those as a failed attempt and retry).
+    outcome:
+        ``"ok"``, ``"rejected"`` (nothing happened) or ``"failed"`` (gave up; the action may have happened).
+    compensation_calls:
+        Calls made to undo the step (0 when it was not compensated).
+    compensation_ok:
+        Whether the compensation succeeded.
+    """
+
+    ran: bool
+    calls: int
+    outcome: str
+    compensation_calls: int = 0
+    compensation_ok: bool = True
+
+
+def _task_name(step: str) -> str:
+    return f"Do_{step}"
+
+
+def _undo_name(step: str) -> str:
+    return f"Undo_{step}"
+
+
+def saga_asl(definition: dict[str, Any]) -> dict[str, Any]:
+    """The ASL of a chain ``definition`` (its ``steps`` in order), as a Step Functions user would write it."""
+    steps = definition["steps"]
+    states: dict[str, Any] = {}
+    names = [s["name"] for s in steps]
+    for index, step in enumerate(steps):
+        retry = step.get("retry") or {}
+        # Our budget: max_attempts dispatches, each allowed max_attempts calls (the agent's in-attempt retries).
+        per_attempt = int(retry.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+        attempts = per_attempt * per_attempt
+        undo_previous = _undo_name(names[index - 1]) if index else "SagaFailed"
+        task: dict[str, Any] = {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Parameters": {"FunctionName": f"{step['agent']}-agent", "Payload.$": "$"},
+            "ResultPath": f"$.steps.{step['name']}",
+            "TimeoutSeconds": int(step.get("timeout_seconds", 30)),
+            "Retry": [
+                {
+                    "ErrorEquals": [TRANSIENT, TIMEOUT],
+                    "MaxAttempts": attempts - 1,
+                    "IntervalSeconds": int(retry.get("backoff_base_seconds", 1)),
+                    "BackoffRate": 2.0,
+                }
+            ],
+            "Catch": [
+                # Rejected: nothing happened, undo the steps before this one.
+                {"ErrorEquals": [REJECTED], "ResultPath": "$.error", "Next": undo_previous},
+                # Gave up on an attempt whose effect is unknown: undo this step too.
+                {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": _undo_name(step["name"])},
+            ],
+        }
+        if index + 1 < len(steps):
+            task["Next"] = _task_name(names[index + 1])
+        else:
+            task["End"] = True
+        states[_task_name(step["name"])] = task
+        compensation = step.get("compensation") or {}
+        comp_retry = compensation.get("retry") or {}
+        comp_attempts = int(comp_retry.get("max_attempts", DEFAULT_COMPENSATION_ATTEMPTS))
+        states[_undo_name(step["name"])] = {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Parameters": {"FunctionName": f"{step['agent']}-agent", "Payload.$": "$"},
+            "ResultPath": None,
+            "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": comp_attempts - 1, "BackoffRate": 2.0}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "CompensationFailed"}],
+            "Next": undo_previous,
+        }
+    states["SagaFailed"] = {"Type": "Fail", "Error": "SagaCompensated"}
+    states["CompensationFailed"] = {"Type": "Fail", "Error": "CompensationFailed"}
+    return {
+        "Comment": f"{definition['name']} v{definition.get('version', 1)}: saga with compensation",
+        "StartAt": _task_name(names[0]),
+        "States": states,
+    }
+
+
+def count_transitions(asl: dict[str, Any], observed: dict[str, StepObservation]) -> int:
+    """State transitions Step Functions would bill to run ``asl`` with the outcomes ``observed`` (by step name).
+
+    Raises
+    ------
+    ValueError
+        When the observations do not fit the ASL (a step the walk reaches that never ran, or a loop).
+    """
+    states = asl["States"]
+    state_name = asl["StartAt"]
+    transitions = 0
+    for _ in range(10 * len(states)):
+        state = states[state_name]
+        transitions += 1
+        if state["Type"] in ("Succeed", "Fail"):
+            return transitions
+        step = state_name.split("_", 1)[1]
+        fact = observed.get(step)
+        if state_name.startswith("Do_"):
+            if fact is None or not fact.ran:
+                raise ValueError(f"the walk reached {step}, which never ran")
+            budget = 1 + state["Retry"][0]["MaxAttempts"]
+            transitions += min(max(1, fact.calls), budget) - 1
+            if fact.outcome == "ok":
+                if state.get("End"):
+                    return int(transitions)
+                state_name = state["Next"]
+                continue
+            error = REJECTED if fact.outcome == "rejected" else "States.ALL"
+            state_name = next(c["Next"] for c in state["Catch"] if error in c["ErrorEquals"])
+            continue
+        calls = fact.compensation_calls if fact is not None else 0
+        budget = 1 + state["Retry"][0]["MaxAttempts"]
+        transitions += min(max(1, calls), budget) - 1
+        failed = fact is not None and not fact.compensation_ok
+        state_name = state["Catch"][0]["Next"] if failed else state["Next"]
+    raise ValueError("the walk did not end")

@@ -1,0 +1,150 @@
+"""``python -m bench`` (``make bench``): run every measurement, print one markdown table, write the results files.
+
+The table has one row per metric: our figure, the anchor it is compared with, the ratio and whether the target is
+met. ``bench/results.md`` gets the table with the date, the machine and the definitions; ``bench/results.json`` gets
+every raw count, so any figure can be recomputed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from bench import cost, prices
+from bench.report import Row, markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_MD = ROOT / "bench" / "results.md"
+RESULTS_JSON = ROOT / "bench" / "results.json"
+
+app = typer.Typer(add_completion=False, help="Cost and scale of sasflow, measured side by side with Step Functions.")
+console = Console(soft_wrap=True)
+
+
+def machine() -> str:
+    """A one-line description of this machine."""
+    cpus = os.cpu_count() or 0
+    memory = ""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            kb = int(meminfo.readline().split()[1])
+        memory = f", {kb / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{platform.machine()}, {cpus} cores{memory}, {platform.system()}, Python {platform.python_version()}"
+
+
+def run_cost(scale: float, only: list[str] | None) -> tuple[list[Row], dict[str, Any]]:
+    from bench.scenarios import run_scenario, scenarios
+
+    all_rows: list[Row] = []
+    raw: dict[str, Any] = {}
+    for scenario in scenarios(scale):
+        if only and scenario.name not in only:
+            continue
+        console.print(f"[bold]{scenario.name}[/]: {scenario.title} ({scenario.workflows} workflows) ...")
+        result = run_scenario(scenario)
+        data = cost.figures(result)
+        raw[scenario.name] = data
+        all_rows += cost.rows(result, data)
+        console.print(
+            f"  {dict(result.statuses)}, {result.steps_run} steps, {data['step_functions_transitions']} Step Functions "
+            f"transitions, {result.wall_seconds:.0f} s"
+        )
+    return all_rows, raw
+
+
+@app.command()
+def bench(
+    scale: Annotated[
+        float, typer.Option(help="Multiplies the scenarios' workflow counts (1.0 = the full bench).")
+    ] = 1.0,
+    sweep_sizes: Annotated[
+        str, typer.Option(help="Finished steps in the table, comma-separated.")
+    ] = "1000,10000,100000",
+    throughput_workflows: Annotated[int, typer.Option(help="Workflows of the local-stack throughput run.")] = 60,
+    cold_start_repeats: Annotated[int, typer.Option(help="Fresh interpreters per handler (best of).")] = 5,
+    only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
+    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3).")] = "",
+    write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
+) -> None:
+    """Run the bench and print the table."""
+    parts = {p.strip() for p in only.split(",") if p.strip()} or {"cost", "sweep", "throughput", "cold"}
+    started = time.perf_counter()
+    rows: list[Row] = []
+    raw: dict[str, Any] = {"prices": {"read_on": prices.PRICES_READ_ON, "region": prices.REGION}}
+    if "cost" in parts:
+        chosen = [s.strip() for s in scenarios.split(",") if s.strip()] or None
+        cost_rows, raw["scenarios"] = run_cost(scale, chosen)
+        rows += cost_rows
+    if "sweep" in parts:
+        from bench.sweep import measure_sweep
+
+        console.print("[bold]sweep scaling[/] ...")
+        sweep_rows, raw["sweep"] = measure_sweep(tuple(int(s) for s in sweep_sizes.split(",")))
+        rows += sweep_rows
+    if "throughput" in parts:
+        from bench.throughput import measure_throughput
+
+        console.print("[bold]throughput on the local stack[/] ...")
+        tp_rows, raw["throughput"] = measure_throughput(throughput_workflows)
+        rows += tp_rows
+    if "cold" in parts:
+        from bench.cold_start import measure_cold_start
+
+        console.print("[bold]cold start[/] ...")
+        cold_rows, raw["cold_start"] = measure_cold_start(cold_start_repeats)
+        rows += cold_rows
+    table = markdown(rows)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    header = f"Measured {when} on {machine()}; prices of {prices.PRICES_READ_ON} ({prices.REGION})."
+    console.print()
+    if "cost" in parts:
+        console.print((cost.__doc__ or "").strip(), markup=False, highlight=False)
+        console.print()
+    console.print(header)
+    print(table)
+    raw["rows"] = [row.as_dict() for row in rows]
+    raw["measured_at"] = when
+    raw["machine"] = machine()
+    raw["wall_seconds"] = round(time.perf_counter() - started, 1)
+    if write:
+        RESULTS_MD.write_text(_results_markdown(header, table))
+        RESULTS_JSON.write_text(json.dumps(raw, indent=1, sort_keys=True, default=str) + "\n")
+        console.print(f"\nwrote {RESULTS_MD.relative_to(ROOT)} and {RESULTS_JSON.relative_to(ROOT)}")
+    missed = [row.metric for row in rows if row.met is False]
+    if missed:
+        console.print(f"[yellow]targets missed: {len(missed)}[/] (the bench reports; it does not fail)")
+
+
+def _results_markdown(header: str, table: str) -> str:
+    return "\n".join(
+        [
+            "# Bench results (`make bench`)",
+            "",
+            header,
+            "",
+            table,
+            "",
+            "## What the rows mean",
+            "",
+            (cost.__doc__ or "").strip(),
+            "",
+            "Raw counts (requests by service and operation, WRU/RRU, SQS chunks, Lambda milliseconds, Step Functions "
+            "transitions) are in `bench/results.json`.",
+            "",
+        ]
+    )
+
+
+def main() -> None:
+    """Run the CLI."""
+    app()

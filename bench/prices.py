@@ -1,0 +1,32 @@
+"""The price list the bench bills with: one place, with its source and the date it was read.
+
+Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29, as quoted in issue 4:
+
+- AWS Lambda pricing: $0.20 per 1M requests, $0.0000166667 per GB-second (x86, first pricing tier).
+- Amazon DynamoDB pricing, on-demand capacity: $0.625 per 1M write request units, $0.125 per 1M read request units.
+- Amazon SQS pricing, standard queues: $0.40 per 1M requests (after the free tier); each 64 KB chunk of a request's
+  payload is billed as one request.
+- Amazon API Gateway pricing: HTTP APIs $1.00 per 1M requests (first 300M), REST APIs $3.50 per 1M.
+- AWS Step Functions pricing, Standard workflows: $0.025 per 1,000 state transitions (retries are transitions too).
+- Amazon EventBridge: scheduled rules invoke their targets at no charge (the supervisor's Lambda time is billed).
+
+Free tiers are left out on both sides: they would flatter whichever side uses less.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PRICES_READ_ON: Final = "2026-11-29"
+REGION: Final = "us-east-1"
+
+LAMBDA_PER_REQUEST: Final = 0.20 / 1_000_000
+LAMBDA_PER_GB_SECOND: Final = 0.0000166667
+DYNAMODB_PER_WRU: Final = 0.625 / 1_000_000
+DYNAMODB_PER_RRU: Final = 0.125 / 1_000_000
+SQS_PER_REQUEST: Final = 0.40 / 1_000_000
+SQS_CHUNK_BYTES: Final = 64 * 1024
+HTTP_API_PER_REQUEST: Final = 1.00 / 1_000_000
+REST_API_PER_REQUEST: Final = 3.50 / 1_000_000
+STEP_FUNCTIONS_PER_TRANSITION: Final = 0.025 / 1_000
+EVENTBRIDGE_SCHEDULED_INVOCATION: Final = 0.0

@@ -1,0 +1,456 @@
+"""The bench scenarios (S1, S2, S3), run through the real handlers on moto with every AWS call metered.
+
+One run: the tables and queues from template.yaml inside ``moto.mock_aws``; the real Lambda handlers (API,
+scheduler, three agents, supervisor) loaded in process, each building its own boto3 clients exactly as on Lambda, so
+the `bench.accounting.Meter` sees every call; the remote services are the simulation's `SimRemote` (a ledger by
+token, with fault knobs). Time is a `ManualClock` shared by the handlers, powertools' idempotency and moto's SQS
+(visibility timeouts, delays), so a run is deterministic for its seed and fast.
+
+How AWS is emulated, and why the counts are what AWS would bill:
+
+- **Event source mapping.** Every simulated second, each SQS-triggered function's queue is drained the way the
+  template's mapping does it (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds: 1``): ``ReceiveMessage`` up to 10,
+  invoke the handler with the batch, ``DeleteMessageBatch`` for the records that did not fail. These requests are
+  made against moto and counted.
+- **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
+  modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
+  Amazon SQS": Lambda starts with five polling connections; ``ReceiveMessageWaitTimeSeconds`` 20 s), so an idle
+  queue costs 5 requests per 20 s.
+- **Schedule.** The supervisor runs every 60 simulated seconds (the template's ``rate(1 minute)``); EventBridge
+  scheduled rules are free, the supervisor's Lambda time and calls are counted.
+- **API Gateway.** Each start is one HTTP API request to the API function.
+- **Lambda time** is the wall time of each handler call on this machine (moto answers in process, in about the time
+  DynamoDB and SQS take), rounded up to 1 ms and billed at the template's ``MemorySize``.
+
+What is left out on both sides (issue 4): the agents' own Lambda invocations and compute, which Step Functions would
+spend too. The agents' DynamoDB (idempotency records, circuit breaker) and SQS requests are ours and are counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import itertools
+import json
+import logging
+import math
+import random
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+from moto import mock_aws
+
+from bench.accounting import Meter, Usage
+from devstack.event_sources import build_sqs_record
+from devstack.inprocess import environment, function_environment, load_function_module
+from devstack.provision import provision
+from devstack.template import FunctionSpec, SqsEventSpec, Stack
+from sasflow.bootstrap import Lazy, build_agent, build_engine
+from sasflow.clock import ManualClock
+from simulation.run import AGENT_FUNCTIONS, FAKE_AWS_ENV, START, ClockContext, scheduled_event, start_event
+from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
+
+ROOT = Path(__file__).resolve().parents[1]
+TICK_SECONDS = 60
+IDLE_POLLERS = 5
+LONG_POLL_SECONDS = 20
+ENGINE_FUNCTIONS = ("ApiFunction", "SchedulerFunction", "SupervisorFunction")
+TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+MAX_SIMULATED_SECONDS = 6 * 3600
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One bench scenario.
+
+    Attributes
+    ----------
+    name, title:
+        ``S1`` and what it is.
+    steps:
+        Steps per workflow (a chain).
+    workflows:
+        Workflows started.
+    arrivals_per_second:
+        Start requests per simulated second (a steady load, so batches fill as they would in production).
+    faults:
+        The remote services' fault rates (the simulation's `Faults`).
+    lost_invocation:
+        Probability that an agent invocation dies before it calls out (its batch comes back after the visibility
+        timeout, by then the step is overdue and the supervisor resends it).
+    seed:
+        Seed of every random draw.
+    """
+
+    name: str
+    title: str
+    steps: int
+    workflows: int
+    arrivals_per_second: float = 2.0
+    faults: Faults = field(default_factory=Faults.none)
+    lost_invocation: float = 0.0
+    seed: int = 7
+
+
+def scenarios(scale: float = 1.0) -> list[Scenario]:
+    """S1, S2 and S3 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale)."""
+
+    def n(value: int) -> int:
+        return max(2, round(value * scale))
+
+    s2_faults = dataclasses.replace(Faults.none(), remote_transient=0.2, remote_reject=0.05)
+    return [
+        Scenario("S1", "3-step workflows, happy path", 3, n(400)),
+        Scenario(
+            "S2",
+            "3 steps, 20% transient faults, lost invocations (supervisor resends), rejections (compensation)",
+            3,
+            n(400),
+            faults=s2_faults,
+            lost_invocation=0.03,
+        ),
+        Scenario("S3", "10-step workflows, happy path", 10, n(120)),
+    ]
+
+
+def chain_definition(steps: int) -> dict[str, Any]:
+    """A chain of ``steps`` steps over the three sample agents; the first three are the sample trip booking."""
+    request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
+    template: list[dict[str, Any]] = request["definition"]["steps"]
+    result: list[dict[str, Any]] = []
+    for index in range(steps):
+        step = json.loads(json.dumps(template[index % 3]))
+        step["name"] = template[index % 3]["name"] if index < 3 else f"{template[index % 3]['name']}_{index}"
+        step["depends_on"] = [result[-1]["name"]] if result else []
+        step["input"] = {k: v for k, v in step["input"].items() if not v.startswith("steps.")}
+        if result:
+            step["input"]["previous.$"] = f"steps.{result[-1]['name']}.output.confirmation"
+        result.append(step)
+    return {"name": f"chain-{steps}", "version": 1, "steps": result}
+
+
+@dataclass
+class StepFacts:
+    """What happened to one step of one workflow (from the remote ledgers and the final state)."""
+
+    status: str = ""
+    forward_ok: bool = False
+    resends: int = 0
+    action_calls: int = 0
+    compensation_calls: int = 0
+    lost_invocations: int = 0
+
+
+@dataclass
+class ScenarioResult:
+    """The counts of one scenario run. ``orchestration`` excludes the agents' own Lambda work."""
+
+    scenario: Scenario
+    usage: Usage
+    statuses: Counter[str]
+    steps_run: int
+    facts: dict[str, dict[str, StepFacts]]
+    simulated_seconds: float
+    idle_queue_seconds: float
+    empty_polls: float
+    receive_batches: list[int]
+    supervisor_resends: int
+    memory_mb: dict[str, int]
+    definition: dict[str, Any]
+    wall_seconds: float = 0.0
+
+    @property
+    def workflows(self) -> int:
+        return sum(self.statuses.values())
+
+
+class _CountingRemote(SimRemote):
+    """A `SimRemote` that also counts calls by (workflow, step, phase): the Task attempts Step Functions would make."""
+
+    def __init__(self, *args: Any, calls: Counter[tuple[str, str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_calls = calls
+
+    def call(self, request: Any, timeout_seconds: float) -> dict[str, Any]:
+        self.step_calls[(request.workflow_id, request.step, request.phase.value)] += 1
+        return super().call(request, timeout_seconds)
+
+
+@contextlib.contextmanager
+def _moto_sqs_on(clock: ManualClock) -> Iterator[None]:
+    """Make moto's SQS (visibility timeouts, delays, timestamps) read ``clock``."""
+    import moto.sqs.models as sqs_models
+
+    module: Any = sqs_models
+    saved = (module.unix_time, module.unix_time_millis)
+    module.unix_time = lambda dt=None: clock.now()
+    module.unix_time_millis = lambda dt=None: clock.now() * 1000.0
+    try:
+        yield
+    finally:
+        module.unix_time, module.unix_time_millis = saved
+
+
+class ScenarioRun:
+    """Runs one `Scenario` and returns its `ScenarioResult`."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed)
+        self.clock = ManualClock(START)
+        self.meter = Meter()
+        self.step_calls: Counter[tuple[str, str, str]] = Counter()
+        self.lost: Counter[tuple[str, str, str]] = Counter()
+        self.definition = chain_definition(scenario.steps)
+        self.receive_batches: list[int] = []
+        self.idle_queue_seconds = 0.0
+
+    def run(self) -> ScenarioResult:
+        import time
+
+        started = time.perf_counter()
+        logging.disable(logging.CRITICAL)
+        try:
+            with (
+                environment(FAKE_AWS_ENV),
+                mock_aws(),
+                powertools_on_clock(self.clock),
+                _moto_sqs_on(self.clock),
+                self.meter.installed(),
+            ):
+                self._setup()
+                self._loop()
+                result = self._result()
+        finally:
+            logging.disable(logging.NOTSET)
+        result.wall_seconds = time.perf_counter() - started
+        return result
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self) -> None:
+        parameters = {"DeploySampleServices": "false"}
+        for agent in AGENT_FUNCTIONS:
+            parameters[f"{agent.title()}BaseUrl"] = f"http://{agent}.bench.invalid"
+        self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
+        with self.meter.paused():
+            self.physical = provision(self.stack)
+            self.observer = boto3.client("dynamodb")  # the bench's own reads: created paused, never counted
+            self.sqs_observer = boto3.client("sqs")
+        self.specs = {spec.logical_id: spec for spec in self.stack.functions()}
+        log = FaultLog()
+        seq = itertools.count(1)
+        self.remotes = {
+            agent: _CountingRemote(
+                agent,
+                self.clock,
+                random.Random(self.rng.random()),
+                self.scenario.faults,
+                log,
+                seq,
+                calls=self.step_calls,
+            )
+            for agent in AGENT_FUNCTIONS
+        }
+        self.modules: dict[str, Any] = {}
+        for logical_id in ENGINE_FUNCTIONS:
+            spec = self.specs[logical_id]
+            module: Any = load_function_module(spec)
+            env = function_environment(spec)
+            module.engine = Lazy(functools.partial(build_engine, env, clock=self.clock))
+            self.modules[logical_id] = module
+        for agent, logical_id in AGENT_FUNCTIONS.items():
+            spec = self.specs[logical_id]
+            module = load_function_module(spec)
+            env = function_environment(spec)
+            module.agent = Lazy(functools.partial(build_agent, env, clock=self.clock, remote=self.remotes[agent]))
+            self.modules[logical_id] = module
+        self.consumers = [
+            (spec.logical_id, event)
+            for spec in self.specs.values()
+            for event in spec.events
+            if isinstance(event, SqsEventSpec)
+        ]
+        # The SQS client of the event source mappings (Lambda's pollers): counted.
+        self.poller = boto3.client("sqs")
+
+    # ------------------------------------------------------------------ invocation
+    def _invoke(self, logical_id: str, event: Any) -> Any:
+        spec = self.specs[logical_id]
+        with environment(function_environment(spec)), self.meter.lambda_invocation(logical_id):
+            return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+
+    def _start(self, index: int) -> None:
+        body = {
+            "definition": self.definition,
+            "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
+        }
+        self.meter.usage.api_requests += 1
+        response = self._invoke("ApiFunction", start_event(body, key=f"bench-{self.scenario.name}-{index}"))
+        if response["statusCode"] not in (200, 201):
+            raise RuntimeError(f"start {index} failed: {response}")
+
+    def _deliver(self, logical_id: str, event_spec: SqsEventSpec) -> None:
+        """One batching window of the event source mapping: drain what is visible now, 10 at a time."""
+        while self._visible(event_spec.queue_url):
+            messages = self.poller.receive_message(
+                QueueUrl=event_spec.queue_url,
+                MaxNumberOfMessages=min(event_spec.batch_size, 10),
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+                WaitTimeSeconds=0,
+            ).get("Messages", [])
+            if not messages:
+                return
+            self.receive_batches.append(len(messages))
+            if logical_id in AGENT_FUNCTIONS.values() and self.rng.random() < self.scenario.lost_invocation:
+                # The invocation dies before it calls out (a crash, a timeout): the batch comes back after the
+                # visibility timeout. Its Lambda time is agent work, which is left out on both sides.
+                for message in messages:
+                    request = json.loads(message["Body"])
+                    self.lost[(request["workflow_id"], request["step"], request["phase"])] += 1
+                continue
+            event = {
+                "Records": [build_sqs_record(m, queue_arn=event_spec.queue_arn, region="us-east-1") for m in messages]
+            }
+            try:
+                result = self._invoke(logical_id, event)
+            except Exception:  # the whole batch fails; SQS redelivers it
+                continue
+            failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+            done = [m for m in messages if m["MessageId"] not in failed]
+            for chunk in range(0, len(done), 10):
+                self.poller.delete_message_batch(
+                    QueueUrl=event_spec.queue_url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(done[chunk : chunk + 10])
+                    ],
+                )
+
+    def _queue(self, url: str) -> Any:
+        from moto.sqs.models import sqs_backends
+
+        return sqs_backends["123456789012"]["us-east-1"].queues[url.rsplit("/", 1)[1]]
+
+    def _visible(self, url: str) -> bool:
+        queue = self._queue(url)
+        return any(m.visible and not m.delayed for m in queue._messages)
+
+    def _next_visible_at(self) -> float | None:
+        times = []
+        for _, event_spec in self.consumers:
+            for message in self._queue(event_spec.queue_url)._messages:
+                times.append(max(message.visible_at, message.delayed_until or 0) / 1000.0)
+        return min(times) if times else None
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        interval = 1.0 / self.scenario.arrivals_per_second
+        arrivals = [START + index * interval for index in range(self.scenario.workflows)]
+        started = 0
+        next_tick = START + TICK_SECONDS
+        ticks = 0
+        while True:
+            while started < len(arrivals) and arrivals[started] <= self.clock.now():
+                self._start(started)
+                started += 1
+            for logical_id, event_spec in self.consumers:
+                if self._visible(event_spec.queue_url):
+                    self._deliver(logical_id, event_spec)
+            if self.clock.now() >= next_tick:
+                ticks += 1
+                self._invoke("SupervisorFunction", scheduled_event(ticks))
+                next_tick += TICK_SECONDS
+            if started == len(arrivals) and self._all_terminal():
+                return
+            if self.clock.now() - START > MAX_SIMULATED_SECONDS:
+                raise RuntimeError(f"{self.scenario.name}: workflows still running after {MAX_SIMULATED_SECONDS} s")
+            # Next second, or jump to the next thing that can happen when nothing is visible.
+            candidates = [next_tick]
+            if started < len(arrivals):
+                candidates.append(arrivals[started])
+            visible_at = self._next_visible_at()
+            if visible_at is not None:
+                candidates.append(visible_at)
+            target = max(self.clock.now() + 1.0, math.ceil(min(candidates)))
+            idle_queues = sum(1 for _, spec in self.consumers if not self._visible(spec.queue_url))
+            self.idle_queue_seconds += idle_queues * (target - self.clock.now())
+            self.clock.set(target)
+
+    def _all_terminal(self) -> bool:
+        statuses = [item["status"]["S"] for item in self._workflow_items()]
+        return len(statuses) == self.scenario.workflows and all(s in TERMINAL for s in statuses)
+
+    def _scan(self) -> list[dict[str, Any]]:
+        with self.meter.paused():
+            items: list[dict[str, Any]] = []
+            paginator = self.observer.get_paginator("scan")
+            for page in paginator.paginate(TableName=self.physical["StateTable"], ConsistentRead=True):
+                items.extend(page["Items"])
+            return items
+
+    def _workflow_items(self) -> list[dict[str, Any]]:
+        return [i for i in self._scan() if i.get("entity", {}).get("S") == "workflow"]
+
+    def _result(self) -> ScenarioResult:
+        items = self._scan()
+        statuses: Counter[str] = Counter()
+        facts: dict[str, dict[str, StepFacts]] = {}
+        for item in items:
+            entity = item.get("entity", {}).get("S")
+            workflow_id = item["workflow_id"]["S"]
+            if entity == "workflow":
+                statuses[item["status"]["S"]] += 1
+            elif entity == "step":
+                step = item["step"]["S"]
+                facts.setdefault(workflow_id, {})[step] = StepFacts(
+                    status=item["status"]["S"],
+                    forward_ok="S" in item.get("output", {}),
+                    resends=int(item.get("resends", {}).get("N", "0")),
+                    action_calls=self.step_calls[(workflow_id, step, "action")],
+                    compensation_calls=self.step_calls[(workflow_id, step, "compensation")],
+                    lost_invocations=self.lost[(workflow_id, step, "action")],
+                )
+        steps_run = sum(1 for steps in facts.values() for f in steps.values() if f.status != "SKIPPED")
+        seconds = self.clock.now() - START
+        empty_polls = self.idle_queue_seconds * IDLE_POLLERS / LONG_POLL_SECONDS
+        return ScenarioResult(
+            scenario=self.scenario,
+            usage=self.meter.usage,
+            statuses=statuses,
+            steps_run=steps_run,
+            facts=facts,
+            simulated_seconds=seconds,
+            idle_queue_seconds=self.idle_queue_seconds,
+            empty_polls=empty_polls,
+            receive_batches=self.receive_batches,
+            supervisor_resends=sum(f.resends for steps in facts.values() for f in steps.values()),
+            memory_mb={spec.logical_id: spec.memory_mb for spec in self.specs.values()},
+            definition=self.definition,
+        )
+
+
+def run_scenario(scenario: Scenario) -> ScenarioResult:
+    """Run one scenario in this process (each run has its own moto backend)."""
+    return ScenarioRun(scenario).run()
+
+
+def engine_functions() -> set[str]:
+    """The functions whose Lambda work is orchestration (the agents' is left out on both sides)."""
+    return set(ENGINE_FUNCTIONS)
+
+
+def agent_functions() -> set[str]:
+    """The agents' functions (logical ids)."""
+    return set(AGENT_FUNCTIONS.values())
+
+
+def function_specs() -> dict[str, FunctionSpec]:
+    """The template's functions (for memory sizes in reports)."""
+    stack = Stack.from_file(ROOT / "template.yaml", parameters={"DeploySampleServices": "false"})
+    return {spec.logical_id: spec for spec in stack.functions()}

@@ -1,0 +1,204 @@
+"""The bench's accounting rules, its Step Functions anchor, and a tiny end-to-end run of the cost scenarios."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from bench import prices
+from bench.accounting import Meter, attribute_size, bill, item_size
+from bench.asl import StepObservation, count_transitions, saga_asl
+from bench.cost import figures, rows
+from bench.scenarios import chain_definition, run_scenario, scenarios
+
+
+# ---------------------------------------------------------------------------------------------------- item size
+def test_attribute_sizes_follow_the_dynamodb_rules() -> None:
+    assert attribute_size({"S": "héllo"}) == 6  # UTF-8 bytes
+    assert attribute_size({"N": "12345"}) == 4  # ceil(5 / 2) + 1
+    assert attribute_size({"N": "-0.0012300"}) == 4  # significant digits "123": ceil(3 / 2) + 1, + 1 for the sign
+    assert attribute_size({"BOOL": True}) == 1
+    assert attribute_size({"NULL": True}) == 1
+    assert attribute_size({"B": b"\x00\x01\x02"}) == 3
+    assert attribute_size({"L": [{"S": "ab"}, {"N": "1"}]}) == 3 + (1 + 2) + (1 + 2)
+    assert attribute_size({"M": {"k": {"S": "v"}}}) == 3 + 1 + 1 + 1
+    assert item_size({"pk": {"S": "abc"}, "n": {"N": "7"}}) == (2 + 3) + (1 + 2)
+
+
+# ---------------------------------------------------------------------------------------------------- capacity
+@pytest.fixture
+def table() -> Iterator[tuple[Meter, Any]]:
+    with mock_aws():
+        meter = Meter()
+        with meter.installed():
+            client = boto3.client("dynamodb", region_name="us-east-1")
+            with meter.paused():
+                client.create_table(
+                    TableName="t",
+                    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                    AttributeDefinitions=[
+                        {"AttributeName": "pk", "AttributeType": "S"},
+                        {"AttributeName": "g", "AttributeType": "S"},
+                    ],
+                    GlobalSecondaryIndexes=[
+                        {
+                            "IndexName": "gsi",
+                            "KeySchema": [{"AttributeName": "g", "KeyType": "HASH"}],
+                            "Projection": {"ProjectionType": "KEYS_ONLY"},
+                        }
+                    ],
+                    BillingMode="PAY_PER_REQUEST",
+                )
+            yield meter, client
+
+
+def test_writes_cost_one_wru_per_kb_of_the_larger_image_and_index_writes_count(table: tuple[Meter, Any]) -> None:
+    meter, client = table
+    big = "x" * 1500  # pk (2 + 1) + body (4 + 1500) = 1,507 bytes: 2 WRU
+    client.put_item(TableName="t", Item={"pk": {"S": "a"}, "body": {"S": big}})
+    assert meter.usage.wru["PutItem"] == 2
+    assert meter.usage.wru["PutItem:index"] == 0  # no "g": not in the sparse index
+    client.update_item(
+        TableName="t",
+        Key={"pk": {"S": "a"}},
+        UpdateExpression="SET g = :g",
+        ExpressionAttributeValues={":g": {"S": "1"}},
+    )
+    assert meter.usage.wru["UpdateItem"] == 2  # the item is still 1.5 KB
+    assert meter.usage.wru["UpdateItem:index"] == 1  # it entered the index
+    client.update_item(TableName="t", Key={"pk": {"S": "a"}}, UpdateExpression="REMOVE body, g")
+    assert meter.usage.wru["UpdateItem"] == 4  # billed on the larger (before) image
+    assert meter.usage.wru["UpdateItem:index"] == 2  # it left the index
+    assert meter.usage.calls[("dynamodb", "UpdateItem")] == 2
+
+
+def test_a_failed_conditional_write_still_costs_and_transactions_cost_double(table: tuple[Meter, Any]) -> None:
+    meter, client = table
+    client.put_item(TableName="t", Item={"pk": {"S": "a"}})
+    with pytest.raises(client.exceptions.ConditionalCheckFailedException):
+        client.put_item(TableName="t", Item={"pk": {"S": "a"}}, ConditionExpression="attribute_not_exists(pk)")
+    assert meter.usage.wru["PutItem"] == 2
+    client.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": "t", "Item": {"pk": {"S": "b"}, "g": {"S": "1"}}}},
+            {"Put": {"TableName": "t", "Item": {"pk": {"S": "c"}}}},
+        ]
+    )
+    assert meter.usage.wru["TransactWriteItems"] == 4  # 2 items x 1 WRU x 2
+    assert meter.usage.wru["TransactWriteItems:index"] == 2  # b entered the index, doubled too
+
+
+def test_reads_cost_per_4_kb_and_half_when_eventually_consistent(table: tuple[Meter, Any]) -> None:
+    meter, client = table
+    with meter.paused():
+        for key in "abc":
+            client.put_item(TableName="t", Item={"pk": {"S": key}, "g": {"S": "1"}, "body": {"S": "y" * 3000}})
+    assert meter.usage.calls == {}  # paused calls are not counted
+    client.get_item(TableName="t", Key={"pk": {"S": "a"}}, ConsistentRead=True)
+    client.get_item(TableName="t", Key={"pk": {"S": "zz"}})  # nothing found: still the minimum
+    assert meter.usage.rru["GetItem"] == 1.5
+    client.query(
+        TableName="t", IndexName="gsi", KeyConditionExpression="g = :g", ExpressionAttributeValues={":g": {"S": "1"}}
+    )
+    assert meter.usage.rru["Query"] == 0.5  # 3 keys-only items, well under 4 KB, eventually consistent
+    assert meter.usage.items_read["Query:gsi"] == 3
+
+
+def test_sqs_requests_are_billed_per_64_kb_chunk() -> None:
+    with mock_aws():
+        meter = Meter()
+        with meter.installed():
+            sqs = boto3.client("sqs", region_name="us-east-1")
+            with meter.paused():
+                url = sqs.create_queue(QueueName="q")["QueueUrl"]
+            sqs.send_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "MessageBody": "z" * 40_000} for i in range(3)],  # 120,000 bytes
+            )
+            received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+            sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(received)],
+            )
+    assert meter.usage.calls[("sqs", "SendMessageBatch")] == 1
+    billed_receive = -(-len(received) * 40_000 // prices.SQS_CHUNK_BYTES)
+    assert meter.usage.sqs_billed == 2 + billed_receive + 1
+    assert meter.usage.sqs_messages == {"sent": 3, "received": len(received), "deleted": len(received)}
+
+
+def test_bill_prices_every_line_with_the_price_list() -> None:
+    meter = Meter()
+    usage = meter.usage
+    usage.lambda_invocations["SchedulerFunction"] = 1_000_000
+    usage.lambda_ms["SchedulerFunction"] = 100 * 1_000_000  # 100 ms each
+    usage.wru["PutItem"] = 1_000_000
+    usage.rru["Query"] = 1_000_000
+    usage.sqs_billed = 1_000_000
+    usage.api_requests = 1_000_000
+    cost = bill(usage, {"SchedulerFunction": 256})
+    assert cost.lambda_requests == pytest.approx(0.20)
+    assert cost.lambda_compute == pytest.approx(100_000 * 0.25 * 0.0000166667)  # GB-s at 256 MB
+    assert cost.dynamodb_writes == pytest.approx(0.625)
+    assert cost.dynamodb_reads == pytest.approx(0.125)
+    assert cost.sqs == pytest.approx(0.40)
+    assert cost.api == pytest.approx(1.00)
+
+
+# ---------------------------------------------------------------------------------------------------- the anchor
+def _ok(calls: int = 1) -> StepObservation:
+    return StepObservation(ran=True, calls=calls, outcome="ok")
+
+
+def test_step_functions_transitions_of_the_saga() -> None:
+    definition = chain_definition(3)
+    asl = saga_asl(definition)
+    names = [s["name"] for s in definition["steps"]]
+    assert asl["StartAt"] == f"Do_{names[0]}"
+    assert asl["States"][f"Do_{names[2]}"]["End"] is True
+    happy = {name: _ok() for name in names}
+    assert count_transitions(asl, happy) == 3  # one Task per step, End on the last
+    retried = {**happy, names[1]: _ok(calls=3)}
+    assert count_transitions(asl, retried) == 5  # two retries are two more transitions
+    rejected = {
+        names[0]: StepObservation(True, 1, "ok", compensation_calls=1),
+        names[1]: StepObservation(True, 1, "rejected"),
+        names[2]: StepObservation(False, 0, "ok"),
+    }
+    assert count_transitions(asl, rejected) == 4  # Do_1, Do_2, Undo_1, SagaFailed
+    unknown = {
+        names[0]: StepObservation(True, 1, "ok", compensation_calls=1),
+        names[1]: StepObservation(True, 1, "ok", compensation_calls=3),
+        names[2]: StepObservation(True, 9, "failed", compensation_calls=5, compensation_ok=False),
+    }
+    # Do x3 (+8 retries on the last), Undo_3 (+4 retries) then CompensationFailed
+    assert count_transitions(asl, unknown) == 3 + 8 + 1 + 4 + 1
+
+
+# ---------------------------------------------------------------------------------------------------- end to end
+def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
+    s1 = next(s for s in scenarios(scale=0.01) if s.name == "S1")
+    assert s1.workflows == 4
+    result = run_scenario(s1)
+    assert dict(result.statuses) == {"COMPLETED": 4}
+    assert result.steps_run == 12
+    data = figures(result)
+    assert data["step_functions_transitions"] == 12
+    assert data["anchor_per_step"] == pytest.approx(prices.STEP_FUNCTIONS_PER_TRANSITION)
+    calls = data["usage"]["calls"]
+    # Per workflow: one start transaction; per step: two idempotency writes by the agent.
+    assert calls["dynamodb.TransactWriteItems"] == 4
+    assert data["usage"]["calls_by_function"]["FlightsAgentFunction dynamodb.PutItem"] == 4
+    requests = sum(n for name, n in calls.items() if name.startswith(("dynamodb.", "sqs.")))
+    assert data["actual_requests_per_step"] == pytest.approx((requests + data["empty_polls_modelled"]) / 12)
+    dollars = data["ours_dollars"]
+    parts = sum(v for k, v in dollars.items() if k != "total")
+    assert dollars["total"] == pytest.approx(parts)
+    table = rows(result, data)
+    assert [row.metric.split(" ")[0] for row in table] == ["S1", "S1", "S1", "S1"]
+    assert table[0].ratio == pytest.approx(data["ours_per_step"] / data["anchor_per_step"])
+    assert table[0].target == "<= 0.2"
+    assert table[0].met is (table[0].ratio is not None and table[0].ratio <= 0.2)
