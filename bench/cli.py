@@ -119,7 +119,7 @@ def bench(
     if write:
         RESULTS_MD.write_text(_results_markdown(header, table))
         RESULTS_JSON.write_text(json.dumps(raw, indent=1, sort_keys=True, default=str) + "\n")
-        console.print(f"\nwrote {RESULTS_MD.relative_to(ROOT)} and {RESULTS_JSON.relative_to(ROOT)}")
+        console.print(f"\nwrote {RESULTS_MD} and {RESULTS_JSON}")
     missed = [row.metric for row in rows if row.met is False]
     if missed:
         console.print(f"[yellow]targets missed: {len(missed)}[/] (the bench reports; it does not fail)")

@@ -13,7 +13,7 @@ from bench import prices
 from bench.accounting import Meter, attribute_size, bill, item_size
 from bench.asl import StepObservation, count_transitions, saga_asl
 from bench.cost import figures, rows
-from bench.scenarios import chain_definition, run_scenario, scenarios
+from bench.scenarios import Scenario, chain_definition, run_scenario, scenarios
 
 
 # ---------------------------------------------------------------------------------------------------- item size
@@ -180,7 +180,7 @@ def test_step_functions_transitions_of_the_saga() -> None:
 
 # ---------------------------------------------------------------------------------------------------- end to end
 def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
-    s1 = next(s for s in scenarios(scale=0.01) if s.name == "S1")
+    s1 = next(s for s in scenarios(scale=0.02) if s.name == "S1")
     assert s1.workflows == 4
     result = run_scenario(s1)
     assert dict(result.statuses) == {"COMPLETED": 4}
@@ -202,3 +202,21 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     assert table[0].ratio == pytest.approx(data["ours_per_step"] / data["anchor_per_step"])
     assert table[0].target == "<= 0.2"
     assert table[0].met is (table[0].ratio is not None and table[0].ratio <= 0.2)
+
+
+def test_a_run_long_enough_for_the_supervisor_counts_its_runs_and_skips_its_lease_item() -> None:
+    # Regression: the supervisor's lease item (no workflow_id) made the result fail once a run lasted a minute.
+    slow = Scenario("S1", "two workflows 61 s apart", 3, 2, arrivals_per_second=1 / 61)
+    result = run_scenario(slow)
+    assert dict(result.statuses) == {"COMPLETED": 2}
+    assert result.usage.lambda_invocations["SupervisorFunction"] == 1
+    assert result.steps_run == 6
+
+
+def test_a_faulty_scenario_replays_exactly_for_its_seed() -> None:
+    s2 = next(s for s in scenarios(scale=0.03) if s.name == "S2")
+    first, second = run_scenario(s2), run_scenario(s2)
+    assert first.statuses == second.statuses
+    assert first.usage.calls == second.usage.calls
+    assert first.usage.wru == second.usage.wru
+    assert figures(first)["step_functions_transitions"] == figures(second)["step_functions_transitions"]
