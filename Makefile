@@ -133,7 +133,7 @@ test: venv sam-venv
 # Python 3.12 with only its code dir and the built layer on sys.path, as on Lambda.
 build: sam-venv
 	PATH="$(ROOT)/$(SAM_VENV)/bin:$$PATH" $(SAM_ENV) $(SAM) build --template-file template.yaml --cached
-	@echo "CoreLayer: $$(du -sh .aws-sam/build/CoreLayer | cut -f1) unzipped ($$(find .aws-sam/build/CoreLayer -type f | wc -l) files)"
+	@echo "CoreLayer: $$(du -sh .aws-sam/build/CoreLayer | cut -f1) on disk ($$(find .aws-sam/build/CoreLayer -type f | wc -l) files; make bench reports its size in bytes, unzipped and zipped)"
 	$(SAM_VENV)/bin/python tools/smoke_build.py .aws-sam/build
 
 run: venv

@@ -111,6 +111,7 @@ def bench(
         console.print((cost.__doc__ or "").strip(), markup=False, highlight=False)
         console.print()
     console.print(header)
+    print()
     print(table)
     raw["rows"] = [row.as_dict() for row in rows]
     raw["measured_at"] = when

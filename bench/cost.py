@@ -11,7 +11,7 @@ Definitions (printed with the table, so a reader can recompute any figure from t
   invocations and compute.
 - **Step Functions' cost** is the transitions of the ASL in `bench.asl` walked with the same outcomes, at
   $0.025 per 1,000.
-- **Minimal requests per step** (issue 4): 2 state writes (dispatch, completion) + 2 idempotency writes (claim,
+- **Minimal requests per step**: 2 state writes (dispatch, completion) + 2 idempotency writes (claim,
   result) + send, receive and delete of the request and of the reply, each amortised by the mean batch size that
   operation had in the same run: ``4 + 2/b_send + 2/b_receive + 2/b_delete``. **Actual** is every DynamoDB and
   SQS request (modelled empty polls included) divided by the steps.

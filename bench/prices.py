@@ -1,6 +1,6 @@
 """The price list the bench bills with: one place, with its source and the date it was read.
 
-Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29, as quoted in issue 4:
+Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29:
 
 - AWS Lambda pricing: $0.20 per 1M requests, $0.0000166667 per GB-second (x86, first pricing tier).
 - Amazon DynamoDB pricing, on-demand capacity: $0.625 per 1M write request units, $0.125 per 1M read request units.
