@@ -78,9 +78,10 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
     actual_requests = usage.requests("dynamodb") + usage.requests("sqs") + result.empty_polls
     # Fixed costs: what the run pays whatever the traffic (the supervisor's schedule and the idle long polls).
     supervisor = "SupervisorFunction"
+    supervisor_lambda = bill(usage, result.memory_mb, lambdas={supervisor})
     fixed = (
-        bill(usage, result.memory_mb, lambdas={supervisor}).lambda_requests
-        + bill(usage, result.memory_mb, lambdas={supervisor}).lambda_compute
+        supervisor_lambda.lambda_requests
+        + supervisor_lambda.lambda_compute
         + usage.billed_by_function[(supervisor, "wru")] * prices.DYNAMODB_PER_WRU
         + usage.billed_by_function[(supervisor, "rru")] * prices.DYNAMODB_PER_RRU
         + usage.billed_by_function[(supervisor, "sqs_requests")] * prices.SQS_PER_REQUEST

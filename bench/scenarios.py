@@ -43,16 +43,15 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from moto import mock_aws
 
 from bench.accounting import Meter, Usage
 from devstack.event_sources import build_sqs_record
-from devstack.inprocess import environment, function_environment, load_function_module
+from devstack.inprocess import environment, function_environment, load_function_module, offline_aws
 from devstack.provision import provision
-from devstack.template import FunctionSpec, SqsEventSpec, Stack
+from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import ManualClock
-from simulation.run import AGENT_FUNCTIONS, FAKE_AWS_ENV, START, ClockContext, scheduled_event, start_event
+from simulation.run import AGENT_FUNCTIONS, START, ClockContext, scheduled_event, start_event
 from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,8 +216,7 @@ class ScenarioRun:
         logging.disable(logging.CRITICAL)
         try:
             with (
-                environment(FAKE_AWS_ENV),
-                mock_aws(),
+                offline_aws(),
                 powertools_on_clock(self.clock),
                 _moto_sqs_on(self.clock),
                 self.meter.installed(),
@@ -233,9 +231,7 @@ class ScenarioRun:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        parameters = {"DeploySampleServices": "false"}
-        for agent in AGENT_FUNCTIONS:
-            parameters[f"{agent.title()}BaseUrl"] = f"http://{agent}.bench.invalid"
+        parameters = remote_service_parameters({agent: f"http://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         with self.meter.paused():
             self.physical = provision(self.stack)

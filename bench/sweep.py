@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import random
 import time
 import uuid
@@ -32,14 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from moto import mock_aws
 from moto.dynamodb.models import dynamodb_backends
 from moto.dynamodb.models.table import Table as MotoTable
 
 from bench.report import Row, markdown
-from devstack.inprocess import environment, function_environment
+from devstack.inprocess import function_environment, offline_aws
 from devstack.provision import provision
-from devstack.template import Stack
+from devstack.template import Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.bootstrap import EngineServices, build_engine
@@ -47,26 +45,12 @@ from sasflow.clock import ManualClock
 from sasflow.definition import parse_definition
 from sasflow.messages import StepReply, canonical_hash, decode_request
 from sasflow.states import Outcome, WorkflowStatus
+from simulation.run import START
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1_000, 10_000, 100_000)
 #: The ratio must not grow with the table: at the largest size, index items read per overdue step <= this.
 RATIO_TARGET = 1.05
-START = 1_800_000_000.0
-#: Offline only: moto in process, fake credentials, no endpoint or profile that could reach a real account.
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "ERROR",
-}
-_REAL_ENDPOINT_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
 _MOTO_ACCOUNT = "123456789012"  # moto's default account
 
 
@@ -134,17 +118,6 @@ class ReadCounter:
             "handling_items_read_by_operation": dict(self.other_reads),
             "calls": dict(self.calls),
         }
-
-
-@contextmanager
-def _offline() -> Iterator[None]:
-    """Fake credentials and moto for the duration; the environment is restored exactly afterwards."""
-    with environment(FAKE_AWS_ENV):
-        for name in list(os.environ):
-            if name in _REAL_ENDPOINT_ENV or name.startswith("AWS_ENDPOINT_URL"):
-                del os.environ[name]
-        with mock_aws():
-            yield
 
 
 @contextmanager
@@ -291,9 +264,8 @@ def _fill(table: Any, template: list[dict[str, Any]], template_id: str, steps: i
 def _measure_one(steps: int, overdue: int) -> dict[str, Any]:
     timings: dict[str, float] = {}
     began = time.perf_counter()
-    parameters = {"DeploySampleServices": "false"}
-    for agent in ("Flights", "Hotels", "Payments"):
-        parameters[f"{agent}BaseUrl"] = f"http://{agent.lower()}.bench.invalid"
+    agents = ("flights", "hotels", "payments")
+    parameters = remote_service_parameters({agent: f"http://{agent}.bench.invalid" for agent in agents})
     stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
     physical = provision(stack)
     table_name = physical["StateTable"]
@@ -391,7 +363,7 @@ def measure_sweep(sizes: Sequence[int] = SIZES, overdue: int = 10) -> tuple[list
     rows: list[Row] = []
     largest = max(sizes)
     for size in sizes:
-        with _offline(), _moto_item_order_by_strings():
+        with offline_aws(), _moto_item_order_by_strings():
             result = _measure_one(size, overdue)
         per_size[str(size)] = result
         metric = f"sweep, {size:,} finished + {overdue} overdue steps: deadline-index items read / overdue"

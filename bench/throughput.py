@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from bench.report import Row, markdown
+from devstack.template import remote_service_parameters
 
 if TYPE_CHECKING:
     from devstack.stack import LocalStack
@@ -619,8 +620,10 @@ def measure_throughput(
     label = uuid.uuid4().hex[:8]
     servers = serve_all()  # no faults, no latency
     try:
-        parameters = {"DeploySampleServices": "false", "LogLevel": "WARNING"}
-        parameters.update({f"{name.capitalize()}BaseUrl": server.base_url for name, server in servers.items()})
+        parameters = {
+            **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
+            "LogLevel": "WARNING",
+        }
         extra_env = {INIT_HOOK_VARIABLE: WORKER_HOOK, CALLS_DIR_VARIABLE: str(calls_dir)}
         stack = LocalStack(parameters=parameters, extra_env=extra_env, log_dir=log_dir)
         with _server_errors_to(log_dir / "moto-errors.log"), record_calls(calls_dir), stack:

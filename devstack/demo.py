@@ -23,6 +23,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from devstack.template import remote_service_parameters
+
 ROOT = Path(__file__).resolve().parents[1]
 # The sample services' code dir, as their Lambda would have it on sys.path (its /var/task).
 SAMPLE_SERVICES_DIR = ROOT / "functions" / "sample_services"
@@ -172,10 +174,7 @@ def run_demo(
     _log_to_file(ROOT / ".devstack" / "logs" / "devstack.log")
     servers = serve_all(demo_knobs(), rng_seed=seed)
     parameters = {
-        "DeploySampleServices": "false",
-        "FlightsBaseUrl": servers["flights"].base_url,
-        "HotelsBaseUrl": servers["hotels"].base_url,
-        "PaymentsBaseUrl": servers["payments"].base_url,
+        **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
         "DeadlineGraceSeconds": "2",
         "MaxClockSkewSeconds": "1",
         "LogLevel": "WARNING",

@@ -21,6 +21,36 @@ from devstack.template import FunctionSpec
 
 _counter = itertools.count()
 
+#: Offline only: fake credentials, no config files, no instance-metadata probe, quiet powertools, no tracing.
+FAKE_AWS_ENV: dict[str, str] = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "ERROR",
+}
+#: Variables that could point an SDK at a real account or endpoint; `offline_aws` removes them.
+_REAL_ACCOUNT_ENV = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")
+
+
+@contextmanager
+def offline_aws() -> Iterator[None]:
+    """moto in process with `FAKE_AWS_ENV`, and nothing that could reach a real account; ``os.environ`` is restored
+    exactly afterwards. The simulation and the bench run inside it."""
+    from moto import mock_aws
+
+    with environment(FAKE_AWS_ENV):
+        for name in list(os.environ):
+            if name in _REAL_ACCOUNT_ENV or name.startswith("AWS_ENDPOINT_URL"):
+                del os.environ[name]
+        with mock_aws():
+            yield
+
 
 @contextmanager
 def environment(variables: Mapping[str, str]) -> Iterator[None]:

@@ -53,6 +53,7 @@ from devstack.demo import (
     demo_definition,
     sample_services_importable,
 )
+from devstack.template import remote_service_parameters
 
 __all__ = [
     "DeadLetter",
@@ -598,10 +599,7 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
         for name, service in services.items():
             servers[name] = serve(service)
         parameters = {
-            "DeploySampleServices": "false",
-            "FlightsBaseUrl": servers["flights"].base_url,
-            "HotelsBaseUrl": servers["hotels"].base_url,
-            "PaymentsBaseUrl": servers["payments"].base_url,
+            **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
             "DeadlineShards": str(profile.deadline_shards),
             "DeadlineGraceSeconds": str(profile.deadline_grace_seconds),
             "MaxClockSkewSeconds": str(profile.max_clock_skew_seconds),

@@ -40,6 +40,7 @@ __all__ = [
     "Stack",
     "TemplateError",
     "load_template",
+    "remote_service_parameters",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,18 @@ _FUNCTION_NAME_MAX: Final = 64
 _STACK_NAME_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 _QUEUE_NAME_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _SUB_VAR_RE: Final = re.compile(r"\$\{([^}]*)\}")
+
+
+def remote_service_parameters(base_urls: Mapping[str, str]) -> dict[str, str]:
+    """Template parameters that point the agents at your own services instead of deploying the sample ones.
+
+    ``base_urls`` maps an agent name (``flights``, ``hotels``, ``payments``) to its service's base URL; the result is
+    ``{"DeploySampleServices": "false", "FlightsBaseUrl": ..., ...}``.
+    """
+    parameters = {"DeploySampleServices": "false"}
+    for agent, url in base_urls.items():
+        parameters[f"{agent.capitalize()}BaseUrl"] = url
+    return parameters
 
 
 class TemplateError(ValueError):

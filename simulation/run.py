@@ -29,11 +29,16 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
-from moto import mock_aws
 
-from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
+from devstack.inprocess import (
+    FakeLambdaContext,
+    environment,
+    function_environment,
+    load_function_module,
+    offline_aws,
+)
 from devstack.provision import provision
-from devstack.template import FunctionSpec, SqsEventSpec, Stack
+from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import ManualClock, OffsetClock
 from simulation.invariants import Violation, check_invariants
@@ -57,16 +62,6 @@ AGENT_FUNCTIONS = {
     "payments": "PaymentsAgentFunction",
 }
 START = 1_800_000_000.0
-#: Offline only: moto in process, fake credentials, no endpoint that could reach a real account.
-FAKE_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "POWERTOOLS_LOG_LEVEL": "ERROR",
-}
 TICK_SECONDS = 60.0  # the template's rate(1 minute)
 MAX_TICKS_AFTER_LAST_START = 240
 
@@ -120,10 +115,11 @@ class Simulation:
         # Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read,
         # entries land in both), but moto answers each index query by sorting the whole table, which made the
         # supervisor's 8 queries per tick over 40% of a run's time.
-        parameters = {"DeploySampleServices": "false", "DeadlineShards": "2"}
-        for agent in AGENT_FUNCTIONS:
-            # The remote services are simulated in process; the URL only has to be valid configuration.
-            parameters[f"{agent.title()}BaseUrl"] = f"http://{agent}.sim.invalid"
+        # The remote services are simulated in process; the URLs only have to be valid configuration.
+        parameters = {
+            **remote_service_parameters({agent: f"http://{agent}.sim.invalid" for agent in AGENT_FUNCTIONS}),
+            "DeadlineShards": "2",
+        }
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         self.physical = provision(self.stack)
         specs = {spec.logical_id: spec for spec in self.stack.functions()}
@@ -394,7 +390,7 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunReport:
         started = time.perf_counter()
-        with environment(FAKE_AWS_ENV), mock_aws(), powertools_on_clock(self.clock):
+        with offline_aws(), powertools_on_clock(self.clock):
             self._setup()
             self._loop()
             self.report.violations = check_invariants(self)

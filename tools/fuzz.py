@@ -224,15 +224,13 @@ def local_api(log_dir: Path | None = None) -> Iterator[str]:
     Must be used under ``if __name__ == "__main__":`` in a script (the stack spawns its Lambda workers).
     """
     from devstack.stack import LocalStack
+    from devstack.template import remote_service_parameters
     from http_server import serve_all
 
     servers = serve_all(rng_seed=11)
     try:
         parameters = {
-            "DeploySampleServices": "false",
-            "FlightsBaseUrl": servers["flights"].base_url,
-            "HotelsBaseUrl": servers["hotels"].base_url,
-            "PaymentsBaseUrl": servers["payments"].base_url,
+            **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
             "LogLevel": "WARNING",
         }
         logs = log_dir or ROOT / ".devstack" / "logs" / "fuzz"

@@ -262,3 +262,35 @@ def test_repository_template_resolves(tmp_path: Path) -> None:
     assert agents["FlightsAgentFunction"].environment["DEADLINE_GRACE_SECONDS"] == "30"
     assert "SampleServicesFunction" not in stack.resources
     assert "SampleServicesUrl" not in stack.outputs()
+
+
+def test_remote_service_parameters_point_each_agent_at_its_own_service() -> None:
+    from devstack.template import remote_service_parameters
+
+    parameters = remote_service_parameters({"flights": "http://127.0.0.1:1/f", "hotels": "http://127.0.0.1:2/h"})
+    assert parameters == {
+        "DeploySampleServices": "false",
+        "FlightsBaseUrl": "http://127.0.0.1:1/f",
+        "HotelsBaseUrl": "http://127.0.0.1:2/h",
+    }
+    stack = Stack.from_file(REPO_TEMPLATE, parameters={**parameters, "PaymentsBaseUrl": "http://127.0.0.1:3/p"})
+    flights = next(spec for spec in stack.functions() if spec.logical_id == "FlightsAgentFunction")
+    assert flights.environment["REMOTE_BASE_URL"] == "http://127.0.0.1:1/f"
+
+
+def test_offline_aws_fakes_credentials_drops_real_endpoints_and_restores_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from devstack.inprocess import offline_aws
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", "https://example.invalid")
+    monkeypatch.setenv("AWS_PROFILE", "production")
+    before = dict(os.environ)
+    with offline_aws():
+        assert os.environ["AWS_ACCESS_KEY_ID"] == "FOOBARKEY"  # moto's own fake key, set over ours
+        assert os.environ["AWS_DEFAULT_REGION"] == "us-east-1"
+        assert os.environ["AWS_CONFIG_FILE"] == os.devnull
+        assert "AWS_ENDPOINT_URL_DYNAMODB" not in os.environ and "AWS_PROFILE" not in os.environ
+    assert dict(os.environ) == before

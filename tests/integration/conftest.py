@@ -14,7 +14,7 @@ import pytest
 from moto import mock_aws
 
 from devstack.provision import provision
-from devstack.template import SqsEventSpec, Stack
+from devstack.template import SqsEventSpec, Stack, remote_service_parameters
 from http_server import RunningServer, serve_all
 from sasflow.clock import ManualClock
 from tests.support.lambdas import ROOT, FunctionUnderTest, SqsDriver
@@ -119,12 +119,7 @@ def remote() -> Iterator[dict[str, RunningServer]]:
 @pytest.fixture
 def deployed(remote: dict[str, RunningServer]) -> Iterator[Deployed]:
     with mock_aws():
-        parameters = {
-            "DeploySampleServices": "false",
-            "FlightsBaseUrl": remote["flights"].base_url,
-            "HotelsBaseUrl": remote["hotels"].base_url,
-            "PaymentsBaseUrl": remote["payments"].base_url,
-        }
+        parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
         stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         physical = provision(stack)
         yield Deployed(stack, physical, remote)

@@ -15,6 +15,7 @@ import pytest
 import urllib3
 
 from devstack.stack import LocalStack
+from devstack.template import remote_service_parameters
 from http_server import RunningServer, serve_all
 from tests.support.lambdas import ROOT
 
@@ -64,10 +65,7 @@ def trip(**input_changes: Any) -> dict[str, Any]:
 def system() -> Iterator[tuple[Api, dict[str, RunningServer]]]:
     servers = serve_all(rng_seed=5)
     parameters = {
-        "DeploySampleServices": "false",
-        "FlightsBaseUrl": servers["flights"].base_url,
-        "HotelsBaseUrl": servers["hotels"].base_url,
-        "PaymentsBaseUrl": servers["payments"].base_url,
+        **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
         "DeadlineGraceSeconds": "1",
         "MaxClockSkewSeconds": "0",
         "LogLevel": "WARNING",
