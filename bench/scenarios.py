@@ -11,7 +11,8 @@ How AWS is emulated, and why the counts are what AWS would bill:
 - **Event source mapping.** Every simulated second, each SQS-triggered function's queue is drained the way the
   template's mapping does it (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds: 1``): ``ReceiveMessage`` up to 10,
   invoke the handler with the batch, ``DeleteMessageBatch`` for the records that did not fail. These requests are
-  made against moto and counted.
+  made against moto and counted. A mapping with a shorter window would invoke with smaller batches (more
+  requests) than this models, so the run refuses a template whose windows are not 1 s (`check_mappings`).
 - **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
   Amazon SQS": Lambda starts with five polling connections; ``ReceiveMessageWaitTimeSeconds`` 20 s), so an idle
@@ -49,8 +50,10 @@ from devstack.event_sources import build_sqs_record
 from devstack.inprocess import environment, function_environment, load_function_module, offline_aws
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import ManualClock
+from sasflow.records import Snapshot
 from simulation.run import AGENT_FUNCTIONS, START, ClockContext, scheduled_event, start_event
 from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
 
@@ -275,6 +278,7 @@ class ScenarioRun:
             for event in spec.events
             if isinstance(event, SqsEventSpec)
         ]
+        check_mappings(self.consumers)
         # The SQS client of the event source mappings (Lambda's pollers): counted.
         self.poller = boto3.client("sqs")
 
@@ -383,37 +387,25 @@ class ScenarioRun:
             self.clock.set(target)
 
     def _all_terminal(self) -> bool:
-        statuses = [item["status"]["S"] for item in self._workflow_items()]
+        statuses = [snapshot.workflow.status.value for snapshot in self._stored()]
         return len(statuses) == self.scenario.workflows and all(s in TERMINAL for s in statuses)
 
-    def _scan(self) -> list[dict[str, Any]]:
+    def _stored(self) -> list[Snapshot]:
+        """Every workflow in the state table (the bench's own reads: never counted)."""
         with self.meter.paused():
-            items: list[dict[str, Any]] = []
-            paginator = self.observer.get_paginator("scan")
-            for page in paginator.paginate(TableName=self.physical["StateTable"], ConsistentRead=True):
-                items.extend(page["Items"])
-            return items
-
-    def _workflow_items(self) -> list[dict[str, Any]]:
-        return [i for i in self._scan() if i.get("entity", {}).get("S") == "workflow"]
+            return list(DynamoDBStateStore(self.physical["StateTable"], self.observer).workflows())
 
     def _result(self) -> ScenarioResult:
-        items = self._scan()
         statuses: Counter[str] = Counter()
         facts: dict[str, dict[str, StepFacts]] = {}
-        for item in items:
-            entity = item.get("entity", {}).get("S")
-            if entity not in ("workflow", "step"):
-                continue  # the supervisor's lease
-            workflow_id = item["workflow_id"]["S"]
-            if entity == "workflow":
-                statuses[item["status"]["S"]] += 1
-            elif entity == "step":
-                step = item["step"]["S"]
+        for snapshot in self._stored():
+            workflow_id = snapshot.workflow.workflow_id
+            statuses[snapshot.workflow.status.value] += 1
+            for step, record in snapshot.steps.items():
                 facts.setdefault(workflow_id, {})[step] = StepFacts(
-                    status=item["status"]["S"],
-                    forward_ok="S" in item.get("output", {}),
-                    resends=int(item.get("resends", {}).get("N", "0")),
+                    status=record.status.value,
+                    forward_ok=record.output is not None,
+                    resends=record.resends,
                     action_calls=self.step_calls[(workflow_id, step, "action")],
                     compensation_calls=self.step_calls[(workflow_id, step, "compensation")],
                     lost_invocations=self.lost[(workflow_id, step, "action")],
@@ -435,6 +427,26 @@ class ScenarioRun:
             memory_mb={spec.logical_id: spec.memory_mb for spec in self.specs.values()},
             definition=self.definition,
         )
+
+
+#: The batching window the once-per-simulated-second delivery models (seconds).
+MODELLED_BATCHING_WINDOW = 1.0
+
+
+def check_mappings(consumers: list[tuple[str, SqsEventSpec]]) -> None:
+    """Refuse mappings this emulation would bill wrongly: it delivers each queue once per simulated second.
+
+    Raises
+    ------
+    ValueError
+        When a mapping's ``MaximumBatchingWindowInSeconds`` is not 1 s or its batch size is over 10.
+    """
+    for logical_id, event in consumers:
+        if event.batching_window_seconds != MODELLED_BATCHING_WINDOW or event.batch_size > 10:
+            raise ValueError(
+                f"{logical_id}: batching window {event.batching_window_seconds:g} s, batch size {event.batch_size};"
+                f" the bench models a {MODELLED_BATCHING_WINDOW:g} s window and batches of at most 10"
+            )
 
 
 def run_scenario(scenario: Scenario) -> ScenarioResult:

@@ -7,7 +7,7 @@ is filled with N finished steps and a few overdue ones, and one sweep of the rea
 on the DynamoDB client handed to the supervisor counts what every call read:
 
 - on the deadline index: the items each Query read (``ScannedCount``; ``Count`` too) and the pages;
-- everything else while handling the overdue entries (the base-table Query that loads a workflow, any GetItem).
+- everything else while handling the overdue entries (the GetItem that loads each workflow, and its definition once).
 
 The figure that must stay flat is ``index items read / overdue``. The sweep is also checked: it must resend exactly
 the overdue steps, each as attempt 2, or the run raises (a benchmark of a broken sweep would be worthless).
@@ -38,7 +38,7 @@ from bench.report import Row, markdown
 from devstack.inprocess import function_environment, offline_aws
 from devstack.provision import provision
 from devstack.template import Stack, remote_service_parameters
-from sasflow.adapters.dynamodb_store import DEADLINE_INDEX
+from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, workflow_key
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.bootstrap import EngineServices, build_engine
 from sasflow.clock import ManualClock
@@ -196,21 +196,15 @@ def _finished_workflow(engine: EngineServices, bus: InMemoryBus, body: dict[str,
                 calls=1,
             )
             bus.send(engine.scheduler.on_reply(reply))
-    workflow = engine.store.get_workflow(workflow_id)
-    if workflow is None or workflow.status is not WorkflowStatus.COMPLETED:
-        raise RuntimeError(f"template workflow did not complete: {workflow}")
+    snapshot = engine.store.load(workflow_id)
+    if snapshot is None or snapshot.workflow.status is not WorkflowStatus.COMPLETED:
+        raise RuntimeError(f"template workflow did not complete: {snapshot}")
     return workflow_id
 
 
-def _partition(client: Any, table: str, workflow_id: str) -> list[dict[str, Any]]:
-    response = client.query(
-        TableName=table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"WF#{workflow_id}"}},
-        ConsistentRead=True,
-    )
-    items: list[dict[str, Any]] = response["Items"]
-    return items
+def _workflow_item(client: Any, table: str, workflow_id: str) -> dict[str, Any]:
+    item: dict[str, Any] = client.get_item(TableName=table, Key=workflow_key(workflow_id), ConsistentRead=True)["Item"]
+    return item
 
 
 def _cloned(value: Any, old: str, new: str) -> Any:
@@ -236,27 +230,26 @@ def _cloned(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def _fill(table: Any, template: list[dict[str, Any]], template_id: str, steps: int, rng: random.Random) -> int:
+def _fill(table: Any, template: dict[str, Any], template_id: str, steps: int, rng: random.Random) -> int:
     """Clone the finished template workflow under new ids until the table holds ``steps`` finished steps.
 
-    The template itself counts; the last clone keeps only as many step items as are still needed, so the count is
+    The template itself counts; the last clone keeps only as many of its steps as are still needed, so the count is
     exact (it is a finished workflow either way, outside the deadline index). Returns the items written.
 
     The clones are written into moto's backend table directly (``Table.put_item``, which still validates keys and
     types) instead of through boto3 ``batch_write_item``: measured on this 2-core machine, boto3 loads about 1,500
-    items/s in process (~90 s for the 133,000 items of 100,000 steps), the backend about 5,400 items/s (~25 s).
+    items/s in process, the backend about 5,400 items/s.
     """
-    workflow_item = next(i for i in template if i["sk"]["S"] == "#WF")
-    step_items = [i for i in template if i["sk"]["S"].startswith("STEP#")]
-    per_workflow = len(step_items)
+    template_steps = template["steps"]["M"]
+    per_workflow = len(template_steps)
     remaining = steps - per_workflow
     written = 0
     for _ in range(math.ceil(max(0, remaining) / per_workflow)):
         new_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
         take = min(per_workflow, remaining)
-        for item in [workflow_item, *step_items[:take]]:
-            table.put_item({name: _cloned(value, template_id, new_id) for name, value in item.items()})
-            written += 1
+        item = {**template, "steps": {"M": dict(list(template_steps.items())[:take])}}
+        table.put_item({name: _cloned(value, template_id, new_id) for name, value in item.items()})
+        written += 1
         remaining -= take
     return written
 
@@ -279,7 +272,7 @@ def _measure_one(steps: int, overdue: int) -> dict[str, Any]:
     loader = _engine(stack, "SchedulerFunction", clock, loader_bus, loader_client)
     body = _trip_request()
     template_id = _finished_workflow(loader, loader_bus, body)
-    template = _partition(loader_client, table_name, template_id)
+    template = _workflow_item(loader_client, table_name, template_id)
     # The overdue steps: first requests dispatched (write-ahead PROCESSING, complete_by set) and never answered.
     stuck = {_start(loader, body) for _ in range(overdue)}
     first_step = body["definition"]["steps"][0]
@@ -290,10 +283,10 @@ def _measure_one(steps: int, overdue: int) -> dict[str, Any]:
     written = _fill(backend_table, template, template_id, steps, random.Random(steps))
     timings["fill_seconds"] = time.perf_counter() - began
 
-    # What the index holds: the stuck steps, and their workflows with a stall deadline far away (not overdue).
+    # What the index holds: the stuck workflows only (finished ones are not in it).
     index_entries = loader_client.scan(TableName=table_name, IndexName=DEADLINE_INDEX, Select="COUNT")["Count"]
 
-    # Past complete_by + grace of the stuck steps (and far from the workflows' own stall deadlines).
+    # Past complete_by + grace of the stuck steps.
     sweep_client = boto3.client("dynamodb")
     counter = ReadCounter()
     counter.install(sweep_client)
@@ -318,7 +311,7 @@ def _measure_one(steps: int, overdue: int) -> dict[str, Any]:
     return {
         "finished_steps": steps,
         "overdue": overdue,
-        "items_in_table": len(template) + written + 2 * overdue,
+        "items_in_table": 1 + written + overdue + 1,  # the template, the clones, the stuck ones, the definition
         "index_entries": index_entries,
         "shards": supervisor.config.deadline_shards,
         "messages": len(sent),

@@ -13,8 +13,8 @@ it was making. The driver's own calls (it starts workflows over HTTP; it reads s
 clients made under `uncounted`) are not recorded.
 
 **The ceiling.** On the same moto server, with the event sources stopped, the queues purged and the items the run
-wrote deleted (so every table has the size it had when the run started: moto copies a whole table on each
-TransactWriteItems), a separate process replays the run's DynamoDB and SQS calls, causes before effects, back to
+wrote deleted (so every table has the size it had when the run started: moto's queries and transactions cost more
+as a table grows), a separate process replays the run's DynamoDB and SQS calls, causes before effects, back to
 back, from one client per service: the same tables, queues, items, condition expressions and batch sizes. Receives
 use ``WaitTimeSeconds=0``, and deletes use receipt handles that the replay itself received. A receive that returned
 nothing (an event source's idle long poll) did no work, so it is counted apart and not replayed.
@@ -457,12 +457,12 @@ class _Driver:
                 self.table: {
                     "Keys": keys,
                     "ConsistentRead": True,
-                    "ProjectionExpression": "workflow_id, #s",
+                    "ProjectionExpression": "pk, #s",
                     "ExpressionAttributeNames": {"#s": "status"},
                 }
             }
             items = self.dynamodb.batch_get_item(RequestItems=request)["Responses"].get(self.table, [])
-            ended.update(item["workflow_id"]["S"] for item in items if item["status"]["S"] in TERMINAL)
+            ended.update(item["pk"]["S"].removeprefix("WF#") for item in items if item["status"]["S"] in TERMINAL)
         return ended
 
     # -------------------------------------------------------------- the state the ceiling starts from

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from devstack.template import remote_service_parameters
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 
 ROOT = Path(__file__).resolve().parents[1]
 # The sample services' code dir, as their Lambda would have it on sys.path (its /var/task).
@@ -97,22 +98,16 @@ class Summary:
 def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str, workflow_ids: list[str]) -> Summary:
     """Scan the state table and the DLQs; compare every workflow's status with what the API returns."""
     summary = Summary()
-    dynamodb = boto3.client("dynamodb")
-    paginator = dynamodb.get_paginator("scan")
     statuses: dict[str, str] = {}
-    for page in paginator.paginate(TableName=physical["StateTable"], ConsistentRead=True):
-        for item in page["Items"]:
-            entity = item.get("entity", {}).get("S")
-            if entity == "workflow":
-                statuses[item["workflow_id"]["S"]] = item["status"]["S"]
-            elif entity == "step":
-                summary.steps += 1
-                summary.attempts += int(item["attempt"]["N"])
-                summary.resends += int(item.get("resends", {"N": "0"})["N"])
-                summary.deferrals += int(item.get("deferrals", {"N": "0"})["N"])
-                comp_attempt = int(item.get("comp_attempt", {"N": "0"})["N"])
-                summary.compensation_attempts += comp_attempt
-                summary.compensations += 1 if comp_attempt > 0 else 0
+    for snapshot in DynamoDBStateStore(physical["StateTable"], boto3.client("dynamodb")).workflows():
+        statuses[snapshot.workflow.workflow_id] = snapshot.workflow.status.value
+        for record in snapshot.steps.values():
+            summary.steps += 1 if record.attempt > 0 else 0
+            summary.attempts += record.attempt
+            summary.resends += record.resends
+            summary.deferrals += record.deferrals
+            summary.compensation_attempts += record.comp_attempt
+            summary.compensations += 1 if record.comp_attempt > 0 else 0
     summary.workflows = Counter(statuses.values())
     sqs = boto3.client("sqs")
     for logical_id in DEAD_LETTER_QUEUES:

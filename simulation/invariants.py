@@ -6,12 +6,17 @@
 4. COMPENSATED / CANCELLED: every step whose action happened was compensated exactly once, in reverse dependency
    order (no step before the later steps that depend on it); nothing we recorded as "did not happen" happened.
 5. COMPENSATION_FAILED: only after a step's compensation retries were exhausted (or its compensation refused).
-6. The sparse deadline index: a step is in flight iff it has complete_by and dl_shard; a workflow has a stall
-   deadline iff it is not terminal; a terminal workflow has no step in flight.
+6. The sparse deadline index: a workflow item carries ``dl_shard`` and ``complete_by`` iff it is not terminal, and
+   ``complete_by`` is then the earliest complete-by of its steps in flight; a step has a complete-by iff it is in
+   flight; a terminal workflow has no step in flight.
 7. Every message is consumed or in a dead-letter queue, and each dead-letter entry belongs to a terminal workflow,
    so it was not needed (nothing was silently dropped).
-8. The stall safety net never had to rescue a workflow unless one of its messages went to a dead-letter queue:
-   otherwise progress was lost between writers (for example two concurrent replies of parallel steps).
+8. The safety net (the supervisor advancing a workflow that is not terminal with nothing in flight) never had to
+   rescue a workflow unless one of its messages went to a dead-letter queue: otherwise progress was lost between
+   writers (for example two concurrent replies of parallel steps).
+9. No update is lost: DynamoDB accepted at most one write of each version of a workflow. Two writers that read the
+   same version cannot both commit (the write is conditional on the version), so the second decides again from the
+   first one's result instead of overwriting it.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sasflow.adapters.dynamodb_store import unpack_definition
+from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.messages import remote_token
+from sasflow.records import StepRecord
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
-IN_FLIGHT = {"PROCESSING", "COMPENSATING"}
 
 
 @dataclass(frozen=True)
@@ -39,25 +44,20 @@ class Violation:
     detail: str
 
 
-def _plain(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in item.items():
-        kind, raw = next(iter(value.items()))
-        out[key] = int(raw) if kind == "N" else raw
-    return out
-
-
 def check_invariants(sim: Simulation) -> list[Violation]:
     """Check every invariant; return the violations (empty when the run is correct)."""
-    from simulation.run import _scan
-
     violations: list[Violation] = []
-    items = [_plain(i) for i in _scan(sim.dynamodb_checker(), sim.physical["StateTable"])]
-    workflows = {i["workflow_id"]: i for i in items if i.get("entity") == "workflow"}
-    steps: dict[str, dict[str, dict[str, Any]]] = {}
-    for item in items:
-        if item.get("entity") == "step":
-            steps.setdefault(item["workflow_id"], {})[item["step"]] = item
+    snapshots = {s.workflow.workflow_id: s for s in sim.stored_workflows()}
+    pages = (
+        sim.dynamodb_checker()
+        .get_paginator("scan")
+        .paginate(TableName=sim.physical["StateTable"], IndexName=DEADLINE_INDEX)
+    )
+    index_keys = {
+        item["pk"]["S"][len(WORKFLOW_PREFIX) :]: int(item["complete_by"]["N"])
+        for page in pages
+        for item in page["Items"]
+    }
 
     effects = {token: effect for remote in sim.remotes.values() for token, effect in remote.effects.items()}
     for remote in sim.remotes.values():
@@ -68,23 +68,27 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if len(effect.undone_by) > 1:
                 violations.append(Violation("effect undone twice", effect.workflow_id, effect.token))
 
-    if len(workflows) != sim.workflows:
-        violations.append(Violation("workflow count", "-", f"{len(workflows)} stored, {sim.workflows} started"))
+    if len(snapshots) != sim.workflows:
+        violations.append(Violation("workflow count", "-", f"{len(snapshots)} stored, {sim.workflows} started"))
 
-    for workflow_id, workflow in workflows.items():
-        status = workflow["status"]
-        definition = unpack_definition(workflow["definition_z"])
-        records = steps.get(workflow_id, {})
+    for workflow_id, snapshot in snapshots.items():
+        status = snapshot.workflow.status.value
+        definition = snapshot.workflow.definition
+        records = {name: _fields(record) for name, record in snapshot.steps.items()}
+        for name, record in snapshot.steps.items():
+            if record.in_flight != (record.complete_by is not None):
+                violations.append(Violation("complete-by out of step", workflow_id, f"{name} {record.status.value}"))
+        if index_keys.get(workflow_id) != snapshot.deadline:
+            violations.append(
+                Violation(
+                    "deadline index out of step", workflow_id, f"{index_keys.get(workflow_id)} {snapshot.deadline}"
+                )
+            )
         if status not in TERMINAL:
             violations.append(Violation("not terminal", workflow_id, status))
             continue
-        if "complete_by" in workflow or "dl_shard" in workflow:
-            violations.append(Violation("terminal workflow still in the deadline index", workflow_id, status))
-        for name, record in records.items():
-            in_index = "complete_by" in record and "dl_shard" in record
-            if (record["status"] in IN_FLIGHT) != in_index:
-                violations.append(Violation("deadline index out of step", workflow_id, f"{name} {record['status']}"))
-            if record["status"] in IN_FLIGHT:
+        for name, record in snapshot.steps.items():
+            if record.in_flight:
                 violations.append(Violation("step in flight in a terminal workflow", workflow_id, name))
 
         happened = {
@@ -120,7 +124,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 if stored.get("status") != "COMPENSATION_FAILED":
                     continue
                 assert step.compensation is not None
-                error = json.loads(stored.get("error") or "{}")
+                error = stored.get("error") or {}
                 if stored.get("comp_attempt", 0) >= step.compensation.retry.max_attempts or error.get("code") in (
                     "REJECTED",
                     "ALREADY_COMPENSATED",
@@ -151,7 +155,10 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         for m in sim.queues.messages[spec.url]
     }
     for workflow_id in sorted(sim.rescued - dead_lettered):
-        violations.append(Violation("rescued by the stall safety net without a dead letter", workflow_id, ""))
+        violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
+    for (workflow_id, version), writes in sorted(sim.committed.items()):
+        if writes > 1:
+            violations.append(Violation("lost update", workflow_id, f"{writes} writes stored version {version}"))
 
     for spec in sim.queues.specs.values():
         pending = sim.queues.messages[spec.url]
@@ -159,10 +166,20 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             violations.append(Violation("messages left unconsumed", "-", f"{len(pending)} in {spec.url}"))
         if spec.dead_letter_url is None:
             for message in pending:
-                workflow_id = _workflow_of(message.body)
-                if workflow_id is None or workflows.get(workflow_id, {}).get("status") not in TERMINAL:
-                    violations.append(Violation("unexplained dead letter", workflow_id or "-", message.body[:120]))
+                owner = _workflow_of(message.body)
+                stored_workflow = snapshots.get(owner) if owner else None
+                if stored_workflow is None or stored_workflow.workflow.status.value not in TERMINAL:
+                    violations.append(Violation("unexplained dead letter", owner or "-", message.body[:120]))
     return violations
+
+
+def _fields(record: StepRecord) -> dict[str, Any]:
+    return {
+        "status": record.status.value,
+        "may_have_happened": record.may_have_happened,
+        "comp_attempt": record.comp_attempt,
+        "error": record.error,
+    }
 
 
 def _workflow_of(body: str) -> str | None:

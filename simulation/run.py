@@ -39,8 +39,10 @@ from devstack.inprocess import (
 )
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.clock import ManualClock, OffsetClock
+from sasflow.records import Snapshot
 from simulation.invariants import Violation, check_invariants
 from simulation.world import (
     CrashInjector,
@@ -52,6 +54,7 @@ from simulation.world import (
     SimMessage,
     SimQueues,
     SimRemote,
+    StaleReads,
     powertools_on_clock,
 )
 
@@ -64,6 +67,9 @@ AGENT_FUNCTIONS = {
 START = 1_800_000_000.0
 TICK_SECONDS = 60.0  # the template's rate(1 minute)
 MAX_TICKS_AFTER_LAST_START = 240
+#: Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read, entries
+#: land in both), but moto answers each index query by sorting the whole table.
+SIM_DEADLINE_SHARDS = 2
 
 
 def trip_definition(shape: str) -> dict[str, Any]:
@@ -109,16 +115,16 @@ class Simulation:
         self.report = RunReport(seed, workflows)
         self._nested = False
         self.rescued: set[str] = set()
+        #: (workflow id, version) of every workflow write DynamoDB accepted, with how often (invariant 9).
+        self.committed: Counter[tuple[str, int]] = Counter()
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        # Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read,
-        # entries land in both), but moto answers each index query by sorting the whole table, which made the
-        # supervisor's 8 queries per tick over 40% of a run's time.
-        # The remote services are simulated in process; the URLs only have to be valid configuration.
+        # SIM_DEADLINE_SHARDS, not the template's 8: the supervisor's 8 index queries per tick were over 40% of a
+        # run's time on moto. The remote services are simulated in process; their URLs only have to be valid.
         parameters = {
             **remote_service_parameters({agent: f"http://{agent}.sim.invalid" for agent in AGENT_FUNCTIONS}),
-            "DeadlineShards": "2",
+            "DeadlineShards": str(SIM_DEADLINE_SHARDS),
         }
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         self.physical = provision(self.stack)
@@ -127,8 +133,13 @@ class Simulation:
         self.queues = SimQueues(self._queue_specs(), self.clock, random.Random(self.rng.random()))
         self.bus = SimBus(self.queues, random.Random(self.rng.random()), self.faults, self.log)
         self.crashes = CrashInjector(random.Random(self.rng.random()), self.faults, self.log)
+        self.stale = StaleReads(random.Random(self.rng.random()), self.faults, self.log)
         self.dynamodb = boto3.client("dynamodb")
+        # Before the crash hooks: a write that DynamoDB accepted is recorded even when a crash follows it.
+        self.dynamodb.meta.events.register("before-parameter-build.dynamodb.PutItem", _keep_params)
+        self.dynamodb.meta.events.register("after-call.dynamodb.PutItem", self._record_commit)
         self.crashes.install(self.dynamodb)
+        self.stale.install(self.dynamodb)
         seq = itertools.count(1)
         self.remotes = {
             agent: SimRemote(agent, self.clock, random.Random(self.rng.random()), self.faults, self.log, seq)
@@ -187,16 +198,22 @@ class Simulation:
         return module
 
     def _watch_rescues(self, engine: Any) -> Any:
-        """Record the workflows the stall safety net had to repair (invariant 8 checks each against the DLQs).
+        """Record the workflows the safety net had to repair (invariant 8 checks each against the DLQs).
 
-        A repair counts only when no message of the workflow was still waiting in a live queue: a redelivery would
-        have repaired it too, the safety net merely came first.
+        The safety net is the supervisor advancing a workflow that is not terminal but has nothing in flight, so no
+        reply can move it. A repair counts only when no message of the workflow was still waiting in a live queue:
+        a redelivery would have repaired it too, the safety net merely came first.
         """
         scheduler = engine.scheduler
-        original = scheduler.on_workflow_stalled
+        original = scheduler.on_overdue
 
-        def on_workflow_stalled(workflow_id: str) -> list[Any]:
-            before = self._workflow_status(workflow_id)
+        def on_overdue(workflow_id: str) -> list[Any]:
+            before = self.state_store().load(workflow_id)
+            stuck = (
+                before is not None
+                and before.workflow.status.value not in _TERMINAL
+                and not any(r.in_flight for r in before.steps.values())
+            )
             pending = any(
                 _body_workflow_id(m.body) == workflow_id
                 for spec in self.queues.specs.values()
@@ -204,24 +221,33 @@ class Simulation:
                 for m in self.queues.messages[spec.url]
             )
             messages: list[Any] = original(workflow_id)
-            if (messages or self._workflow_status(workflow_id) != before) and not pending:
+            after = self.state_store().load(workflow_id)
+            changed = after is not None and before is not None and after.version != before.version
+            if stuck and (messages or changed) and not pending:
                 self.rescued.add(workflow_id)
             return messages
 
-        scheduler.on_workflow_stalled = on_workflow_stalled
+        scheduler.on_overdue = on_overdue
         return engine
 
-    def _workflow_status(self, workflow_id: str) -> str | None:
-        item = (
-            self.dynamodb_checker()
-            .get_item(
-                TableName=self.physical["StateTable"],
-                Key={"pk": {"S": f"WF#{workflow_id}"}, "sk": {"S": "#WF"}},
-                ConsistentRead=True,
+    def _record_commit(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
+        item = context.get("sim_params", {}).get("Item", {})
+        key = item.get("pk", {}).get("S", "")
+        if http_response.status_code == 200 and key.startswith("WF#") and "version" in item:
+            self.committed[(key[3:], int(item["version"]["N"]))] += 1
+            self.stale.committed(key, item)
+
+    def state_store(self) -> DynamoDBStateStore:
+        """A store over a client without crash hooks, for the simulation's own reads."""
+        if not hasattr(self, "_checker_store"):
+            self._checker_store = DynamoDBStateStore(
+                self.physical["StateTable"], self.dynamodb_checker(), shards=SIM_DEADLINE_SHARDS
             )
-            .get("Item")
-        )
-        return item["status"]["S"] if item else None
+        return self._checker_store
+
+    def stored_workflows(self) -> list[Snapshot]:
+        """Every workflow in the state table, as the store reads it."""
+        return list(self.state_store().workflows())
 
     def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
         module: Any = load_function_module(spec)
@@ -246,8 +272,8 @@ class Simulation:
         context = ClockContext(spec, self.clock)
         self.report.invocations += 1
         module = self._module(logical_id, sandbox)
-        armed = (self.crashes.armed, self.bus.armed)
-        self.crashes.armed = self.bus.armed = True
+        armed = (self.crashes.armed, self.bus.armed, self.stale.armed)
+        self.crashes.armed = self.bus.armed = self.stale.armed = True
         self._maybe_interleave(logical_id, event)
         try:
             with environment(function_environment(spec)):
@@ -258,7 +284,7 @@ class Simulation:
             self.log(f"invocation error {type(error).__name__}")
             return False, error
         finally:
-            self.crashes.armed, self.bus.armed = armed
+            self.crashes.armed, self.bus.armed, self.stale.armed = armed
 
     def _module(self, logical_id: str, sandbox: str) -> Any:
         key = logical_id + sandbox
@@ -296,11 +322,12 @@ class Simulation:
                 # Just before the first write that follows the load of a workflow whose other messages wait in the
                 # queue: the window between a scheduler's read and its conditional write, where a concurrent
                 # instance's write makes the loaded view stale.
-                if operation == "Query":
+                if operation == "GetItem":
                     match = _WORKFLOW_KEY.search(body)
-                    loaded[0] = match.group(1) if match else None
+                    if match:  # a workflow's read (a definition's GetItem names DEF#..., not WF#...)
+                        loaded[0] = match.group(1)
                     return
-                if operation not in ("PutItem", "UpdateItem", "TransactWriteItems") or loaded[0] not in related:
+                if operation != "PutItem" or loaded[0] not in related:
                     return
                 related = {loaded[0]}
                 if not self.queues.visible(other_event.queue_url, lambda m: _body_workflow_id(m.body) in related):
@@ -444,8 +471,7 @@ class Simulation:
                         return  # the invariants will report what did not finish
 
     def _all_terminal(self) -> bool:
-        items = _scan(self.dynamodb_checker(), self.physical["StateTable"])
-        statuses = [i["status"]["S"] for i in items if i.get("entity", {}).get("S") == "workflow"]
+        statuses = [s.workflow.status.value for s in self.stored_workflows()]
         return len(statuses) == self.workflows and all(s in _TERMINAL for s in statuses)
 
     def dynamodb_checker(self) -> Any:
@@ -455,8 +481,7 @@ class Simulation:
         return self._checker
 
     def _collect(self) -> None:
-        items = _scan(self.dynamodb_checker(), self.physical["StateTable"])
-        self.report.statuses = Counter(i["status"]["S"] for i in items if i.get("entity", {}).get("S") == "workflow")
+        self.report.statuses = Counter(s.workflow.status.value for s in self.stored_workflows())
         self.report.faults = self.log.counts
         self.report.simulated_seconds = self.clock.now() - START
         self.report.dead_letters = sum(
@@ -481,11 +506,8 @@ class ClockContext(FakeLambdaContext):
         return max(0, int((self._deadline - self._clock.now()) * 1000))
 
 
-def _scan(client: Any, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    for page in client.get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
-        items.extend(page["Items"])
-    return items
+def _keep_params(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    context["sim_params"] = params
 
 
 def _sqs_event(messages: list[SimMessage], queue_arn: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -58,6 +59,7 @@ class Faults:
     concurrent_invocation: float = 0.15
     slow_poller: float = 0.3
     concurrent_sibling: float = 0.5
+    stale_read: float = 0.2
 
     @classmethod
     def none(cls) -> Faults:
@@ -232,6 +234,58 @@ class CrashInjector:
         if self.armed and self.rng.random() < self.faults.crash_after_call:
             self.log("crash after DynamoDB call")
             raise SimCrash(f"crash after {model.name}")
+
+
+# ---------------------------------------------------------------------------------------------------- stale reads
+class StaleReads:
+    """Eventually consistent GetItems of workflow items that sometimes return the version before the latest.
+
+    DynamoDB may answer an eventually consistent read from a replica that has not seen the latest write yet (an
+    older item, or none right after the item was created); moto always answers from the latest. Every workflow write
+    DynamoDB accepts is remembered (``committed``), and a read with ``ConsistentRead`` false returns, with the
+    ``stale_read`` probability, the image that write replaced. Strongly consistent reads are never stale.
+    """
+
+    def __init__(self, rng: random.Random, faults: Faults, log: FaultLog) -> None:
+        self.rng = rng
+        self.faults = faults
+        self.log = log
+        self.armed = False
+        self._previous: dict[str, dict[str, Any] | None] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+
+    def committed(self, key: str, item: dict[str, Any]) -> None:
+        """Remember that ``item`` (a PutItem's ``Item`` parameter: DynamoDB JSON, as a read parses it) is now stored
+        under ``key`` (``WF#<id>``)."""
+        self._previous[key] = self._latest.get(key)
+        self._latest[key] = item
+
+    def install(self, client: Any) -> None:
+        client.meta.events.register("before-call.dynamodb.GetItem", self._before_get)
+
+    def _before_get(self, params: Any, **_: Any) -> Any:
+        if not self.armed:
+            return None
+        body = json.loads(params.get("body", b"{}") or b"{}")
+        key = body.get("Key", {}).get("pk", {}).get("S", "")
+        if body.get("ConsistentRead") or not key.startswith("WF#") or key not in self._previous:
+            return None
+        if self.rng.random() >= self.faults.stale_read:
+            return None
+        self.log("stale read")
+        old = self._previous[key]
+        parsed: dict[str, Any] = {"Item": old} if old is not None else {}
+        return _FakeHttpResponse(), parsed
+
+
+class _FakeHttpResponse:
+    """Enough of a botocore HTTP response for a ``before-call`` handler's answer."""
+
+    def __init__(self) -> None:
+        self.status_code = 200
+        self.headers: dict[str, str] = {}
+        self.content = b""
+        self.text = ""
 
 
 # ---------------------------------------------------------------------------------------------------- remote services

@@ -5,15 +5,16 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sasflow.bootstrap import Lazy, build_engine
+from sasflow.tracing import build_tracer
 
 logger = Logger()
-tracer = Tracer()
+tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
 metrics = Metrics()
 copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
 

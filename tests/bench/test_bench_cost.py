@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,8 @@ from bench import prices
 from bench.accounting import Meter, attribute_size, bill, item_size
 from bench.asl import StepObservation, count_transitions, saga_asl
 from bench.cost import figures, rows
-from bench.scenarios import Scenario, chain_definition, run_scenario, scenarios
+from bench.scenarios import Scenario, chain_definition, check_mappings, run_scenario, scenarios
+from devstack.template import SqsEventSpec
 
 
 # ---------------------------------------------------------------------------------------------------- item size
@@ -189,9 +191,20 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     assert data["step_functions_transitions"] == 12
     assert data["anchor_per_step"] == pytest.approx(prices.STEP_FUNCTIONS_PER_TRANSITION)
     calls = data["usage"]["calls"]
-    # Per workflow: one start transaction; per step: two idempotency writes by the agent.
-    assert calls["dynamodb.TransactWriteItems"] == 4
-    assert data["usage"]["calls_by_function"]["FlightsAgentFunction dynamodb.PutItem"] == 4
+    by_function = data["usage"]["calls_by_function"]
+    # Per workflow: one write to start it (and the definition once); per reply one write; per step two
+    # idempotency writes by the agent; no transaction anywhere.
+    assert "dynamodb.TransactWriteItems" not in calls
+    assert by_function["ApiFunction dynamodb.PutItem"] == 4 + 1
+    assert by_function["SchedulerFunction dynamodb.PutItem"] == 12
+    assert by_function["FlightsAgentFunction dynamodb.PutItem"] == 4
+    assert by_function["FlightsAgentFunction dynamodb.UpdateItem"] == 4
+    # Write units: 1 per write (every item is under 1 KB), plus the index: in at the start, moved by the first two
+    # replies (a delete and a put each), out at the end: 2 per step
+    wru = data["usage"]["dynamodb_wru"]
+    assert wru["PutItem:index"] == 4 * (1 + 2 + 2 + 1)
+    assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
+    assert wru["UpdateItem"] == 3 * 4
     requests = sum(n for name, n in calls.items() if name.startswith(("dynamodb.", "sqs.")))
     assert data["actual_requests_per_step"] == pytest.approx((requests + data["empty_polls_modelled"]) / 12)
     dollars = data["ours_dollars"]
@@ -220,3 +233,15 @@ def test_a_faulty_scenario_replays_exactly_for_its_seed() -> None:
     assert first.usage.calls == second.usage.calls
     assert first.usage.wru == second.usage.wru
     assert figures(first)["step_functions_transitions"] == figures(second)["step_functions_transitions"]
+
+
+def test_a_mapping_whose_batching_window_the_bench_does_not_model_is_refused() -> None:
+    # The emulation delivers each queue once per simulated second: a 0 s window would invoke with smaller batches
+    # (more requests) than it bills, so the run refuses such a template instead of understating its cost.
+    ok = SqsEventSpec("Queue", "url", "arn", batch_size=10, batching_window_seconds=1.0)
+    check_mappings([("Fn", ok)])
+    eager = dataclasses.replace(ok, batching_window_seconds=0.0)
+    with pytest.raises(ValueError, match="batching window 0 s, batch size 10"):
+        check_mappings([("Fn", eager)])
+    with pytest.raises(ValueError, match="batch size 11"):
+        check_mappings([("Fn", dataclasses.replace(ok, batch_size=11))])

@@ -16,11 +16,11 @@ def test_a_sweep_reads_exactly_the_overdue_entries_and_resends_them() -> None:
     # When one supervisor sweep is measured
     rows, raw = measure_sweep(sizes=(200,), overdue=3)
 
-    # Then the table held what was asked: 67 trips (the last with 2 of its 3 steps) + 3 stuck trips of 1 step each
+    # Then the table held what was asked: 67 trips (the last with 2 of its 3 steps), 3 stuck trips, 1 definition
     counts = raw["sizes"]["200"]
     assert counts["finished_steps"] == 200
-    assert counts["items_in_table"] == 67 + 200 + 2 * 3
-    assert counts["index_entries"] == 3 + 3  # the stuck steps, and their workflows' (distant) stall deadlines
+    assert counts["items_in_table"] == 67 + 3 + 1
+    assert counts["index_entries"] == 3  # the stuck workflows; finished ones are not in the index
     # and the sweep read the 3 overdue index entries and nothing else, with one page per shard
     assert counts["index_items_read"] == 3
     assert counts["index_items_returned"] == 3
@@ -28,16 +28,17 @@ def test_a_sweep_reads_exactly_the_overdue_entries_and_resends_them() -> None:
     # and resent the 3 steps
     assert counts["messages"] == 3
     assert counts["sweep_report"] == {"overdue": 3, "messages": 3, "pages": 8}
-    # and loading each stuck workflow read its workflow item and its one dispatched step (one Query each)
-    assert counts["handling_items_read"] == 6
-    assert counts["handling_items_read_by_operation"] == {"Query": 6}
-    assert counts["calls"]["Query"] == 3
+    # and handling them read each stuck workflow's one item (and, once, the definition they share)
+    assert counts["handling_items_read"] == 3 + 1
+    assert counts["handling_items_read_by_operation"] == {"GetItem": 4}
+    assert counts["calls"]["GetItem"] == 4
+    assert "Query" not in counts["calls"]
     # and the rows: items read / overdue is exactly 1, within the target; the handling row has no target
     index_row, handling_row = rows
     assert (index_row.ours, index_row.anchor, index_row.ratio) == (3, 3, 1.0)
     assert index_row.target == f"<= {RATIO_TARGET:g}"
     assert index_row.met is True
-    assert (handling_row.ours, handling_row.anchor, handling_row.ratio) == (6, 3, 2.0)
+    assert (handling_row.ours, handling_row.anchor) == (4, 3)
     assert handling_row.met is None
 
 

@@ -19,19 +19,23 @@ def test_a_small_run_counts_the_products_calls_and_replays_them_for_the_ceiling(
     # Then every step completed and the product's calls were counted where they are made
     assert raw["steps"] == 9
     calls = raw["calls"]
-    for key in ("dynamodb:TransactWriteItems", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"):
+    for key in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"):
         assert calls.get(key, 0) > 0, key
     for key in ("sqs:SendMessageBatch", "sqs:ReceiveMessage", "sqs:DeleteMessageBatch"):
         assert calls.get(key, 0) > 0, key
-    assert calls["dynamodb:TransactWriteItems"] == 3  # one write-ahead transaction per start
-    assert raw["calls_by_function"]["ApiFunction"]["dynamodb:TransactWriteItems"] == 3
+    assert "dynamodb:TransactWriteItems" not in calls
+    api = raw["calls_by_function"]["ApiFunction"]
+    # One write-ahead write per start, and the definition once per API sandbox that had not seen it stored (the
+    # local stack runs up to 2 workers per function, and both may look before either writes)
+    assert 3 + 1 <= api["dynamodb:PutItem"] <= 3 + 2
+    assert raw["calls_by_function"]["SchedulerFunction"]["dynamodb:PutItem"] == 9  # one write per reply
     assert set(raw["calls_by_function"]) >= {"SchedulerFunction", "FlightsAgentFunction", "PaymentsAgentFunction"}
     assert raw["calls_total"] == sum(calls.values())
-    assert raw["calls_per_step"]["dynamodb:TransactWriteItems"] == pytest.approx(3 / 9)
     # and the replay made the same calls without errors and the same messages went through the queues
     replay = raw["replay"]
     assert replay["calls"] + replay["skipped"] == raw["calls_total"]
-    assert replay["errors"] == {}
+    # (a conditional write that lost in the run, such as two API sandboxes storing one new definition, loses again)
+    assert replay["errors"] == raw["product_errors"]
     assert replay["received"] == 9 + 9  # 9 step requests, 9 replies
     # and the rows carry the figures: ratio = ours / anchor, against the target
     speed, requests = rows

@@ -5,22 +5,25 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
+from bench.accounting import item_size
 from devstack.provision import provision
 from devstack.template import Stack
-from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, DynamoDBStateStore
+from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, DynamoDBStateStore, workflow_key
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.clock import ManualClock
 from sasflow.definition import parse_definition
 from sasflow.errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
-from sasflow.messages import canonical_hash, decode_request
+from sasflow.messages import StepReply, canonical_hash, decode_request
+from sasflow.records import deadline_shard
 from sasflow.scheduler import SchedulerService
 from sasflow.settings import EngineConfig
-from sasflow.states import StepStatus
+from sasflow.states import Outcome, Phase, StepStatus
 from sasflow.supervisor import SupervisorService
 from tests.support.lambdas import ROOT
 from tests.support.pipeline import TRIP_INPUT, trip_definition
@@ -49,7 +52,7 @@ def build(max_overdue: int = 1000) -> Env:
         max_overdue_per_sweep=max_overdue,
     )
     clock = ManualClock(START)
-    store = DynamoDBStateStore(config.state_table, boto3.client("dynamodb"))
+    store = DynamoDBStateStore(config.state_table, boto3.client("dynamodb"), shards=config.deadline_shards)
     scheduler = SchedulerService(store, clock, config, rng=random.Random(3))
     bus = InMemoryBus()
     return Env(
@@ -71,28 +74,62 @@ def start(env: Env, key: str | None = None) -> str:
     return result.workflow.workflow_id
 
 
-def index_items(table: str) -> list[dict[str, object]]:
+def index_items(table: str) -> list[dict[str, Any]]:
     client = boto3.client("dynamodb")
     return list(client.scan(TableName=table, IndexName=DEADLINE_INDEX)["Items"])
 
 
-def test_complete_by_is_written_as_an_integer_number_and_only_while_in_flight(env: Env) -> None:
-    wid = start(env)
-    raw = boto3.client("dynamodb").get_item(
-        TableName=env.table, Key={"pk": {"S": f"WF#{wid}"}, "sk": {"S": "STEP#reserve_flight"}}
+def raw_item(env: Env, wid: str) -> dict[str, Any]:
+    item = boto3.client("dynamodb").get_item(TableName=env.table, Key=workflow_key(wid), ConsistentRead=True)
+    return dict(item["Item"])
+
+
+def reply(wid: str, step: str, attempt: int = 1, output: Any = None) -> StepReply:
+    return StepReply(
+        workflow_id=wid,
+        step=step,
+        phase=Phase.ACTION,
+        attempt=attempt,
+        outcome=Outcome.SUCCEEDED,
+        output=output if output is not None else {"confirmation": f"{step[:2].upper()}-123456"},
     )
-    assert raw["Item"]["complete_by"] == {"N": str(int(START) + 30)}
-    assert raw["Item"]["dl_shard"]["S"].isdigit()
-    # the step and the workflow's own stall deadline are in the index
-    assert sorted(i.get("step", {}).get("S", "<workflow>") for i in index_items(env.table)) == [
-        "<workflow>",
-        "reserve_flight",
+
+
+def test_the_index_key_is_the_earliest_complete_by_in_flight_as_an_integer_and_gone_when_terminal(env: Env) -> None:
+    # Given a started trip: the workflow item carries its first step's complete-by as a DynamoDB Number
+    wid = start(env)
+    item = raw_item(env, wid)
+    assert item["complete_by"] == {"N": str(int(START) + 30)}
+    assert item["dl_shard"] == {"S": deadline_shard(wid, 8)}
+    assert item["version"] == {"N": "1"}
+    assert [(i["pk"]["S"], i["complete_by"]["N"]) for i in index_items(env.table)] == [
+        (f"WF#{wid}", str(int(START) + 30))
     ]
-    snapshot = env.store.load(wid)
-    assert snapshot is not None
-    record = snapshot.steps["reserve_flight"]
-    env.store.put_step(record.evolve(status=StepStatus.COMPLETED, complete_by=None, dl_shard=None), expect=record)
-    assert [i.get("step", {}).get("S", "<workflow>") for i in index_items(env.table)] == ["<workflow>"]
+    # When the flight completes 10 s later, the hotel is dispatched in the same write: the key moves to its deadline
+    env.clock.advance(10)
+    env.scheduler.on_reply(reply(wid, "reserve_flight"))
+    assert raw_item(env, wid)["complete_by"] == {"N": str(int(START) + 40)}
+    assert raw_item(env, wid)["version"] == {"N": "2"}
+    # Then once the workflow is terminal it leaves the index and gets its TTL
+    env.scheduler.on_reply(reply(wid, "book_hotel"))
+    env.scheduler.on_reply(reply(wid, "charge_card"))
+    final = raw_item(env, wid)
+    assert final["status"] == {"S": "COMPLETED"}
+    assert "complete_by" not in final and "dl_shard" not in final
+    assert final["expires_at"] == {"N": str(int(START) + 10 + 30 * 86_400)}
+    assert index_items(env.table) == []
+
+
+def test_a_three_step_trip_stays_under_1_kb_so_each_write_costs_one_write_unit(env: Env) -> None:
+    # DynamoDB bills a write per started 1 KB of the larger of the old and new item (Developer Guide, "Item sizes
+    # and formats"); the definition lives in its own item, the step inputs are not stored.
+    wid = start(env)
+    sizes = [item_size(raw_item(env, wid))]
+    for step in ("reserve_flight", "book_hotel", "charge_card"):
+        env.scheduler.on_reply(reply(wid, step))
+        sizes.append(item_size(raw_item(env, wid)))
+    assert max(sizes) < 1024, sizes
+    assert sizes == sorted(sizes)  # grows with each output, never shrinks until TTL
 
 
 def test_wrong_typed_deadline_keys_are_refused_before_dynamodb(env: Env) -> None:
@@ -100,25 +137,30 @@ def test_wrong_typed_deadline_keys_are_refused_before_dynamodb(env: Env) -> None
     snapshot = env.store.load(wid)
     assert snapshot is not None
     record = snapshot.steps["reserve_flight"]
-    with pytest.raises(TypeError, match="complete_by must be int"):
-        env.store.put_step(record.evolve(complete_by=str(record.complete_by)), expect=record)
+    with pytest.raises(TypeError, match="complete_by of reserve_flight must be int"):
+        env.store.save(snapshot.with_step(record.evolve(complete_by=str(record.complete_by))), expect=snapshot)
     with pytest.raises(ValueError, match="milliseconds"):
-        env.store.put_step(record.evolve(complete_by=int(START * 1000)), expect=record)
-    with pytest.raises(TypeError, match="dl_shard must be str"):
-        env.store.put_step(record.evolve(dl_shard=3), expect=record)  # type: ignore[arg-type]
+        env.store.save(snapshot.with_step(record.evolve(complete_by=int(START * 1000))), expect=snapshot)
+    again = env.store.load(wid)
+    assert again == snapshot
 
 
-def test_a_stale_expectation_loses_the_conditional_write(env: Env) -> None:
+def test_a_stale_version_loses_the_conditional_write(env: Env) -> None:
     wid = start(env)
     snapshot = env.store.load(wid)
     assert snapshot is not None
     record = snapshot.steps["reserve_flight"]
-    moved = record.evolve(attempt=2, complete_by=record.complete_by + 60)  # type: ignore[operator]
-    env.store.put_step(moved, expect=record)
-    with pytest.raises(ConditionFailedError):
-        env.store.put_step(record.evolve(status=StepStatus.COMPLETED, complete_by=None, dl_shard=None), expect=record)
-    with pytest.raises(ConditionFailedError):
-        env.store.put_step(record, expect=None)
+    assert record.complete_by is not None
+    moved = env.store.save(
+        snapshot.with_step(record.evolve(attempt=2, complete_by=record.complete_by + 60)), expect=snapshot
+    )
+    assert moved.version == 2
+    done = record.evolve(status=StepStatus.COMPLETED, complete_by=None)
+    with pytest.raises(ConditionFailedError, match="changed since version 1"):
+        env.store.save(snapshot.with_step(done), expect=snapshot)
+    with pytest.raises(ConditionFailedError, match="exists"):
+        env.store.create(snapshot)
+    assert env.store.load(wid) == moved
 
 
 def test_an_item_over_400_kb_is_refused_and_nothing_is_written(env: Env) -> None:
@@ -126,10 +168,30 @@ def test_an_item_over_400_kb_is_refused_and_nothing_is_written(env: Env) -> None
     snapshot = env.store.load(wid)
     assert snapshot is not None
     record = snapshot.steps["reserve_flight"]
+    done = record.evolve(status=StepStatus.COMPLETED, complete_by=None, output={"blob": "x" * 410_000})
     with pytest.raises(PayloadTooLargeError, match="limit is 409600 bytes"):
-        env.store.put_step(record.evolve(input={"blob": "x" * 410_000}), expect=record)
-    again = env.store.load(wid)
-    assert again is not None and again.steps["reserve_flight"] == record
+        env.store.save(snapshot.with_step(done), expect=snapshot)
+    assert env.store.load(wid) == snapshot
+
+
+def test_a_definition_is_stored_once_and_read_once_per_store(env: Env) -> None:
+    # Given 3 workflows of one definition
+    ids = [start(env) for _ in range(3)]
+    client = boto3.client("dynamodb")
+    items = client.scan(TableName=env.table, ConsistentRead=True)["Items"]
+    definitions = [i for i in items if i["pk"]["S"].startswith("DEF#")]
+    # Then one definition item holds it, and each workflow names it
+    content_id = parse_definition(trip_definition()).content_id
+    assert [i["pk"]["S"] for i in definitions] == [f"DEF#{content_id}"]
+    assert {raw_item(env, wid)["definition_id"]["S"] for wid in ids} == {content_id}
+    # When a fresh store (a new Lambda sandbox) loads two of them
+    fresh = DynamoDBStateStore(env.table, client, shards=8)
+    calls: list[str] = []
+    client.meta.events.register("before-call.dynamodb", lambda model, **_: calls.append(model.name))
+    loaded = [fresh.load(wid) for wid in ids[:2]]
+    # Then it read the definition item once
+    assert calls == ["GetItem", "GetItem", "GetItem"]
+    assert [s.workflow.definition.content_id for s in loaded if s] == [content_id, content_id]
 
 
 def test_the_lease_is_exclusive_until_it_expires_and_its_fencing_token_grows(env: Env) -> None:
@@ -142,7 +204,7 @@ def test_the_lease_is_exclusive_until_it_expires_and_its_fencing_token_grows(env
     assert env.store.acquire_lease("supervisor", "a", now + 52, 50) == 3
 
 
-def test_a_sweep_of_250_overdue_steps_follows_every_page_and_resends_each_once() -> None:
+def test_a_sweep_of_250_overdue_workflows_follows_every_page_and_resends_each_once() -> None:
     with mock_aws():
         env = build(max_overdue=100)
         ids = [start(env) for _ in range(250)]
@@ -160,3 +222,22 @@ def test_a_sweep_of_250_overdue_steps_follows_every_page_and_resends_each_once()
             assert snapshot is not None
             assert (snapshot.steps["reserve_flight"].attempt, snapshot.steps["reserve_flight"].resends) == (2, 1)
         assert env.supervisor.sweep().overdue == 0
+
+
+def test_an_output_that_would_overflow_the_workflow_record_fails_its_step_which_is_then_compensated(env: Env) -> None:
+    # Given the flight's output, 250,000 bytes, already fills most of the workflow's 400 KB record
+    wid = start(env)
+    big = {"blob": "x" * 250_000}
+    assert [m.queue_url for m in env.scheduler.on_reply(reply(wid, "reserve_flight", output=big))] == ["q/hotels"]
+    # When the hotel answers with 250,000 bytes as well (each reply fits in an SQS message, both do not fit the item)
+    messages = env.scheduler.on_reply(reply(wid, "book_hotel", output=big))
+    # Then the hotel step failed as OUTPUT_TOO_LARGE, its outcome unknown, and the workflow compensates it first
+    snapshot = env.store.load(wid)
+    assert snapshot is not None
+    hotel = snapshot.steps["book_hotel"]
+    assert (hotel.status, hotel.may_have_happened, hotel.output) == (StepStatus.COMPENSATING, True, None)
+    assert hotel.error is not None and hotel.error["code"] == "OUTPUT_TOO_LARGE"
+    assert snapshot.workflow.status.value == "COMPENSATING"
+    assert snapshot.workflow.reason == "step book_hotel failed: OUTPUT_TOO_LARGE"
+    assert [decode_request(m.body).action for m in messages] == ["cancel_booking"]
+    assert snapshot.steps["reserve_flight"].output == big

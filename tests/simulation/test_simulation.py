@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from boto3.dynamodb.types import TypeSerializer
 
-from sasflow.ports import Outgoing
-from sasflow.records import Snapshot, StepRecord
-from sasflow.scheduler import SchedulerService
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
+from sasflow.records import Snapshot
 from simulation.run import Simulation, run_one
 from simulation.world import Faults
 
@@ -45,15 +45,20 @@ def test_without_faults_every_trip_completes() -> None:
     assert report.dead_letters == 0
 
 
-def test_the_join_race_is_caught_when_the_scheduler_advances_from_a_stale_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Mutation check: without the re-read after a parallel step's write, joins stall and only the safety net ends
-    them; the simulation's targeted interleave (a second scheduler between the first one's read and write) must
-    expose that as a violation of invariant 8."""
+def test_a_lost_update_is_caught_when_workflow_writes_are_not_conditional(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check: with the version condition taken off the workflow write, two schedulers that read the same
+    version both commit (the join race of parallel replies, a reply racing the supervisor); the simulation's
+    targeted interleave (a second scheduler between the first one's read and write) must expose that as a
+    violation of invariant 9 (stale reads and the other interleaves expose more). Lost updates heal themselves
+    (the supervisor resends, the agent answers from its idempotency record), so no other invariant sees them."""
 
-    def advance_from_the_loaded_view(self: SchedulerService, snapshot: Snapshot, written: StepRecord) -> list[Outgoing]:
-        return self.advance(snapshot.with_step(written))
+    def unconditional_save(self: DynamoDBStateStore, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
+        version = expect.version + 1
+        item = workflow_item(snapshot, version=version, shards=self.shards)
+        self.client.put_item(TableName=self.table, Item=TypeSerializer().serialize(item)["M"])
+        return Snapshot(snapshot.workflow, snapshot.steps, version=version)
 
-    monkeypatch.setattr(SchedulerService, "_advance_after_write", advance_from_the_loaded_view)
-    report = run_one(1, 60)
+    monkeypatch.setattr(DynamoDBStateStore, "save", unconditional_save)
+    report = run_one(2, 60)
     assert report.faults["concurrent instance took a message of the same workflow"] >= 1
-    assert {v.kind for v in report.violations} == {"rescued by the stall safety net without a dead letter"}
+    assert {v.kind for v in report.violations} == {"lost update"}

@@ -133,7 +133,7 @@ class Pipeline:
             max_clock_skew_seconds=5,
             deadline_shards=4,
         )
-        self.store = InMemoryStateStore()
+        self.store = InMemoryStateStore(shards=self.config.deadline_shards)
         self.bus = TimedBus(self.clock)
         self.scheduler = SchedulerService(
             self.store, self.clock, self.config, rng=random.Random(seed), metrics=self.count

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from sasflow.adapters.memory import InMemoryStateStore
 from sasflow.records import StepRecord
-from sasflow.states import StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
+from sasflow.states import (
+    StepStatus,
+    WorkflowStatus,
+    check_step_move,
+    check_step_transition,
+    check_workflow_transition,
+)
+from tests.support.pipeline import Pipeline
 
 
 @pytest.mark.parametrize(
@@ -30,9 +36,40 @@ def test_terminal_workflows_never_change() -> None:
             check_workflow_transition(terminal, WorkflowStatus.RUNNING)
 
 
+def test_one_write_may_carry_an_event_and_the_schedulers_follow_up_but_no_more() -> None:
+    # A reply that fails a step of an unwinding workflow starts its compensation in the same write
+    check_step_move(StepStatus.PROCESSING, StepStatus.COMPENSATING)
+    check_step_move(StepStatus.PROCESSING, StepStatus.PROCESSING)
+    # A reply needs a dispatch written before it; a finished compensation never starts again
+    for current, target in [
+        (StepStatus.PENDING, StepStatus.COMPLETED),
+        (StepStatus.PENDING, StepStatus.COMPENSATING),
+        (StepStatus.PROCESSING, StepStatus.COMPENSATED),
+        (StepStatus.COMPENSATED, StepStatus.COMPENSATING),
+    ]:
+        with pytest.raises(ValueError, match=f"{current.value} -> {target.value} is not allowed"):
+            check_step_move(current, target)
+
+
 def test_the_store_refuses_an_illegal_step_write_before_touching_anything() -> None:
-    store = InMemoryStateStore()
-    done = StepRecord(workflow_id="w", step="s", agent="a", status=StepStatus.COMPLETED, attempt=1)
+    # Given a stored workflow whose charge step was never dispatched
+    p = Pipeline()
+    wid = p.start()
+    base = p.snapshot(wid)
+    done = StepRecord(step="charge_card", status=StepStatus.COMPLETED, attempt=1)
+    # When a write would make it COMPLETED without a dispatch
     with pytest.raises(ValueError, match="PENDING -> COMPLETED"):
-        store.put_step(done, expect=None)
-    assert store.steps == {}
+        p.store.save(base.with_step(done), expect=base)
+    # Then nothing changed
+    assert p.snapshot(wid) == base
+    assert p.store.writes == {"put_definition": 1, "create": 1}
+
+
+def test_a_terminal_workflow_is_never_written_again() -> None:
+    p = Pipeline()
+    wid = p.start()
+    p.pump()
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPLETED
+    with pytest.raises(ValueError, match="terminal states never change"):
+        p.store.save(final.with_workflow(final.workflow.evolve(reason="edited")), expect=final)

@@ -43,7 +43,6 @@ from .errors import (
 )
 from .messages import canonical_hash
 from .ports import MessageBus
-from .records import Snapshot
 from .scheduler import SchedulerService
 from .types import IdempotencyKey, WorkflowId
 
@@ -287,13 +286,8 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             if failed:
                 # The steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1).
                 logger.warning("start messages not sent", extra={"workflow_id": result.workflow.workflow_id})
-        if result.created:
-            # Read nothing we already hold: the start wrote exactly this workflow and these steps.
-            snapshot: Snapshot | None = Snapshot(result.workflow, {r.step: r for r in result.steps})
-        else:
-            snapshot = scheduler.store.load(result.workflow.workflow_id)  # a repeat shows the current state
-        assert snapshot is not None
-        view = WorkflowView.from_snapshot(snapshot)
+        # Read nothing we already hold: a start shows what it wrote, a repeat what the conflicting write found.
+        view = WorkflowView.from_snapshot(result.snapshot)
         return Response(
             status_code=201 if result.created else 200,
             content_type=content_types.APPLICATION_JSON,
@@ -320,11 +314,9 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     )
     def cancel_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> Response[WorkflowView]:
         scheduler, bus = services()
-        _, messages = scheduler.cancel(workflow_id)
+        snapshot, messages = scheduler.cancel(workflow_id)
         if messages:
-            bus.send(messages)
-        snapshot = scheduler.store.load(workflow_id)
-        assert snapshot is not None
+            bus.send(messages)  # a compensation that is not sent is resent by the supervisor after complete-by
         view = WorkflowView.from_snapshot(snapshot)
         return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=view)
 

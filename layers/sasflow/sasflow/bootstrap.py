@@ -70,7 +70,7 @@ def build_engine(
 
     config = EngineConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()
-    store = DynamoDBStateStore(config.state_table, dynamodb or dynamodb_client())
+    store = DynamoDBStateStore(config.state_table, dynamodb or dynamodb_client(), shards=config.deadline_shards)
     bus = bus or SqsMessageBus(sqs_client())
     scheduler = SchedulerService(store, clock, config, metrics=metrics, rng=rng)
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)

@@ -12,6 +12,8 @@ output, or null when its outcome is unknown).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from functools import cached_property
 from typing import Any
@@ -130,6 +132,16 @@ class WorkflowDefinition(BaseModel):
                     allow_step=True,
                 )
         return self
+
+    @cached_property
+    def content_id(self) -> str:
+        """The definition's content address: 32 hex digits (128 bits) of the SHA-256 of its canonical JSON.
+
+        Equal definitions (defaults filled in, keys sorted) have the same id, so the store keeps one copy of a
+        definition however many workflows run it, and a workflow record carries only this id.
+        """
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
     @cached_property
     def dependencies(self) -> dict[str, tuple[str, ...]]:

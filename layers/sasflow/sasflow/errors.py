@@ -53,6 +53,19 @@ class ConditionFailedError(SasflowError):
     """A conditional write lost a race or found an unexpected state (Rule 2: a normal outcome, not a failure)."""
 
 
+class ContentionError(RetryableError):
+    """A workflow changed under every one of a call's conditional writes; the message is delivered again later.
+
+    Each write lost to another writer of the same workflow (parallel replies, the supervisor, a cancel) and every
+    fresh read led to another lost write. The record becomes a batch-item failure, so nothing is lost.
+    """
+
+    def __init__(self, workflow_id: str, attempts: int) -> None:
+        super().__init__(f"workflow {workflow_id} changed during each of {attempts} read-and-write attempts")
+        self.workflow_id = workflow_id
+        self.attempts = attempts
+
+
 class LeaseNotAcquiredError(SasflowError):
     """Another supervisor holds the lease."""
 

@@ -11,77 +11,51 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .records import DeadlineEntry, Snapshot, StepRecord, WorkflowRecord
-from .states import WorkflowStatus
+from .records import DeadlineEntry, Snapshot
 
 
 class StateStore(Protocol):
-    """The durable state of workflows and steps, with the sparse deadline index and the supervisor lease."""
+    """The durable state of workflows (one record each), their definitions, the deadline index and the lease."""
 
-    def create_workflow(self, workflow: WorkflowRecord, steps: Sequence[StepRecord], stall_at: int, shard: str) -> None:
-        """Write a new workflow and its first in-flight steps atomically.
+    def create(self, snapshot: Snapshot) -> Snapshot:
+        """Write a new workflow with its first in-flight steps; return it at version 1.
 
-        ``stall_at`` (epoch seconds) puts the workflow itself in the deadline index as a safety net.
+        The workflow record names its definition by content id (``definition.content_id``): definitions are
+        immutable and shared by every workflow that runs them. So ``create`` first stores the definition, unless it
+        is known to be stored, then the workflow (write-ahead: never a workflow whose definition is not durable).
+        Every check comes before the first write, so a refused start writes nothing.
 
         Raises
         ------
         ConditionFailedError
             When a workflow with this id already exists (nothing is written).
-        """
-        ...
-
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        """Read one workflow item (strongly consistent), or None."""
-        ...
-
-    def load(self, workflow_id: str) -> Snapshot | None:
-        """Read a workflow and all its steps with one strongly consistent query, or None."""
-        ...
-
-    def put_step(self, record: StepRecord, expect: StepRecord | None) -> None:
-        """Replace a step item, if its stored status, attempts and complete-by equal ``expect``'s.
-
-        ``expect=None`` means the step must not exist yet (first dispatch, or sealing as SKIPPED).
-
-        Raises
-        ------
-        ConditionFailedError
-            When the stored step differs from ``expect``.
         PayloadTooLargeError
-            When the item would exceed DynamoDB's 400 KB item limit.
+            When the record would exceed DynamoDB's 400 KB item limit.
         """
         ...
 
-    def set_workflow_status(
-        self,
-        workflow_id: str,
-        expect: WorkflowStatus,
-        status: WorkflowStatus,
-        *,
-        now: int,
-        reason: str | None = None,
-        expires_at: int | None = None,
-        stall_at: int | None = None,
-    ) -> None:
-        """Move a workflow from ``expect`` to ``status``.
+    def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
+        """Read a workflow and all its steps with one read, or None.
 
-        Terminal statuses set ``expires_at`` (TTL, epoch seconds) and leave the deadline index. ``stall_at``
-        re-arms the workflow's safety-net deadline.
+        ``consistent=False`` allows an eventually consistent read (DynamoDB bills half): it may miss the latest
+        writes, so use it only where a stale view is harmless (before a write conditional on the version).
+        """
+        ...
+
+    def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
+        """Replace the stored workflow by ``snapshot`` if it is still at ``expect.version``; return it as stored.
+
+        The move ``expect → snapshot`` must follow the transition tables (``check_snapshot_transition``). The
+        stored version becomes ``expect.version + 1``, so every other writer that read ``expect`` loses.
 
         Raises
         ------
         ConditionFailedError
-            When the stored status is not ``expect``.
-        """
-        ...
-
-    def push_stall_deadline(self, workflow_id: str, expect_stall_at: int, stall_at: int) -> None:
-        """Move a running workflow's safety-net deadline from ``expect_stall_at`` to ``stall_at`` (epoch seconds).
-
-        Raises
-        ------
-        ConditionFailedError
-            When the stored deadline is not ``expect_stall_at``.
+            When the stored version is not ``expect.version`` (a concurrent write won).
+        PayloadTooLargeError
+            When the record would exceed DynamoDB's 400 KB item limit.
+        ValueError
+            When the move is not an allowed transition (a bug, never a race).
         """
         ...
 

@@ -1,21 +1,33 @@
 """Store records: what the state store holds for a workflow and its steps.
 
-These are the domain's view of the items; ``adapters.dynamodb_store`` converts them to and from DynamoDB items
-explicitly (keys, JSON-encoded documents, sparse deadline attributes). API and queue models live elsewhere.
+A workflow and all its steps are one record, a `Snapshot`, stored as one DynamoDB item and written as a whole with
+one conditional write per transition (``adapters.dynamodb_store`` converts it to and from the item explicitly). The
+``version`` of a snapshot is the store's optimistic-concurrency token: it grows by one with every write, so a write
+conditioned on it loses against any concurrent change of the same workflow (DESIGN Rule 2). API and queue models
+live elsewhere.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .definition import WorkflowDefinition
-from .states import IN_FLIGHT_STEP, Phase, StepStatus, WorkflowStatus
+from .definition import WorkflowDefinition, render
+from .states import (
+    IN_FLIGHT_STEP,
+    TERMINAL_WORKFLOW,
+    Phase,
+    StepStatus,
+    WorkflowStatus,
+    check_step_move,
+    check_workflow_move,
+)
 
 
 @dataclass(frozen=True)
 class WorkflowRecord:
-    """One workflow.
+    """One workflow, without its steps.
 
     Attributes
     ----------
@@ -26,12 +38,11 @@ class WorkflowRecord:
     idempotency_key:
         The client's Idempotency-Key header, if any.
     created_at, updated_at:
-        Epoch seconds.
+        Epoch seconds; ``updated_at`` is the time of the last transition.
     reason:
         Why the workflow is unwinding (failed step and error), or null.
-    stall_at:
-        Safety-net deadline (epoch seconds) while the workflow is not terminal; the supervisor re-examines the
-        workflow after it. Null once terminal.
+    expires_at:
+        Once terminal: when DynamoDB's TTL may delete the workflow (epoch seconds).
     """
 
     workflow_id: str
@@ -43,29 +54,28 @@ class WorkflowRecord:
     updated_at: int
     idempotency_key: str | None = None
     reason: str | None = None
-    stall_at: int | None = None
+    expires_at: int | None = None
+
+    def evolve(self, **changes: Any) -> WorkflowRecord:
+        """Return a copy with ``changes`` applied."""
+        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
 class StepRecord:
-    """One step of one workflow.
+    """The state of one step of one workflow.
 
     ``attempt`` counts dispatches of the forward action and ``comp_attempt`` those of its compensation.
-    ``complete_by`` (epoch seconds) and ``dl_shard`` are set exactly while the step is in flight (PROCESSING or
-    COMPENSATING): they are the sparse deadline index's keys (DESIGN Rule 3).
+    ``complete_by`` (epoch seconds) is set exactly while the step is in flight (PROCESSING or COMPENSATING).
     ``may_have_happened`` is true for a FAILED step whose outcome is unknown (timeouts, transient errors), which
-    must therefore be compensated (Rule 6).
+    must therefore be compensated (Rule 6). A step with no record is PENDING.
     """
 
-    workflow_id: str
     step: str
-    agent: str
     status: StepStatus
     attempt: int = 0
     comp_attempt: int = 0
     complete_by: int | None = None
-    dl_shard: str | None = None
-    input: dict[str, Any] = field(default_factory=dict)
     output: Any = None
     error: dict[str, Any] | None = None
     may_have_happened: bool = False
@@ -97,35 +107,100 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A workflow and all its step records, read together with a strongly consistent query."""
+    """A workflow and all its steps, read and written together (one item).
+
+    ``version`` is 0 for a snapshot that has not been stored yet, then 1, 2, ... with every write.
+    """
 
     workflow: WorkflowRecord
-    steps: dict[str, StepRecord]
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    version: int = 0
 
     def with_step(self, record: StepRecord) -> Snapshot:
         """Return a snapshot where ``record`` replaces the step of the same name."""
-        return Snapshot(self.workflow, {**self.steps, record.step: record})
+        return replace(self, steps={**self.steps, record.step: record})
 
     def with_workflow(self, workflow: WorkflowRecord) -> Snapshot:
         """Return a snapshot with ``workflow`` replaced."""
-        return Snapshot(workflow, self.steps)
+        return replace(self, workflow=workflow)
 
     def status_of(self, step: str) -> StepStatus:
         """Return the status of ``step``; a step with no record is PENDING."""
         record = self.steps.get(step)
         return record.status if record else StepStatus.PENDING
 
+    @property
+    def deadline(self) -> int | None:
+        """The workflow's key in the sparse deadline index (epoch seconds), or None when it is not in the index.
+
+        It is the earliest complete-by among the steps in flight, so the entry is overdue exactly when one of
+        them is (DESIGN Rule 3). A workflow that is not terminal but has nothing in flight cannot make progress
+        by itself (no reply will come): it is indexed at its last update, so the supervisor advances it once the
+        grace has passed. A terminal workflow is not in the index.
+        """
+        if self.workflow.status in TERMINAL_WORKFLOW:
+            return None
+        in_flight = [r.complete_by for r in self.steps.values() if r.in_flight and r.complete_by is not None]
+        return min(in_flight) if in_flight else self.workflow.updated_at
+
+    def context(self) -> dict[str, Any]:
+        """The JMESPath context of step inputs: ``{"input": ..., "steps": {name: {"output": ...}}}``."""
+        return {
+            "input": self.workflow.input,
+            "steps": {name: {"output": r.output} for name, r in self.steps.items() if r.output is not None},
+        }
+
+    def input_of(self, step: str) -> dict[str, Any]:
+        """The rendered input of ``step``.
+
+        Rendering is deterministic: a step's references may only name its dependencies, which are COMPLETED before
+        it is dispatched and whose outputs never change afterwards. So the input is rendered again whenever it is
+        needed (a resend, a compensation's ``step.input``) instead of being stored with every write.
+        """
+        return render(self.workflow.definition.step(step).input, self.context())
+
 
 @dataclass(frozen=True)
 class DeadlineEntry:
-    """An entry of the deadline index and its complete-by (epoch seconds).
+    """An entry of the deadline index: a workflow and its key, the earliest complete-by in flight (epoch seconds).
 
-    ``step`` is the in-flight step, or None for a workflow's own safety-net (stall) deadline. ``status`` is the
-    step's or the workflow's status as the (eventually consistent) index saw it.
+    The index is eventually consistent, so the supervisor re-reads the workflow before acting on it.
     """
 
     workflow_id: str
-    step: str | None
-    attempt: int
-    status: str
     complete_by: int
+
+
+def deadline_shard(workflow_id: str, shards: int) -> str:
+    """Return the deadline-index partition (two digits) of a workflow.
+
+    A stable hash spreads the in-flight workflows over ``shards`` partitions so no partition is hot (DESIGN Rule 3).
+    """
+    return f"{zlib.crc32(workflow_id.encode()) % shards:02d}"
+
+
+def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
+    """Raise ``ValueError`` unless ``before → after`` follows the step and workflow transition tables.
+
+    Enforced at the store boundary, so no writer can store a move the state machine does not allow: a terminal
+    workflow never changes again, a step record is never removed, and each changed step moves along
+    ``STEP_TRANSITIONS`` (from PENDING when it had no record). One write may carry several transitions of a step
+    (a failed reply that starts the compensation at once), so the target must be reachable, not adjacent.
+    """
+    old, new = before.workflow, after.workflow
+    if old.workflow_id != new.workflow_id:
+        raise ValueError("a snapshot cannot change its workflow id")
+    if old.status in TERMINAL_WORKFLOW:
+        raise ValueError(f"workflow {old.workflow_id} is {old.status.value}: terminal states never change")
+    if old.status is not new.status:
+        check_workflow_move(old.status, new.status)
+    removed = set(before.steps) - set(after.steps)
+    if removed:
+        raise ValueError(f"step records cannot be removed: {sorted(removed)}")
+    for name, record in after.steps.items():
+        previous = before.steps.get(name)
+        if previous == record:
+            continue
+        check_step_move(previous.status if previous else StepStatus.PENDING, record.status)
+        if record.in_flight != (record.complete_by is not None):
+            raise ValueError(f"step {name} is {record.status.value} but complete_by is {record.complete_by}")

@@ -11,6 +11,7 @@ Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COM
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 
 class StepStatus(StrEnum):
@@ -59,6 +60,8 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"
 
 
+StatusT = TypeVar("StatusT", "StepStatus", "WorkflowStatus")
+
 TERMINAL_WORKFLOW = frozenset(
     {
         WorkflowStatus.COMPLETED,
@@ -106,4 +109,49 @@ def check_step_transition(current: StepStatus, target: StepStatus) -> None:
 def check_workflow_transition(current: WorkflowStatus, target: WorkflowStatus) -> None:
     """Raise ``ValueError`` when ``current → target`` is not an allowed workflow transition."""
     if target not in WORKFLOW_TRANSITIONS[current]:
+        raise ValueError(f"workflow transition {current.value} -> {target.value} is not allowed")
+
+
+def _closure(table: dict[StatusT, frozenset[StatusT]]) -> dict[StatusT, frozenset[StatusT]]:
+    """Every status reachable from each status in one or more allowed transitions."""
+    result: dict[StatusT, frozenset[StatusT]] = {}
+    for start in table:
+        seen: set[StatusT] = set()
+        frontier = list(table[start])
+        while frontier:
+            status = frontier.pop()
+            if status not in seen:
+                seen.add(status)
+                frontier.extend(table[status])
+        result[start] = frozenset(seen)
+    return result
+
+
+#: Moves the scheduler makes by itself right after a step's own transition, in the same write: a step that completed
+#: or failed while its workflow unwinds starts its compensation at once.
+STEP_FOLLOW_UPS: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+}
+#: Where one write may take a workflow: any status reachable through allowed transitions (a rejected first step
+#: with nothing to compensate goes RUNNING -> COMPENSATING -> COMPENSATED in one write).
+WORKFLOW_REACHABLE = _closure(WORKFLOW_TRANSITIONS)
+
+
+def check_step_move(current: StepStatus, target: StepStatus) -> None:
+    """Raise ``ValueError`` unless one write may take a step from ``current`` to ``target``.
+
+    One write applies at most one event to a step (a dispatch, a reply, a timeout: one allowed transition), then
+    possibly one of the scheduler's ``STEP_FOLLOW_UPS``. So PENDING -> COMPLETED is refused: a reply needs a
+    dispatch written before it.
+    """
+    allowed = STEP_TRANSITIONS[current]
+    if target in allowed or any(target in STEP_FOLLOW_UPS.get(step, frozenset()) for step in allowed):
+        return
+    raise ValueError(f"step transition {current.value} -> {target.value} is not allowed")
+
+
+def check_workflow_move(current: WorkflowStatus, target: WorkflowStatus) -> None:
+    """Raise ``ValueError`` unless ``target`` is reachable from ``current`` through allowed workflow transitions."""
+    if target not in WORKFLOW_REACHABLE[current]:
         raise ValueError(f"workflow transition {current.value} -> {target.value} is not allowed")

@@ -2,7 +2,9 @@
 
 Each run takes the supervisor lease (Leader Election pattern), reads the overdue entries of every shard of the
 sparse deadline index (``complete_by < now - grace``, so only overdue items are read: DESIGN Rule 3), and hands
-each one to the scheduler, which resends the step or gives up and unwinds the workflow. The lease only avoids
+each one to the scheduler. An entry is a workflow keyed by the earliest complete-by of its steps in flight, so it is
+overdue exactly when one of its steps is; the scheduler resends those steps or gives up and unwinds the workflow,
+all in one write. The lease only avoids
 wasted work: safety comes from the scheduler's conditional writes, so a supervisor that lost its lease mid-sweep,
 or two that overlap, still resend a step exactly once.
 """
@@ -35,7 +37,7 @@ class SweepReport:
     acquired:
         Whether this run held the lease (False: another supervisor was sweeping; nothing was read).
     overdue:
-        Overdue index entries read (steps and stalled workflows).
+        Overdue index entries read (each a workflow with at least one overdue step, or one stalled).
     messages:
         Messages sent (resends and compensations); ``send_failures`` of them could not be sent.
     complete:
@@ -141,10 +143,7 @@ class SupervisorService:
                 for entry in entries:
                     report.overdue += 1
                     try:
-                        if entry.step is None:
-                            outgoing += self.scheduler.on_workflow_stalled(entry.workflow_id)
-                        else:
-                            outgoing += self.scheduler.on_step_overdue(entry.workflow_id, entry.step)
+                        outgoing += self.scheduler.on_overdue(entry.workflow_id)
                     except Exception:  # one bad workflow must not stop the sweep of the others
                         report.errors += 1
                         logger.exception("overdue entry failed", extra={"workflow_id": entry.workflow_id})

@@ -2,14 +2,21 @@
 
 Items
 -----
-- workflow: ``pk = "WF#<id>"``, ``sk = "#WF"``; while not terminal it carries ``dl_shard`` and ``complete_by`` (its
-  safety-net stall deadline), so it sits in the deadline index too.
-- step: ``pk = "WF#<id>"``, ``sk = "STEP#<name>"``; ``dl_shard`` and ``complete_by`` exist exactly while the step
-  is in flight (sparse deadline index, DESIGN Rule 3).
+- workflow: ``pk = "WF#<id>"``, ``sk = "#WF"``. One item holds the workflow and the state of all its steps (the
+  ``steps`` map), with a ``version`` that grows by one with every write. While the workflow is not terminal it
+  carries ``dl_shard`` and ``complete_by`` (the earliest complete-by among its steps in flight), so it sits in the
+  sparse, sharded deadline index (DESIGN Rule 3); the index projects only its keys.
+- definition: ``pk = "DEF#<content id>"``, ``sk = "#DEF"``: a definition, zlib-compressed JSON, written once and
+  shared by every workflow that runs it. A workflow item names it by ``definition_id``.
 - lease: ``pk = "LEASE#<name>"``, ``sk = "#LEASE"``.
 
-Documents (definition, input, output, error) are stored as JSON strings, which keeps floats and nesting exact.
-Every write is conditional (Rule 2); ``ConditionalCheckFailedException`` becomes ``ConditionFailedError``.
+Why one item per workflow: DynamoDB bills a write per 1 KB of item and every index key it moves. With one item, a
+transition (apply a reply, dispatch the next step, move the deadline) is one write of a small item, where a step per
+item needed the step's completion, the next step's dispatch and an index entry for each. A step input is not stored:
+it is rendered again from the definition when it is needed (``Snapshot.input_of``).
+
+Documents (input, output, error) are stored as JSON strings, which keeps floats and nesting exact. Every write is
+conditional (Rule 2); ``ConditionalCheckFailedException`` becomes ``ConditionFailedError``.
 """
 
 from __future__ import annotations
@@ -17,8 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +34,15 @@ from botocore.exceptions import ClientError
 
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
-from ..records import DeadlineEntry, Snapshot, StepRecord, WorkflowRecord
-from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
+from ..records import (
+    DeadlineEntry,
+    Snapshot,
+    StepRecord,
+    WorkflowRecord,
+    check_snapshot_transition,
+    deadline_shard,
+)
+from ..states import StepStatus, WorkflowStatus
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -38,8 +51,10 @@ if TYPE_CHECKING:
 #: (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 DEADLINE_INDEX = "deadline-index"
+WORKFLOW_PREFIX = "WF#"
 _WF_SK = "#WF"
-_STEP_PREFIX = "STEP#"
+_DEF_PREFIX = "DEF#"
+_DEF_SK = "#DEF"
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -50,8 +65,9 @@ def dynamodb_client() -> DynamoDBClient:
     return boto3.client("dynamodb")
 
 
-def _pk(workflow_id: str) -> str:
-    return f"WF#{workflow_id}"
+def workflow_key(workflow_id: str) -> dict[str, Any]:
+    """The DynamoDB key (``{"pk": {"S": ...}, "sk": {"S": ...}}``) of a workflow's item."""
+    return _ser({"pk": WORKFLOW_PREFIX + workflow_id, "sk": _WF_SK})
 
 
 def _ser(item: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +75,7 @@ def _ser(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _de(item: dict[str, Any]) -> dict[str, Any]:
-    out = {k: _deserializer.deserialize(v) for k, v in item.items()}
-    return {k: _plain(v) for k, v in out.items()}
+    return {k: _plain(_deserializer.deserialize(v)) for k, v in item.items()}
 
 
 def _plain(value: Any) -> Any:
@@ -68,16 +83,13 @@ def _plain(value: Any) -> Any:
         return int(value)
     if isinstance(value, Binary):
         return bytes(value)  # type: ignore[call-overload]  # Binary defines __bytes__; its stub does not
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
     return value
 
 
 def pack_definition(definition: WorkflowDefinition) -> bytes:
-    """The definition as stored in the workflow item: its JSON, zlib-compressed (a Binary attribute).
-
-    A definition is most of a workflow item and is never queried, so compressing it keeps the item under 1 KB for
-    typical sagas: every write of the workflow item then costs 1 WRU instead of 2 or more (DynamoDB bills writes
-    per 1 KB of item size).
-    """
+    """A definition as stored: its JSON, zlib-compressed (a Binary attribute)."""
     return zlib.compress(definition.model_dump_json(exclude_none=True).encode(), 9)
 
 
@@ -105,7 +117,7 @@ def item_size(item: dict[str, Any]) -> int:
     """Approximate size of a plain (not yet serialised) item in bytes, by DynamoDB's rules.
 
     Strings count their UTF-8 length, numbers about one byte per two digits plus one, booleans and nulls one byte;
-    every attribute name counts its UTF-8 length.
+    every attribute name counts its UTF-8 length; a map is 3 bytes plus 1 per element plus its names and values.
     """
     total = 0
     for name, value in item.items():
@@ -125,7 +137,7 @@ def _value_size(value: Any) -> int:
     if isinstance(value, bytes | bytearray):
         return len(value)
     if isinstance(value, dict):
-        return 3 + sum(len(str(k).encode()) + _value_size(v) + 1 for k, v in value.items())
+        return 3 + sum(len(str(k).encode()) + _value_size(v) + 1 for k, v in value.items() if v is not None)
     if isinstance(value, (list, tuple)):
         return 3 + sum(_value_size(v) + 1 for v in value)
     return len(str(value).encode())
@@ -137,122 +149,105 @@ def _check_size(item: dict[str, Any], what: str) -> None:
         raise PayloadTooLargeError(what, size, DYNAMODB_MAX_ITEM_BYTES)
 
 
-def _deadline(complete_by: int | None, shard: str | None) -> dict[str, Any]:
-    """Return the deadline-index key attributes, checked for the types the GSI declares.
+def _epoch_seconds(value: Any, what: str) -> int:
+    """``value`` checked as the GSI's Number range key needs it: an int of epoch seconds (AWS rejects other types
+    for an index key attribute; moto does not, so it is checked here)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be int epoch seconds, got {type(value).__name__}")
+    if value > 10_000_000_000:
+        raise ValueError(f"{what} looks like milliseconds; it must be epoch seconds")
+    return value
 
-    ``complete_by`` is the index's Number range key and ``dl_shard`` its String hash key; AWS rejects wrong types
-    (moto does not), so they are checked here: an int of epoch seconds and a str, both or neither.
+
+def _step_doc(record: StepRecord) -> dict[str, Any]:
+    """A step's entry in the ``steps`` map; attributes at their default are left out (they cost bytes)."""
+    doc: dict[str, Any] = {"status": record.status.value, "attempt": record.attempt, "updated_at": record.updated_at}
+    if record.comp_attempt:
+        doc["comp_attempt"] = record.comp_attempt
+    if record.complete_by is not None:
+        doc["complete_by"] = _epoch_seconds(record.complete_by, f"complete_by of {record.step}")
+    if record.may_have_happened:
+        doc["may_have_happened"] = True
+    if record.resends:
+        doc["resends"] = record.resends
+    if record.deferrals:
+        doc["deferrals"] = record.deferrals
+    doc["output"] = _doc(record.output)
+    doc["error"] = _doc(record.error)
+    doc["comp_output"] = _doc(record.comp_output)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
+    return StepRecord(
+        step=name,
+        status=StepStatus(doc["status"]),
+        attempt=doc.get("attempt", 0),
+        comp_attempt=doc.get("comp_attempt", 0),
+        complete_by=doc.get("complete_by"),
+        output=_undoc(doc.get("output")),
+        error=_undoc(doc.get("error")),
+        may_have_happened=bool(doc.get("may_have_happened", False)),
+        resends=doc.get("resends", 0),
+        deferrals=doc.get("deferrals", 0),
+        comp_output=_undoc(doc.get("comp_output")),
+        updated_at=doc.get("updated_at", 0),
+    )
+
+
+def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str, Any]:
+    """Convert a snapshot to its plain item (before DynamoDB serialisation), stored at ``version``.
+
+    ``dl_shard`` and ``complete_by`` (the deadline index's keys) are present exactly while the workflow is not
+    terminal; ``expires_at`` (the table's TTL attribute) once it is.
     """
-    if complete_by is None and shard is None:
-        return {}
-    if isinstance(complete_by, bool) or not isinstance(complete_by, int):
-        raise TypeError(f"complete_by must be int epoch seconds, got {type(complete_by).__name__}")
-    if not isinstance(shard, str):
-        raise TypeError(f"dl_shard must be str, got {type(shard).__name__}")
-    if complete_by > 10_000_000_000:
-        raise ValueError("complete_by looks like milliseconds; it must be epoch seconds")
-    return {"complete_by": complete_by, "dl_shard": shard}
-
-
-def workflow_item(workflow: WorkflowRecord, *, shard: str | None = None) -> dict[str, Any]:
-    """Convert a workflow record to a plain item (before DynamoDB serialisation)."""
+    workflow = snapshot.workflow
     item: dict[str, Any] = {
-        "pk": _pk(workflow.workflow_id),
+        "pk": WORKFLOW_PREFIX + workflow.workflow_id,
         "sk": _WF_SK,
-        "entity": "workflow",
-        "workflow_id": workflow.workflow_id,
+        "version": version,
         "status": workflow.status.value,
-        "definition_z": pack_definition(workflow.definition),
+        "definition_id": workflow.definition.content_id,
         "input": _doc(workflow.input),
         "request_hash": workflow.request_hash,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
         "idempotency_key": workflow.idempotency_key,
         "reason": workflow.reason,
+        "expires_at": workflow.expires_at,
+        "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
     }
-    if workflow.stall_at is not None and workflow.status not in TERMINAL_WORKFLOW:
-        item.update(_deadline(workflow.stall_at, shard))
-    return item
+    deadline = snapshot.deadline
+    if deadline is not None:
+        item["complete_by"] = _epoch_seconds(deadline, "complete_by")
+        item["dl_shard"] = deadline_shard(workflow.workflow_id, shards)
+    return {k: v for k, v in item.items() if v is not None}
 
 
-def workflow_record(item: dict[str, Any]) -> WorkflowRecord:
-    """Convert a plain workflow item back to a record."""
-    return WorkflowRecord(
-        workflow_id=item["workflow_id"],
+def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> Snapshot:
+    """Convert a plain workflow item (and its definition) back to a snapshot."""
+    workflow = WorkflowRecord(
+        workflow_id=item["pk"][len(WORKFLOW_PREFIX) :],
         status=WorkflowStatus(item["status"]),
-        definition=(
-            unpack_definition(item["definition_z"])
-            if "definition_z" in item
-            else WorkflowDefinition.model_validate_json(item["definition"])  # items written before compression
-        ),
+        definition=definition,
         input=_undoc(item.get("input")) or {},
         request_hash=item["request_hash"],
         created_at=item["created_at"],
         updated_at=item["updated_at"],
         idempotency_key=item.get("idempotency_key"),
         reason=item.get("reason"),
-        stall_at=item.get("complete_by"),
+        expires_at=item.get("expires_at"),
     )
-
-
-def step_item(record: StepRecord) -> dict[str, Any]:
-    """Convert a step record to a plain item; deadline attributes only while in flight."""
-    item: dict[str, Any] = {
-        "pk": _pk(record.workflow_id),
-        "sk": _STEP_PREFIX + record.step,
-        "entity": "step",
-        "workflow_id": record.workflow_id,
-        "step": record.step,
-        "agent": record.agent,
-        "status": record.status.value,
-        "attempt": record.attempt,
-        "comp_attempt": record.comp_attempt,
-        "input": _doc(record.input),
-        "output": _doc(record.output),
-        "error": _doc(record.error),
-        "comp_output": _doc(record.comp_output),
-        "may_have_happened": record.may_have_happened,
-        "resends": record.resends,
-        "deferrals": record.deferrals,
-        "updated_at": record.updated_at,
-    }
-    if record.in_flight:
-        item.update(_deadline(record.complete_by, record.dl_shard))
-    elif record.complete_by is not None:
-        raise ValueError(f"step {record.step} is {record.status.value} but still has a complete-by")
-    return item
-
-
-def step_record(item: dict[str, Any]) -> StepRecord:
-    """Convert a plain step item back to a record."""
-    return StepRecord(
-        workflow_id=item["workflow_id"],
-        step=item["step"],
-        agent=item["agent"],
-        status=StepStatus(item["status"]),
-        attempt=item.get("attempt", 0),
-        comp_attempt=item.get("comp_attempt", 0),
-        complete_by=item.get("complete_by"),
-        dl_shard=item.get("dl_shard"),
-        input=_undoc(item.get("input")) or {},
-        output=_undoc(item.get("output")),
-        error=_undoc(item.get("error")),
-        comp_output=_undoc(item.get("comp_output")),
-        may_have_happened=bool(item.get("may_have_happened", False)),
-        resends=item.get("resends", 0),
-        deferrals=item.get("deferrals", 0),
-        updated_at=item.get("updated_at", 0),
-    )
+    steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
+    return Snapshot(workflow, steps, version=item["version"])
 
 
 def _is_condition_failure(exc: ClientError) -> bool:
-    code = exc.response.get("Error", {}).get("Code", "")
-    if code == "ConditionalCheckFailedException":
-        return True
-    if code == "TransactionCanceledException":
-        reasons = exc.response.get("CancellationReasons") or []
-        return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons) or "ConditionalCheckFailed" in str(exc)
-    return False
+    return exc.response.get("Error", {}).get("Code", "") == "ConditionalCheckFailedException"
+
+
+#: Definitions one store instance remembers as stored (by content id); they never change.
+_MAX_KNOWN_DEFINITIONS = 256
 
 
 class DynamoDBStateStore:
@@ -264,163 +259,137 @@ class DynamoDBStateStore:
         The state table (template.yaml ``StateTable``).
     client:
         A boto3 DynamoDB client; injected so tests and the local stack choose the endpoint.
+    shards:
+        Partitions of the deadline index (template parameter ``DeadlineShards``).
     """
 
-    def __init__(self, table_name: str, client: DynamoDBClient) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient, *, shards: int = 8) -> None:
         self.table = table_name
         self.client = client
+        self.shards = shards
+        self._stored: dict[str, WorkflowDefinition] = {}
 
-    # -- workflows
-    def create_workflow(self, workflow: WorkflowRecord, steps: Sequence[StepRecord], stall_at: int, shard: str) -> None:
-        """Write the workflow and its first steps in one transaction (see ``StateStore``)."""
-        item = workflow_item(replace(workflow, stall_at=stall_at), shard=shard)
-        _check_size(item, "workflow item")
-        items = [item]
-        for record in steps:
-            step = step_item(record)
-            _check_size(step, f"step item {record.step}")
-            items.append(step)
-        # Nothing may exist yet: a repeated start with the same Idempotency-Key fails here and writes nothing.
-        not_exists = "attribute_not_exists(pk)"
+    # -- definitions
+    def _ensure_definition(self, definition: WorkflowDefinition) -> None:
+        """Store ``definition`` under its content id unless it is known to be stored.
+
+        An eventually consistent GetItem of the key first (half a read unit) costs a tenth of a conditional write
+        that fails (a failed condition is billed as a write), and most starts run a definition that is stored.
+        Once stored or seen, a definition is not looked up again by this store (it never changes).
+        """
+        content_id = definition.content_id
+        if content_id in self._stored:
+            return
+        key = _ser({"pk": _DEF_PREFIX + content_id, "sk": _DEF_SK})
+        found = self.client.get_item(TableName=self.table, Key=key, ProjectionExpression="pk").get("Item")
+        if not found:
+            item = {
+                "pk": _DEF_PREFIX + content_id,
+                "sk": _DEF_SK,
+                "name": definition.name,
+                "definition_version": definition.version,
+                "definition_z": pack_definition(definition),
+            }
+            _check_size(item, "definition item")
+            # Equal content, equal id: when two writers race, whoever writes first wins and both wrote the same.
+            self._put_new(item)
+        self._know(definition)
+
+    def _put_new(self, item: dict[str, Any]) -> bool:
+        """PutItem only if no item has this key (``item_is_new``); return False when one exists (nothing written)."""
         try:
-            self.client.transact_write_items(
-                TransactItems=[
-                    {"Put": {"TableName": self.table, "Item": _ser(i), "ConditionExpression": not_exists}}
-                    for i in items
-                ]
-            )
+            self.client.put_item(TableName=self.table, Item=_ser(item), ConditionExpression="attribute_not_exists(pk)")
         except ClientError as exc:
             if _is_condition_failure(exc):
-                raise ConditionFailedError(f"workflow {workflow.workflow_id} exists") from exc
+                return False
             raise
+        return True
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        """Read the workflow item with a strongly consistent GetItem."""
+    def _know(self, definition: WorkflowDefinition) -> None:
+        if len(self._stored) >= _MAX_KNOWN_DEFINITIONS:
+            self._stored.pop(next(iter(self._stored)))
+        self._stored[definition.content_id] = definition
+
+    def _definition(self, content_id: str) -> WorkflowDefinition:
+        known = self._stored.get(content_id)
+        if known is not None:
+            return known
         response = self.client.get_item(
-            TableName=self.table,
-            Key=_ser({"pk": _pk(workflow_id), "sk": _WF_SK}),
-            ConsistentRead=True,
+            TableName=self.table, Key=_ser({"pk": _DEF_PREFIX + content_id, "sk": _DEF_SK}), ConsistentRead=True
         )
         item = response.get("Item")
-        return workflow_record(_de(item)) if item else None
+        if item is None:
+            raise LookupError(f"definition {content_id} is not stored")
+        definition = unpack_definition(_de(item)["definition_z"])
+        self._know(definition)
+        return definition
 
-    def load(self, workflow_id: str) -> Snapshot | None:
-        """Query the workflow's partition (strongly consistent, every page) into a snapshot."""
-        items: list[dict[str, Any]] = []
+    def from_item(self, raw: dict[str, Any]) -> Snapshot:
+        """Convert a raw workflow item (DynamoDB JSON, from GetItem or Scan) to a snapshot.
+
+        Raises
+        ------
+        LookupError
+            When the definition the item names is not stored.
+        """
+        item = _de(raw)
+        return snapshot_from_item(item, self._definition(item["definition_id"]))
+
+    # -- workflows
+    def create(self, snapshot: Snapshot) -> Snapshot:
+        """Write the definition if it is new, then the workflow with one conditional PutItem (see ``StateStore``)."""
+        item = workflow_item(snapshot, version=1, shards=self.shards)
+        _check_size(item, "workflow item")
+        self._ensure_definition(snapshot.workflow.definition)
+        # A repeated start with the same Idempotency-Key (the same workflow id) fails here and writes nothing.
+        if not self._put_new(item):
+            raise ConditionFailedError(f"workflow {snapshot.workflow.workflow_id} exists")
+        return Snapshot(snapshot.workflow, snapshot.steps, version=1)
+
+    def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
+        """Read the workflow's item with one GetItem, strongly consistent unless asked (see ``StateStore``)."""
+        response = self.client.get_item(TableName=self.table, Key=workflow_key(workflow_id), ConsistentRead=consistent)
+        item = response.get("Item")
+        return self.from_item(item) if item else None
+
+    def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
+        """Replace the workflow's item if it is still at ``expect.version`` (see ``StateStore``)."""
+        check_snapshot_transition(expect, snapshot)
+        version = expect.version + 1
+        item = workflow_item(snapshot, version=version, shards=self.shards)
+        _check_size(item, "workflow item")
+        try:
+            self.client.put_item(
+                TableName=self.table,
+                Item=_ser(item),
+                # version_matches: the timeline this protects is
+                #   read(v) ... [another writer (a reply, the supervisor, a cancel) stores v+1] ... our write of v+1
+                # so whoever read an older state loses and decides again from the new one.
+                ConditionExpression="version = :expect",
+                ExpressionAttributeValues=_ser({":expect": expect.version}),
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                raise ConditionFailedError(
+                    f"workflow {snapshot.workflow.workflow_id} changed since version {expect.version}"
+                ) from exc
+            raise
+        return Snapshot(snapshot.workflow, snapshot.steps, version=version)
+
+    def workflows(self) -> Iterator[Snapshot]:
+        """Every stored workflow, by a strongly consistent Scan of the whole table (every page).
+
+        For operators' tools, reports and tests; the engine never scans. Definitions are read once each.
+        """
         kwargs: dict[str, Any] = {
             "TableName": self.table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": _ser({":pk": _pk(workflow_id)}),
             "ConsistentRead": True,
+            "FilterExpression": "sk = :wf",
+            "ExpressionAttributeValues": _ser({":wf": _WF_SK}),
         }
-        while True:
-            response = self.client.query(**kwargs)
-            items.extend(_de(i) for i in response.get("Items", []))
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                break
-            kwargs["ExclusiveStartKey"] = last
-        workflow = next((i for i in items if i["sk"] == _WF_SK), None)
-        if workflow is None:
-            return None
-        steps = {i["step"]: step_record(i) for i in items if i["sk"].startswith(_STEP_PREFIX)}
-        return Snapshot(workflow_record(workflow), steps)
-
-    def set_workflow_status(
-        self,
-        workflow_id: str,
-        expect: WorkflowStatus,
-        status: WorkflowStatus,
-        *,
-        now: int,
-        reason: str | None = None,
-        expires_at: int | None = None,
-        stall_at: int | None = None,
-    ) -> None:
-        """Conditionally move the workflow's status (see ``StateStore``)."""
-        check_workflow_transition(expect, status)
-        sets = ["#status = :status", "updated_at = :now"]
-        values: dict[str, Any] = {":status": status.value, ":now": now, ":expect": expect.value}
-        removes: list[str] = []
-        if reason is not None:
-            sets.append("reason = :reason")
-            values[":reason"] = reason
-        if status in TERMINAL_WORKFLOW:
-            removes += ["complete_by", "dl_shard"]
-            if expires_at is not None:
-                sets.append("expires_at = :expires")
-                values[":expires"] = expires_at
-        elif stall_at is not None:
-            sets.append("complete_by = :stall")
-            values[":stall"] = _deadline(stall_at, "00")["complete_by"]
-        expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
-        try:
-            self.client.update_item(
-                TableName=self.table,
-                Key=_ser({"pk": _pk(workflow_id), "sk": _WF_SK}),
-                UpdateExpression=expression,
-                # status_is_expected: the transition table allows this move only from `expect`.
-                ConditionExpression="#status = :expect",
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues=_ser(values),
-            )
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                raise ConditionFailedError(f"workflow {workflow_id} is not {expect.value}") from exc
-            raise
-
-    def push_stall_deadline(self, workflow_id: str, expect_stall_at: int, stall_at: int) -> None:
-        """Move a running workflow's safety-net deadline (see ``StateStore``)."""
-        try:
-            self.client.update_item(
-                TableName=self.table,
-                Key=_ser({"pk": _pk(workflow_id), "sk": _WF_SK}),
-                UpdateExpression="SET complete_by = :new",
-                ConditionExpression="complete_by = :old",
-                ExpressionAttributeValues=_ser(
-                    {":new": _deadline(stall_at, "00")["complete_by"], ":old": expect_stall_at}
-                ),
-            )
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                raise ConditionFailedError(f"workflow {workflow_id} stall deadline moved") from exc
-            raise
-
-    # -- steps
-    def put_step(self, record: StepRecord, expect: StepRecord | None) -> None:
-        """Replace a step item conditionally on its expected status, attempts and complete-by."""
-        check_step_transition(expect.status if expect else StepStatus.PENDING, record.status)
-        item = step_item(record)
-        _check_size(item, f"step item {record.step}")
-        names: dict[str, str] = {}
-        values: dict[str, Any] = {}
-        if expect is None:
-            # step_is_new: first dispatch or seal; a second dispatcher or a seal that got there first wins.
-            condition = "attribute_not_exists(pk)"
-        else:
-            # status_is + attempt_matches + deadline_matches: the timeline this protects is
-            #   read(step@attempt n) ... [another writer moves it to n+1, or completes it] ... our write
-            # so a duplicate reply, a stale reply, or a second supervisor loses instead of overwriting.
-            names["#status"] = "status"
-            values.update({":s": expect.status.value, ":a": expect.attempt, ":ca": expect.comp_attempt})
-            parts = ["#status = :s", "attempt = :a", "comp_attempt = :ca"]
-            if expect.complete_by is not None:
-                parts.append("complete_by = :cb")
-                values[":cb"] = expect.complete_by
-            else:
-                parts.append("attribute_not_exists(complete_by)")
-            condition = " AND ".join(parts)
-        kwargs: dict[str, Any] = {"TableName": self.table, "Item": _ser(item), "ConditionExpression": condition}
-        if names:
-            kwargs["ExpressionAttributeNames"] = names
-        if values:
-            kwargs["ExpressionAttributeValues"] = _ser(values)
-        try:
-            self.client.put_item(**kwargs)
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                raise ConditionFailedError(f"step {record.step} changed") from exc
-            raise
+        for page in self.client.get_paginator("scan").paginate(**kwargs):
+            for raw in page.get("Items", []):
+                yield self.from_item(raw)
 
     # -- deadline index
     def overdue(self, shard: str, before: int, limit: int, start: Any | None) -> tuple[list[DeadlineEntry], Any | None]:
@@ -438,15 +407,8 @@ class DynamoDBStateStore:
         entries = []
         for raw in response.get("Items", []):
             item = _de(raw)
-            entries.append(
-                DeadlineEntry(
-                    workflow_id=item["workflow_id"],
-                    step=item.get("step"),
-                    attempt=item.get("attempt", 0),
-                    status=item["status"],
-                    complete_by=item["complete_by"],
-                )
-            )
+            if item["pk"].startswith(WORKFLOW_PREFIX):
+                entries.append(DeadlineEntry(item["pk"][len(WORKFLOW_PREFIX) :], item["complete_by"]))
         return entries, response.get("LastEvaluatedKey")
 
     # -- lease

@@ -1,7 +1,8 @@
 """In-memory adapters for unit tests and simulations: same conditions as the AWS adapters, no I/O.
 
-They keep records (not items) but apply the same rules: conditional writes on status, attempts and complete-by,
-a sparse deadline index holding exactly the in-flight steps and the non-terminal workflows, and a lease.
+They keep snapshots (not items) but apply the same rules: one record per workflow written as a whole, conditional
+on its version, moves checked against the transition tables, and a sparse deadline index holding exactly the
+workflows that are not terminal, keyed by their earliest complete-by in flight.
 """
 
 from __future__ import annotations
@@ -11,142 +12,93 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing
-from ..records import DeadlineEntry, Snapshot, StepRecord, WorkflowRecord
-from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus, check_step_transition, check_workflow_transition
+from ..records import DeadlineEntry, Snapshot, check_snapshot_transition, deadline_shard
 
 
 class InMemoryStateStore:
-    """A thread-safe ``StateStore`` in memory. ``writes`` counts successful writes by kind (for assertions)."""
+    """A thread-safe ``StateStore`` in memory. ``writes`` counts successful writes by kind (for assertions).
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    shards:
+        Partitions of the deadline index, as the template's ``DeadlineShards``.
+    """
+
+    def __init__(self, shards: int = 8) -> None:
         self._lock = threading.RLock()
-        self.workflows: dict[str, WorkflowRecord] = {}
-        self.shards: dict[str, str] = {}
-        self.steps: dict[tuple[str, str], StepRecord] = {}
+        self.shards = shards
+        self.workflows: dict[str, Snapshot] = {}
+        self.definitions: dict[str, WorkflowDefinition] = {}
         self.leases: dict[str, tuple[str, int, int]] = {}
         self.writes: dict[str, int] = {}
+        #: What an eventually consistent read of a workflow returns instead of its latest version (None: not found).
+        self.stale_reads: dict[str, Snapshot | None] = {}
 
     def _count(self, kind: str) -> None:
         self.writes[kind] = self.writes.get(kind, 0) + 1
 
-    def create_workflow(self, workflow: WorkflowRecord, steps: Sequence[StepRecord], stall_at: int, shard: str) -> None:
-        """See ``StateStore.create_workflow``."""
+    def create(self, snapshot: Snapshot) -> Snapshot:
+        """See ``StateStore.create``."""
+        _check_deadlines(snapshot)
         with self._lock:
-            if workflow.workflow_id in self.workflows:
-                raise ConditionFailedError(workflow.workflow_id)
-            self.workflows[workflow.workflow_id] = replace(workflow, stall_at=stall_at)
-            self.shards[workflow.workflow_id] = shard
-            for record in steps:
-                self.steps[(record.workflow_id, record.step)] = record
-            self._count("create_workflow")
+            workflow_id = snapshot.workflow.workflow_id
+            definition = snapshot.workflow.definition
+            if definition.content_id not in self.definitions:
+                self.definitions[definition.content_id] = definition
+                self._count("put_definition")
+            if workflow_id in self.workflows:
+                raise ConditionFailedError(f"workflow {workflow_id} exists")
+            stored = replace(snapshot, version=1)
+            self.workflows[workflow_id] = stored
+            self._count("create")
+            return stored
 
-    def get_workflow(self, workflow_id: str) -> WorkflowRecord | None:
-        """See ``StateStore.get_workflow``."""
+    def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
+        """See ``StateStore.load``; ``stale_reads`` makes eventually consistent reads return older versions."""
         with self._lock:
+            if not consistent and workflow_id in self.stale_reads:
+                return self.stale_reads[workflow_id]
             return self.workflows.get(workflow_id)
 
-    def load(self, workflow_id: str) -> Snapshot | None:
-        """See ``StateStore.load``."""
+    def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
+        """See ``StateStore.save``."""
+        check_snapshot_transition(expect, snapshot)
+        _check_deadlines(snapshot)
         with self._lock:
-            workflow = self.workflows.get(workflow_id)
-            if workflow is None:
-                return None
-            steps = {name: r for (wid, name), r in self.steps.items() if wid == workflow_id}
-            return Snapshot(workflow, steps)
-
-    def put_step(self, record: StepRecord, expect: StepRecord | None) -> None:
-        """See ``StateStore.put_step``."""
-        check_step_transition(expect.status if expect else StepStatus.PENDING, record.status)
-        if record.in_flight and (not isinstance(record.complete_by, int) or not isinstance(record.dl_shard, str)):
-            raise TypeError("an in-flight step needs int complete_by and str dl_shard")
-        if not record.in_flight:
-            record = replace(record, complete_by=None, dl_shard=None)
-        with self._lock:
-            key = (record.workflow_id, record.step)
-            current = self.steps.get(key)
-            if expect is None:
-                if current is not None:
-                    raise ConditionFailedError(f"step {record.step} exists")
-            elif current is None or (
-                current.status,
-                current.attempt,
-                current.comp_attempt,
-                current.complete_by,
-            ) != (expect.status, expect.attempt, expect.comp_attempt, expect.complete_by):
-                raise ConditionFailedError(f"step {record.step} changed")
-            self.steps[key] = record
-            self._count("put_step")
-
-    def set_workflow_status(
-        self,
-        workflow_id: str,
-        expect: WorkflowStatus,
-        status: WorkflowStatus,
-        *,
-        now: int,
-        reason: str | None = None,
-        expires_at: int | None = None,
-        stall_at: int | None = None,
-    ) -> None:
-        """See ``StateStore.set_workflow_status``."""
-        check_workflow_transition(expect, status)
-        with self._lock:
+            workflow_id = snapshot.workflow.workflow_id
             current = self.workflows.get(workflow_id)
-            if current is None or current.status is not expect:
-                raise ConditionFailedError(f"workflow {workflow_id} is not {expect.value}")
-            changes: dict[str, Any] = {"status": status, "updated_at": now}
-            if reason is not None:
-                changes["reason"] = reason
-            if status in TERMINAL_WORKFLOW:
-                changes["stall_at"] = None
-            elif stall_at is not None:
-                changes["stall_at"] = stall_at
-            self.workflows[workflow_id] = replace(current, **changes)
-            self._count("set_workflow_status")
-
-    def push_stall_deadline(self, workflow_id: str, expect_stall_at: int, stall_at: int) -> None:
-        """See ``StateStore.push_stall_deadline``."""
-        with self._lock:
-            current = self.workflows.get(workflow_id)
-            if current is None or current.stall_at != expect_stall_at:
-                raise ConditionFailedError(workflow_id)
-            self.workflows[workflow_id] = replace(current, stall_at=stall_at)
-            self._count("push_stall_deadline")
+            if current is None or current.version != expect.version:
+                raise ConditionFailedError(f"workflow {workflow_id} changed since version {expect.version}")
+            stored = replace(snapshot, version=expect.version + 1)
+            self.workflows[workflow_id] = stored
+            self._count("save")
+            return stored
 
     def index_entries(self) -> list[DeadlineEntry]:
         """Every entry of the (sparse) deadline index, for invariant checks."""
         with self._lock:
-            entries = [
-                DeadlineEntry(r.workflow_id, r.step, r.attempt, r.status.value, r.complete_by)
-                for r in self.steps.values()
-                if r.complete_by is not None
+            return [
+                DeadlineEntry(workflow_id, deadline)
+                for workflow_id, snapshot in self.workflows.items()
+                if (deadline := snapshot.deadline) is not None
             ]
-            entries += [
-                DeadlineEntry(w.workflow_id, None, 0, w.status.value, w.stall_at)
-                for w in self.workflows.values()
-                if w.stall_at is not None
-            ]
-            return entries
 
     def overdue(self, shard: str, before: int, limit: int, start: Any | None) -> tuple[list[DeadlineEntry], Any | None]:
-        """See ``StateStore.overdue``; pages are ordered by (complete_by, workflow_id, step)."""
+        """See ``StateStore.overdue``; pages are ordered by (complete_by, workflow_id)."""
         with self._lock:
-            matching = []
-            for entry in self.index_entries():
-                entry_shard = (
-                    self.steps[(entry.workflow_id, entry.step)].dl_shard
-                    if entry.step is not None
-                    else self.shards.get(entry.workflow_id)
-                )
-                if entry_shard == shard and entry.complete_by < before:
-                    matching.append(entry)
+            matching = [
+                entry
+                for entry in self.index_entries()
+                if deadline_shard(entry.workflow_id, self.shards) == shard and entry.complete_by < before
+            ]
 
         # Key-based paging like DynamoDB's LastEvaluatedKey: entries moved during a sweep are neither skipped nor
         # read twice.
-        def key(e: DeadlineEntry) -> tuple[int, str, str]:
-            return (e.complete_by, e.workflow_id, e.step or "")
+        def key(e: DeadlineEntry) -> tuple[int, str]:
+            return (e.complete_by, e.workflow_id)
 
         matching.sort(key=key)
         if start is not None:
@@ -171,6 +123,15 @@ class InMemoryStateStore:
             held = self.leases.get(name)
             if held is not None and held[0] == owner:
                 self.leases[name] = (owner, now - 1, held[2])
+
+
+def _check_deadlines(snapshot: Snapshot) -> None:
+    """The deadline index's keys must be integers of epoch seconds, as the DynamoDB adapter checks."""
+    for record in snapshot.steps.values():
+        if record.complete_by is not None and (
+            isinstance(record.complete_by, bool) or not isinstance(record.complete_by, int)
+        ):
+            raise TypeError(f"complete_by of {record.step} must be int epoch seconds")
 
 
 @dataclass
