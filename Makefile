@@ -10,7 +10,7 @@
 #   make sim          deterministic fault-injection simulation, >= 10,000 workflows (python -m simulation)
 #   make bench        cost per step vs Step Functions, requests vs the minimum, sweep, throughput, cold start
 #   make lock         refresh tools/constraints-*.txt (transitive pins) after changing a requirement
-#   make clean        remove build output and caches (make distclean also removes the venvs)
+#   make clean        remove build output, caches and local-stack logs (make distclean also removes the venvs)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -163,7 +163,7 @@ lock-sam:
 	@tools/lock "$(PYTHON312)" tools/requirements-sam.txt tools/constraints-sam.txt
 
 clean:
-	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache
+	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack
 	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
@@ -183,7 +183,8 @@ sim: venv
 # --------------------------------------------------------------------------------------------- bench
 # Cost and scale, measured side by side in one run (python -m bench): prints one markdown table and writes
 # bench/results.md + bench/results.json. Not a test: it reports ratios and whether each target is met, never fails
-# on a missed target. The layer size comes from `make build`. A quicker look: make bench ARGS='--scale 0.2'.
+# on a missed target. The layer size comes from `make build`. A quicker look that leaves the results files alone:
+# make bench ARGS='--scale 0.2 --no-write'.
 .PHONY: bench
 bench: venv build
 	PYTHONPATH="$(APP_PYTHONPATH):$(ROOT)/functions/sample_services$${PYTHONPATH:+:$$PYTHONPATH}" \

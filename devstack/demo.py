@@ -205,8 +205,7 @@ def _drive(
     http = urllib3.PoolManager(maxsize=8)
     definition = demo_definition()
     workflow_ids: list[str] = []
-    dynamodb = boto3.client("dynamodb")
-    table = stack.physical_ids["StateTable"]
+    store = DynamoDBStateStore(stack.physical_ids["StateTable"], boto3.client("dynamodb"))
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
         starting = progress.add_task("starting workflows over HTTP", total=workflows)
@@ -236,7 +235,7 @@ def _drive(
         finishing = progress.add_task("workflows in a terminal state", total=workflows)
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
-            done = _terminal_count(dynamodb, table)
+            done = terminal_count(store)
             progress.update(finishing, completed=done)
             if done >= workflows:
                 break
@@ -271,15 +270,6 @@ def _log_to_file(path: Path) -> None:
     devstack_logger.propagate = False
 
 
-def _terminal_count(dynamodb: Any, table: str) -> int:
-    count = 0
-    for page in dynamodb.get_paginator("scan").paginate(
-        TableName=table,
-        ConsistentRead=True,
-        FilterExpression="entity = :workflow",
-        ExpressionAttributeValues={":workflow": {"S": "workflow"}},
-        ProjectionExpression="#s",
-        ExpressionAttributeNames={"#s": "status"},
-    ):
-        count += sum(1 for item in page["Items"] if item["status"]["S"] in TERMINAL)
-    return count
+def terminal_count(store: DynamoDBStateStore) -> int:
+    """How many stored workflows are in a terminal state (read through the store, never from raw attributes)."""
+    return sum(1 for snapshot in store.workflows() if snapshot.workflow.status.value in TERMINAL)

@@ -8,13 +8,10 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import process_partial_response
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sasflow.batch import OutboxBatchProcessor
+from sasflow.batch import OutboxBatchProcessor, ReplyGroups
 from sasflow.bootstrap import Lazy, build_engine
-from sasflow.messages import decode_reply
-from sasflow.ports import Outgoing
 from sasflow.tracing import build_tracer
 
 logger = Logger()
@@ -32,16 +29,12 @@ engine = Lazy(lambda: build_engine(metrics=_count))
 processor = OutboxBatchProcessor(lambda: engine().bus, reserve_seconds=5)
 
 
-def handle_reply(record: SQSRecord) -> list[Outgoing]:
-    """Apply one reply; a malformed body raises and becomes this record's batch-item failure."""
-    return engine().scheduler.on_reply(decode_reply(record.body))
-
-
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Process a batch of replies and report partial failures."""
+    """Process a batch of replies (those of one workflow together) and report partial failures."""
+    replies = ReplyGroups(engine().scheduler.on_replies, event.get("Records") or [])
     return dict(
-        process_partial_response(event=event, record_handler=handle_reply, processor=processor, context=context)
+        process_partial_response(event=event, record_handler=replies.handle, processor=processor, context=context)
     )

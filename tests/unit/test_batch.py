@@ -9,7 +9,7 @@ from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from sasflow.adapters.memory import InMemoryBus
-from sasflow.batch import OutboxBatchProcessor
+from sasflow.batch import OutboxBatchProcessor, ReplyGroups
 from sasflow.messages import decode_reply
 from sasflow.ports import Outgoing
 
@@ -106,3 +106,53 @@ def test_without_a_reserve_every_record_starts_however_little_time_is_left() -> 
     event = {"Records": [sqs_record("a", VALID), sqs_record("b", VALID)]}
     response = process_partial_response(event, handle, OutboxBatchProcessor(lambda: bus), context=_Countdown(10, 5))
     assert response["batchItemFailures"] == []
+
+
+def reply_body(workflow_id: str, step: str) -> str:
+    return (
+        f'{{"kind":"step.reply","workflow_id":"{workflow_id}","step":"{step}","phase":"action","attempt":1,'
+        '"outcome":"succeeded"}'
+    )
+
+
+def test_the_replies_of_one_workflow_in_a_batch_are_applied_together_once() -> None:
+    # Given a batch with three replies of wf-1 (parallel steps), one of wf-2 and a malformed record
+    records = [
+        sqs_record("1a", reply_body("wf-1", "a")),
+        sqs_record("2a", reply_body("wf-2", "a")),
+        sqs_record("junk", "not-json"),
+        sqs_record("1b", reply_body("wf-1", "b")),
+        sqs_record("1c", reply_body("wf-1", "c")),
+    ]
+    applied: list[list[str]] = []
+
+    def apply(replies: Any) -> list[Outgoing]:
+        applied.append([f"{r.workflow_id}/{r.step}" for r in replies])
+        return [Outgoing("queue/next", replies[0].workflow_id)]
+
+    groups = ReplyGroups(apply, records)
+    bus = InMemoryBus()
+    # When the batch is processed
+    response = process_partial_response({"Records": records}, groups.handle, OutboxBatchProcessor(lambda: bus))
+    # Then each workflow was applied once with all its replies, in batch order, and only the malformed record failed
+    assert applied == [["wf-1/a", "wf-1/b", "wf-1/c"], ["wf-2/a"]]
+    assert [m.body for m in bus.queues["queue/next"]] == ["wf-1", "wf-2"]
+    assert response["batchItemFailures"] == [{"itemIdentifier": "junk"}]
+
+
+def test_when_a_workflow_group_fails_every_record_of_it_fails_and_the_others_do_not() -> None:
+    records = [
+        sqs_record("1a", reply_body("wf-1", "a")),
+        sqs_record("2a", reply_body("wf-2", "a")),
+        sqs_record("1b", reply_body("wf-1", "b")),
+    ]
+
+    def apply(replies: Any) -> list[Outgoing]:
+        if replies[0].workflow_id == "wf-1":
+            raise RuntimeError("the workflow kept changing")
+        return []
+
+    response = process_partial_response(
+        {"Records": records}, ReplyGroups(apply, records).handle, OutboxBatchProcessor(InMemoryBus)
+    )
+    assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == ["1a", "1b"]

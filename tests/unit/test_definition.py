@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -107,3 +108,25 @@ def test_version_must_be_an_integer_not_a_string_or_bool() -> None:
     for version in ("1", True):
         with pytest.raises(InvalidDefinitionError, match="version"):
             parse_definition({"name": "v", "version": version, "steps": [step("a")]})
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"timeout_seconds": "30"}, "Input should be a valid integer"),
+        ({"timeout_seconds": True}, "Input should be a valid integer"),
+        ({"retry": {"max_attempts": "3"}}, "Input should be a valid integer"),
+        ({"retry": {"backoff_base_seconds": "1"}}, "Input should be a valid number"),
+        ({"input": {".$": "input.traveller"}}, "needs a name before '.$'"),
+    ],
+)
+def test_values_are_taken_as_written_not_coerced(change: dict[str, object], problem: str) -> None:
+    # Strict validation: a string or a boolean where a number belongs is an error, not a number
+    step = {"name": "a", "agent": "flights", "action": "reserve", **change}
+    with pytest.raises(InvalidDefinitionError, match=re.escape(problem)):
+        parse_definition({"name": "strict", "steps": [step]})
+
+
+def test_an_integer_is_a_valid_number_of_seconds() -> None:
+    step = {"name": "a", "agent": "flights", "action": "reserve", "retry": {"backoff_base_seconds": 2}}
+    assert parse_definition({"name": "ok", "steps": [step]}).steps[0].retry.backoff_base_seconds == 2.0

@@ -580,3 +580,47 @@ def test_a_workflow_that_changes_under_every_write_fails_the_reply_for_redeliver
     assert raised.value.attempts == MAX_ATTEMPTS == 6
     assert statuses(p, wid) == {"reserve_flight": StepStatus.PROCESSING}
     assert [m.queue_url for m in p.scheduler.on_reply(reply)] == ["queue/hotels"]
+
+
+def test_the_index_key_is_the_earliest_complete_by_of_the_parallel_steps_in_flight() -> None:
+    # Given flight (timeout 30 s) and hotel (timeout 60 s) in parallel, the payment after both
+    definition = trip_definition(
+        book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}, "timeout_seconds": 60},
+        charge_card={"depends_on": ["reserve_flight", "book_hotel"]},
+    )
+    p = Pipeline()
+    start = int(p.clock.now())
+    wid = p.start(definition)
+    # Then the workflow is indexed at the flight's complete-by, the earlier of the two
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 30)]
+    # When the hotel completes first, the key stays (the flight is still the earliest in flight)
+    p.clock.advance(5)
+    p.run_agent("hotels")
+    p.run_scheduler()
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 30)]
+    # When the flight completes, the payment is dispatched and the key moves to its complete-by
+    p.clock.advance(5)
+    p.run_agent("flights")
+    p.run_scheduler()
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 10 + 30)]
+    # And once the workflow is terminal it leaves the index
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert p.store.index_entries() == []
+
+
+def test_the_replies_of_parallel_steps_applied_together_take_one_write_and_start_the_join() -> None:
+    definition = trip_definition(
+        book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}},
+        charge_card={"depends_on": ["reserve_flight", "book_hotel"]},
+    )
+    p = Pipeline()
+    wid = p.start(definition)
+    replies = p.run_agent("flights", lose_replies=True) + p.run_agent("hotels", lose_replies=True)
+    saves = p.store.writes.get("save", 0)
+    messages = p.scheduler.on_replies(replies)
+    assert p.store.writes["save"] == saves + 1
+    assert [m.queue_url for m in messages] == ["queue/payments"]
+    assert p.snapshot(wid).status_of("charge_card") is StepStatus.PROCESSING
+    with pytest.raises(ValueError, match="replies of one workflow"):
+        p.scheduler.on_replies([replies[0], replies[0].model_copy(update={"workflow_id": "other"})])

@@ -22,6 +22,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.batch.base import FailureResponse, SuccessResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
+from .errors import MalformedMessageError
+from .messages import StepReply, decode_reply
 from .ports import MessageBus, Outgoing
 
 
@@ -87,3 +89,47 @@ def _message_id(record: Any) -> str | None:
 
 #: What a record handler returns: the messages to send once the batch has been handled.
 RecordResult = Sequence[Outgoing]
+
+
+class ReplyGroups:
+    """The record handler of one scheduler batch: the replies of one workflow are applied together.
+
+    Built per invocation from the event: the well-formed replies are grouped by workflow, in batch order. The first
+    record of a group applies the whole group (`SchedulerService.on_replies`: one read and one write) and returns
+    its messages; the group's other records then return nothing, or raise the same error, so they fail with it and
+    SQS delivers them again. A malformed record is in no group: it fails alone (DESIGN Rule 9).
+
+    Parameters
+    ----------
+    apply:
+        Applies the replies of one workflow and returns the messages to send (``SchedulerService.on_replies``).
+    records:
+        The event's ``Records`` (SQS records as Lambda passes them).
+    """
+
+    def __init__(self, apply: Callable[[Sequence[StepReply]], list[Outgoing]], records: Sequence[dict[str, Any]]):
+        self._apply = apply
+        self._groups: dict[str, list[StepReply]] = {}
+        self._results: dict[str, list[Outgoing] | BaseException] = {}
+        for record in records:
+            try:
+                reply = decode_reply(record.get("body", ""))
+            except MalformedMessageError:
+                continue
+            self._groups.setdefault(reply.workflow_id, []).append(reply)
+
+    def handle(self, record: SQSRecord) -> list[Outgoing]:
+        """Handle one record: apply its workflow's group once; a malformed body raises ``MalformedMessageError``."""
+        workflow_id = decode_reply(record.body).workflow_id
+        if workflow_id in self._results:
+            result = self._results[workflow_id]
+            if isinstance(result, BaseException):
+                raise result
+            return []  # the group's first record returned the messages
+        try:
+            result = self._apply(self._groups[workflow_id])
+        except Exception as error:
+            self._results[workflow_id] = error
+            raise
+        self._results[workflow_id] = []
+        return result

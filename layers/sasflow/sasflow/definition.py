@@ -40,7 +40,7 @@ class RetryPolicy(BaseModel):
     and Jitter").
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     max_attempts: int = Field(default=3, ge=1, le=10)
     backoff_base_seconds: float = Field(default=1.0, gt=0, le=60)
@@ -62,7 +62,7 @@ class CompensationDefinition(BaseModel):
     more patient than a forward step's, because a compensation that gives up needs a person.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
@@ -75,7 +75,7 @@ class CompensationDefinition(BaseModel):
 class StepDefinition(BaseModel):
     """One step of a workflow: an action on one remote service, done by that service's agent."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: StepName
     agent: AgentName
@@ -94,7 +94,7 @@ class StepDefinition(BaseModel):
 class WorkflowDefinition(BaseModel):
     """A named, versioned list of steps that runs as one unit: it completes, or what was done is undone."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     version: StrictInt = Field(default=1, ge=1)
@@ -262,6 +262,8 @@ def _expressions(value: Any) -> list[str]:
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(key, str) and key.endswith(_REF_SUFFIX):
+                if key == _REF_SUFFIX:
+                    raise ValueError(f"{key!r} needs a name before {_REF_SUFFIX!r}: the key its value is rendered as")
                 if not isinstance(item, str):
                     raise ValueError(f"{key!r} must hold a JMESPath expression string")
                 found.append(item)

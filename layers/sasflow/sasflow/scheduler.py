@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,10 @@ logger = logging.getLogger("sasflow.scheduler")
 _WORKFLOW_ID_NAMESPACE = uuid.UUID("0d4f7a3e-8a54-4a43-b1c6-7e4fd1b3c2aa")
 #: Reads (and conditional writes) one call makes before it gives up on a workflow that keeps changing under it.
 MAX_ATTEMPTS = 6
+#: After a lost write, wait a random time in [0, min(cap, base * 2**losses)] before reading again (seconds; full
+#: jitter, AWS Architecture Blog "Exponential Backoff and Jitter"), so racing writers do not stay in lockstep.
+CONFLICT_BACKOFF_BASE_SECONDS = 0.01
+CONFLICT_BACKOFF_CAP_SECONDS = 0.2
 _MAX_SQS_DELAY = 900
 
 
@@ -186,7 +190,34 @@ class SchedulerService:
         ContentionError
             When the workflow kept changing under this call (the record then fails and SQS delivers it again).
         """
-        return self._update(reply.workflow_id, lambda transition: transition.apply_reply(reply))[1]
+        return self.on_replies([reply])
+
+    def on_replies(self, replies: Sequence[StepReply]) -> list[Outgoing]:
+        """Apply several replies of **one** workflow together: one read and one write, whatever their number.
+
+        The replies of parallel steps often arrive in one batch; applied one by one, each would read and write the
+        workflow's item, and concurrent batches would keep making each other's writes lose. Each reply is applied
+        as ``on_reply`` would, in order.
+
+        Raises
+        ------
+        ValueError
+            When the replies are not all of one workflow.
+        ContentionError
+            When the workflow kept changing under this call.
+        """
+        workflow_ids = {reply.workflow_id for reply in replies}
+        if len(workflow_ids) != 1:
+            raise ValueError(f"on_replies takes the replies of one workflow, not {sorted(workflow_ids)}")
+
+        def apply_all(transition: _Transition) -> None:
+            for reply in replies:
+                transition.apply_reply(reply)
+
+        stored, messages = self._update(replies[0].workflow_id, apply_all)
+        if stored is None:
+            logger.warning("reply for unknown workflow", extra={"workflow_id": replies[0].workflow_id})
+        return messages
 
     # ------------------------------------------------------------------ timeouts (called by the supervisor)
     def on_overdue(self, workflow_id: str) -> list[Outgoing]:
@@ -201,7 +232,10 @@ class SchedulerService:
         ContentionError
             When the workflow kept changing under this call (the next sweep takes it again).
         """
-        return self._update(workflow_id, lambda transition: transition.handle_overdue())[1]
+        stored, messages = self._update(workflow_id, lambda transition: transition.handle_overdue())
+        if stored is None:
+            logger.info("overdue entry of a workflow that is gone", extra={"workflow_id": workflow_id})
+        return messages
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, workflow_id: str) -> tuple[Snapshot, list[Outgoing]]:
@@ -241,13 +275,13 @@ class SchedulerService:
         """
         consistent = False
         oversized = False
+        losses = 0
         for _ in range(MAX_ATTEMPTS):
             base = self.store.load(workflow_id, consistent=consistent)
             if base is None:
                 if not consistent:
                     consistent = True
                     continue
-                logger.warning("message for unknown workflow", extra={"workflow_id": workflow_id})
                 return None, []
             transition = _Transition(self, base, epoch_seconds(self.clock), oversized=oversized)
             change(transition)
@@ -263,6 +297,9 @@ class SchedulerService:
                 # Another writer changed the workflow since our read: decide again from its state.
                 logger.debug("lost race; reading the workflow again", extra={"workflow_id": workflow_id})
                 consistent = True
+                losses += 1
+                cap = min(CONFLICT_BACKOFF_CAP_SECONDS, CONFLICT_BACKOFF_BASE_SECONDS * 2**losses)
+                self.clock.sleep(self.rng.uniform(0, cap))
                 continue
             except PayloadTooLargeError:
                 if oversized:

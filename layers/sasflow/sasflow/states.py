@@ -15,7 +15,7 @@ from typing import TypeVar
 
 
 class StepStatus(StrEnum):
-    """Status of one step item."""
+    """Status of one step of a workflow."""
 
     PENDING = "PENDING"
     PROCESSING = "PROCESSING"
