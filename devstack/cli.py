@@ -195,7 +195,7 @@ def load(
     ] = None,
     time_limit: Annotated[
         float, typer.Option(help="Wall-clock limit of the whole run, start-up included (seconds).", min=30.0)
-    ] = 2700.0,
+    ] = 1200.0,
     seed: Annotated[int, typer.Option(help="Seed of the services' fault draws.")] = 7,
     report: Annotated[Path | None, typer.Option(help="Also write the markdown table here.", dir_okay=False)] = Path(
         ".devstack/load/report.md"

@@ -130,7 +130,7 @@ class LoadProfile:
     step_timeout_seconds: int = 30
     max_in_flight: int = 25
     start_concurrency: int = 2
-    time_limit_seconds: float = 2700.0
+    time_limit_seconds: float = 1200.0
     seed: int = 7
     sqs_concurrency: int = 2
     max_workers_per_function: int = 2
