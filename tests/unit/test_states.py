@@ -9,8 +9,7 @@ from sasflow.states import (
     StepStatus,
     WorkflowStatus,
     check_step_move,
-    check_step_transition,
-    check_workflow_transition,
+    check_workflow_move,
 )
 from tests.support.pipeline import Pipeline
 
@@ -27,13 +26,13 @@ from tests.support.pipeline import Pipeline
 )
 def test_illegal_step_transitions_are_refused(current: StepStatus, target: StepStatus) -> None:
     with pytest.raises(ValueError, match=f"{current.value} -> {target.value} is not allowed"):
-        check_step_transition(current, target)
+        check_step_move(current, target)
 
 
 def test_terminal_workflows_never_change() -> None:
     for terminal in (WorkflowStatus.COMPLETED, WorkflowStatus.COMPENSATED, WorkflowStatus.CANCELLED):
         with pytest.raises(ValueError, match="is not allowed"):
-            check_workflow_transition(terminal, WorkflowStatus.RUNNING)
+            check_workflow_move(terminal, WorkflowStatus.RUNNING)
 
 
 def test_one_write_may_carry_an_event_and_the_schedulers_follow_up_but_no_more() -> None:

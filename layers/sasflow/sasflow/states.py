@@ -73,7 +73,7 @@ TERMINAL_WORKFLOW = frozenset(
 UNWINDING_WORKFLOW = frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING})
 IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
 
-#: Allowed step transitions; every write in the store adapter is conditioned on the "from" side.
+#: Allowed step transitions; the store checks every write against them (`check_step_move`, at the store boundary).
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
     StepStatus.PENDING: frozenset({StepStatus.PROCESSING, StepStatus.SKIPPED}),
     StepStatus.PROCESSING: frozenset({StepStatus.PROCESSING, StepStatus.COMPLETED, StepStatus.FAILED}),
@@ -98,18 +98,6 @@ WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
     WorkflowStatus.COMPENSATION_FAILED: frozenset(),
     WorkflowStatus.CANCELLED: frozenset(),
 }
-
-
-def check_step_transition(current: StepStatus, target: StepStatus) -> None:
-    """Raise ``ValueError`` when ``current → target`` is not an allowed step transition."""
-    if target not in STEP_TRANSITIONS[current]:
-        raise ValueError(f"step transition {current.value} -> {target.value} is not allowed")
-
-
-def check_workflow_transition(current: WorkflowStatus, target: WorkflowStatus) -> None:
-    """Raise ``ValueError`` when ``current → target`` is not an allowed workflow transition."""
-    if target not in WORKFLOW_TRANSITIONS[current]:
-        raise ValueError(f"workflow transition {current.value} -> {target.value} is not allowed")
 
 
 def _closure(table: dict[StatusT, frozenset[StatusT]]) -> dict[StatusT, frozenset[StatusT]]:
