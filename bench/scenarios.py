@@ -240,6 +240,7 @@ class ScenarioRun:
             self.physical = provision(self.stack)
             self.observer = boto3.client("dynamodb")  # the bench's own reads: created paused, never counted
             self.sqs_observer = boto3.client("sqs")
+            self.observer_store = DynamoDBStateStore(self.physical["StateTable"], self.observer)
         self.specs = {spec.logical_id: spec for spec in self.stack.functions()}
         log = FaultLog()
         seq = itertools.count(1)
@@ -393,7 +394,7 @@ class ScenarioRun:
     def _stored(self) -> list[Snapshot]:
         """Every workflow in the state table (the bench's own reads: never counted)."""
         with self.meter.paused():
-            return list(DynamoDBStateStore(self.physical["StateTable"], self.observer).workflows())
+            return list(self.observer_store.workflows())
 
     def _result(self) -> ScenarioResult:
         statuses: Counter[str] = Counter()

@@ -72,3 +72,18 @@ def test_a_terminal_workflow_is_never_written_again() -> None:
     assert final.workflow.status is WorkflowStatus.COMPLETED
     with pytest.raises(ValueError, match="terminal states never change"):
         p.store.save(final.with_workflow(final.workflow.evolve(reason="edited")), expect=final)
+
+
+def test_both_stores_refuse_a_complete_by_that_is_not_int_epoch_seconds() -> None:
+    # The in-memory store applies the DynamoDB adapter's check (records.check_deadlines), so unit tests catch what
+    # AWS would reject
+    p = Pipeline()
+    wid = p.start()
+    base = p.snapshot(wid)
+    flight = base.steps["reserve_flight"]
+    assert flight.complete_by is not None
+    with pytest.raises(TypeError, match="complete_by of reserve_flight must be int epoch seconds, got str"):
+        p.store.save(base.with_step(flight.evolve(complete_by=str(flight.complete_by))), expect=base)
+    with pytest.raises(ValueError, match="looks like milliseconds"):
+        p.store.save(base.with_step(flight.evolve(complete_by=flight.complete_by * 1000)), expect=base)
+    assert p.snapshot(wid) == base

@@ -110,6 +110,7 @@ class ReplyGroups:
     def __init__(self, apply: Callable[[Sequence[StepReply]], list[Outgoing]], records: Sequence[dict[str, Any]]):
         self._apply = apply
         self._groups: dict[str, list[StepReply]] = {}
+        self._workflow_of: dict[str, str] = {}  # message id -> workflow id, of the well-formed replies
         self._results: dict[str, list[Outgoing] | BaseException] = {}
         for record in records:
             try:
@@ -117,10 +118,14 @@ class ReplyGroups:
             except MalformedMessageError:
                 continue
             self._groups.setdefault(reply.workflow_id, []).append(reply)
+            self._workflow_of[record.get("messageId", "")] = reply.workflow_id
 
     def handle(self, record: SQSRecord) -> list[Outgoing]:
         """Handle one record: apply its workflow's group once; a malformed body raises ``MalformedMessageError``."""
-        workflow_id = decode_reply(record.body).workflow_id
+        workflow_id = self._workflow_of.get(record.message_id)
+        if workflow_id is None:
+            decode_reply(record.body)  # raises: the record was not well formed
+            raise MalformedMessageError(f"record {record.message_id} was not in the batch it was handled in")
         if workflow_id in self._results:
             result = self._results[workflow_id]
             if isinstance(result, BaseException):

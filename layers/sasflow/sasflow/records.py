@@ -179,6 +179,31 @@ def deadline_shard(workflow_id: str, shards: int) -> str:
     return f"{zlib.crc32(workflow_id.encode()) % shards:02d}"
 
 
+def check_deadlines(snapshot: Snapshot) -> None:
+    """Raise unless every complete-by of ``snapshot`` (its steps' and its index key) is an int of epoch seconds.
+
+    DESIGN Rule 3: complete-by is an integer of epoch seconds, a DynamoDB Number. DynamoDB rejects another type for
+    an index key attribute (moto does not), and milliseconds would put an entry far in the future, so both stores
+    check before they write.
+
+    Raises
+    ------
+    TypeError
+        When a complete-by is not an int (a bool is not one).
+    ValueError
+        When a complete-by looks like milliseconds (over 10,000,000,000).
+    """
+    values = [(f"complete_by of {r.step}", r.complete_by) for r in snapshot.steps.values() if r.complete_by is not None]
+    deadline = snapshot.deadline
+    if deadline is not None:
+        values.append(("complete_by", deadline))
+    for what, value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{what} must be int epoch seconds, got {type(value).__name__}")
+        if value > 10_000_000_000:
+            raise ValueError(f"{what} looks like milliseconds; it must be epoch seconds")
+
+
 def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
     """Raise ``ValueError`` unless ``before → after`` follows the step and workflow transition tables.
 

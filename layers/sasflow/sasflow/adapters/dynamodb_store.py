@@ -39,6 +39,7 @@ from ..records import (
     Snapshot,
     StepRecord,
     WorkflowRecord,
+    check_deadlines,
     check_snapshot_transition,
     deadline_shard,
 )
@@ -149,23 +150,13 @@ def _check_size(item: dict[str, Any], what: str) -> None:
         raise PayloadTooLargeError(what, size, DYNAMODB_MAX_ITEM_BYTES)
 
 
-def _epoch_seconds(value: Any, what: str) -> int:
-    """``value`` checked as the GSI's Number range key needs it: an int of epoch seconds (AWS rejects other types
-    for an index key attribute; moto does not, so it is checked here)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be int epoch seconds, got {type(value).__name__}")
-    if value > 10_000_000_000:
-        raise ValueError(f"{what} looks like milliseconds; it must be epoch seconds")
-    return value
-
-
 def _step_doc(record: StepRecord) -> dict[str, Any]:
     """A step's entry in the ``steps`` map; attributes at their default are left out (they cost bytes)."""
     doc: dict[str, Any] = {"status": record.status.value, "attempt": record.attempt, "updated_at": record.updated_at}
     if record.comp_attempt:
         doc["comp_attempt"] = record.comp_attempt
     if record.complete_by is not None:
-        doc["complete_by"] = _epoch_seconds(record.complete_by, f"complete_by of {record.step}")
+        doc["complete_by"] = record.complete_by
     if record.may_have_happened:
         doc["may_have_happened"] = True
     if record.resends:
@@ -200,7 +191,13 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
 
     ``dl_shard`` and ``complete_by`` (the deadline index's keys) are present exactly while the workflow is not
     terminal; ``expires_at`` (the table's TTL attribute) once it is.
+
+    Raises
+    ------
+    TypeError, ValueError
+        When a complete-by is not an int of epoch seconds (`check_deadlines`).
     """
+    check_deadlines(snapshot)
     workflow = snapshot.workflow
     item: dict[str, Any] = {
         "pk": WORKFLOW_PREFIX + workflow.workflow_id,
@@ -219,7 +216,7 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
     }
     deadline = snapshot.deadline
     if deadline is not None:
-        item["complete_by"] = _epoch_seconds(deadline, "complete_by")
+        item["complete_by"] = deadline
         item["dl_shard"] = deadline_shard(workflow.workflow_id, shards)
     return {k: v for k, v in item.items() if v is not None}
 

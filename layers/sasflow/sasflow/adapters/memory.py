@@ -15,7 +15,7 @@ from typing import Any
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing
-from ..records import DeadlineEntry, Snapshot, check_snapshot_transition, deadline_shard
+from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 
 
 class InMemoryStateStore:
@@ -42,7 +42,7 @@ class InMemoryStateStore:
 
     def create(self, snapshot: Snapshot) -> Snapshot:
         """See ``StateStore.create``."""
-        _check_deadlines(snapshot)
+        check_deadlines(snapshot)
         with self._lock:
             workflow_id = snapshot.workflow.workflow_id
             definition = snapshot.workflow.definition
@@ -66,7 +66,7 @@ class InMemoryStateStore:
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """See ``StateStore.save``."""
         check_snapshot_transition(expect, snapshot)
-        _check_deadlines(snapshot)
+        check_deadlines(snapshot)
         with self._lock:
             workflow_id = snapshot.workflow.workflow_id
             current = self.workflows.get(workflow_id)
@@ -123,15 +123,6 @@ class InMemoryStateStore:
             held = self.leases.get(name)
             if held is not None and held[0] == owner:
                 self.leases[name] = (owner, now - 1, held[2])
-
-
-def _check_deadlines(snapshot: Snapshot) -> None:
-    """The deadline index's keys must be integers of epoch seconds, as the DynamoDB adapter checks."""
-    for record in snapshot.steps.values():
-        if record.complete_by is not None and (
-            isinstance(record.complete_by, bool) or not isinstance(record.complete_by, int)
-        ):
-            raise TypeError(f"complete_by of {record.step} must be int epoch seconds")
 
 
 @dataclass
