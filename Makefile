@@ -2,13 +2,14 @@
 #
 #   make venv         .venv      (Python 3.11) with requirements-dev.txt
 #   make sam-venv     .venv-sam  (Python 3.12, the Lambda runtime) with aws-sam-cli + cfn-lint
-#   make test         lint, typecheck, cfn-lint, sam-validate, pytest (all run; fails if any failed)
+#   make test         lint, typecheck, cfn-lint, sam-validate, pytest, mutants-fast (all run; fails if any failed)
 #   make build        sam build (no container) -> .aws-sam/build
 #   make run | up     the local stack (python -m devstack run | up); pass extra args with ARGS="..."
 #   make load         1,000 trip bookings under faults on the local stack, checked (python -m devstack load)
 #   make fuzz         schemathesis against the local API's /openapi.json, >= 2,000 cases (tools/fuzz.py)
 #   make sim          deterministic fault-injection simulation, >= 10,000 workflows (python -m simulation)
 #   make bench        cost per step vs Step Functions, requests vs the minimum, sweep, throughput, cold start
+#   make mutants      break each core rule in turn (tools/mutations.toml); the tests must catch every one
 #   make lock         refresh tools/constraints-*.txt (transitive pins) after changing a requirement
 #   make clean        remove build output, caches and local-stack logs (make distclean also removes the venvs)
 
@@ -121,11 +122,21 @@ pytest: venv
 # Runs every check even when an earlier one fails, then fails if any did.
 test: venv sam-venv
 	@failed=""; \
-	for t in lint typecheck cfn-lint sam-validate pytest; do \
+	for t in lint typecheck cfn-lint sam-validate pytest mutants-fast; do \
 		echo "==> make $$t"; \
 		$(MAKE) $$t || failed="$$failed $$t"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "make test FAILED:$$failed" >&2; exit 1; fi
+
+# Mutation check (tools/mutants.py): each entry of tools/mutations.toml breaks one core rule on a scratch copy of the
+# working tree and runs the tests that guard it; exits non-zero if any mutation survives. `make test` runs the
+# entries marked fast. One mutation: make mutants ARGS='--only "stale reply applied"'.
+.PHONY: mutants mutants-fast
+mutants: venv
+	$(PY) tools/mutants.py $(ARGS)
+
+mutants-fast: venv
+	$(PY) tools/mutants.py --fast
 
 # --------------------------------------------------------------------------------------------- build / run
 # No container: lambda-builders needs `python3.12` first on PATH, which .venv-sam/bin provides (the layer's

@@ -234,10 +234,10 @@ class ScenarioRun:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
-        parameters = remote_service_parameters({agent: f"http://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
+        parameters = remote_service_parameters({agent: f"https://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         with self.meter.paused():
-            self.physical = provision(self.stack)
+            self.physical = provision(self.stack, secret_values={"WorkflowIdSecret": "bench-workflow-id-key"})
             self.observer = boto3.client("dynamodb")  # the bench's own reads: created paused, never counted
             self.sqs_observer = boto3.client("sqs")
             self.observer_store = DynamoDBStateStore(self.physical["StateTable"], self.observer)

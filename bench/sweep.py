@@ -157,10 +157,14 @@ def _engine(stack: Stack, logical_id: str, clock: ManualClock, bus: InMemoryBus,
     return build_engine(function_environment(spec), clock=clock, bus=bus, dynamodb=client, rng=random.Random(7))
 
 
+#: The principal the bench's workflows belong to (as the API would record the caller).
+BENCH_PRINCIPAL = "arn:aws:iam::123456789012:user/bench"
+
+
 def _start(engine: EngineServices, body: dict[str, Any]) -> str:
     """Start the sample trip the way the API does, and send its first request."""
     result = engine.scheduler.start_workflow(
-        parse_definition(body["definition"]), body["input"], request_hash=canonical_hash(body)
+        parse_definition(body["definition"]), body["input"], request_hash=canonical_hash(body), owner=BENCH_PRINCIPAL
     )
     engine.bus.send(result.messages)
     return result.workflow.workflow_id
@@ -258,9 +262,9 @@ def _measure_one(steps: int, overdue: int) -> dict[str, Any]:
     timings: dict[str, float] = {}
     began = time.perf_counter()
     agents = ("flights", "hotels", "payments")
-    parameters = remote_service_parameters({agent: f"http://{agent}.bench.invalid" for agent in agents})
+    parameters = remote_service_parameters({agent: f"https://{agent}.bench.invalid" for agent in agents})
     stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
-    physical = provision(stack)
+    physical = provision(stack, secret_values={"WorkflowIdSecret": "bench-workflow-id-key"})
     table_name = physical["StateTable"]
     timings["provision_seconds"] = time.perf_counter() - began
 

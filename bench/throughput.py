@@ -390,9 +390,11 @@ class _Driver:
     def __init__(self, stack: LocalStack, definition: dict[str, Any]) -> None:
         import urllib3
 
+        from devstack.client import SignedHttp
+
         self.stack = stack
         self.definition = definition
-        self.http = urllib3.PoolManager(maxsize=START_CONCURRENCY, retries=False)
+        self.http = SignedHttp(stack.api_url, pool=urllib3.PoolManager(maxsize=START_CONCURRENCY, retries=False))
         with uncounted():
             self.dynamodb = stack.client("dynamodb")
             self.sqs = stack.client("sqs")
@@ -436,16 +438,10 @@ class _Driver:
             "amount": 100 + index,
         }
         body = {"definition": self.definition, "input": trip}
-        response = self.http.request(
-            "POST",
-            f"{self.stack.api_url}/workflows",
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "Idempotency-Key": f"bench-{key}"},
-            timeout=60.0,
-        )
-        if response.status not in (200, 201):
-            raise RuntimeError(f"start {key}: HTTP {response.status} {response.data[:200]!r}")
-        return str(json.loads(response.data)["workflow_id"])
+        status, view = self.http.post("/workflows", body, headers={"Idempotency-Key": f"bench-{key}"}, timeout=60.0)
+        if status not in (200, 201):
+            raise RuntimeError(f"start {key}: HTTP {status} {str(view)[:200]}")
+        return str(view["workflow_id"])
 
     def _terminal(self, workflow_ids: list[str]) -> set[str]:
         from devstack.demo import TERMINAL

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from devstack.client import SignedHttp
 from devstack.template import remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 
@@ -105,7 +106,7 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
             summary.steps += 1 if record.attempt > 0 else 0
             summary.attempts += record.attempt
             summary.resends += record.resends
-            summary.deferrals += record.deferrals
+            summary.deferrals += record.deferrals + record.comp_deferrals
             summary.compensation_attempts += record.comp_attempt
             summary.compensations += 1 if record.comp_attempt > 0 else 0
     summary.workflows = Counter(statuses.values())
@@ -121,10 +122,10 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
         summary.effects += sum(effects.values())
         summary.duplicate_effects += sum(1 for n in effects.values() if n > 1)
         summary.remote_compensations += sum(server.service.compensations().values())
-    http = urllib3.PoolManager()
+    api = SignedHttp(api_url)
     for workflow_id in workflow_ids:
-        response = http.request("GET", f"{api_url}/workflows/{workflow_id}")
-        if response.status == 200 and json.loads(response.data)["status"] == statuses.get(workflow_id):
+        status, view = api.get(f"/workflows/{workflow_id}")
+        if status == 200 and view["status"] == statuses.get(workflow_id):
             summary.api_agrees += 1
     return summary
 
@@ -202,7 +203,7 @@ def _drive(
     started: float,
     console: Console,
 ) -> int:
-    http = urllib3.PoolManager(maxsize=8)
+    api = SignedHttp(stack.api_url, pool=urllib3.PoolManager(maxsize=8))
     definition = demo_definition()
     workflow_ids: list[str] = []
     store = DynamoDBStateStore(stack.physical_ids["StateTable"], boto3.client("dynamodb"))
@@ -219,16 +220,11 @@ def _drive(
                     "amount": 100 + index,
                 },
             }
-            response = http.request(
-                "POST",
-                f"{stack.api_url}/workflows",
-                body=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json", "Idempotency-Key": f"demo-{seed}-{index}"},
-            )
-            if response.status not in (200, 201):
-                console.print(f"[red]start {index} failed: {response.status} {response.data[:200]!r}")
+            status, started_view = api.post("/workflows", body, headers={"Idempotency-Key": f"demo-{seed}-{index}"})
+            if status not in (200, 201):
+                console.print(f"[red]start {index} failed: {status} {str(started_view)[:200]}")
                 return 1
-            workflow_ids.append(json.loads(response.data)["workflow_id"])
+            workflow_ids.append(started_view["workflow_id"])
             progress.advance(starting)
             if index == workflows // 3:
                 servers["hotels"].service.start_outage(4)  # a 4-second outage: the breaker opens, steps defer

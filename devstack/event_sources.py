@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from devstack import _aws
+from devstack import _aws, identities
 from devstack.lambda_runtime import InvokeResult
 from devstack.template import ACCOUNT_ID, FunctionSpec, HttpApiEventSpec, ScheduleEventSpec, SqsEventSpec
 
@@ -640,6 +640,7 @@ def build_http_api_event(
     account_id: str = ACCOUNT_ID,
     protocol: str = "HTTP/1.1",
     now: datetime | None = None,
+    authorizer: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An API Gateway HTTP API proxy event, payload format version 2.0.
 
@@ -665,6 +666,8 @@ def build_http_api_event(
         HTTP version of the request.
     now
         Request time (UTC); defaults to now.
+    authorizer
+        ``requestContext.authorizer`` of an authorized route (the verified identity), when there is one.
 
     Returns
     -------
@@ -717,6 +720,8 @@ def build_http_api_event(
         "time": moment.strftime("%d/%b/%Y:%H:%M:%S +0000"),
         "timeEpoch": int(moment.timestamp() * 1000),
     }
+    if authorizer is not None:
+        event["requestContext"]["authorizer"] = dict(authorizer)
     if path_parameters:
         event["pathParameters"] = dict(path_parameters)
     if body:
@@ -881,6 +886,28 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
             self._send_json(404, {"message": "Not Found"})
             return
         route, path_parameters = selected
+        authorizer: dict[str, Any] | None = None
+        if route.event.authorization == "AWS_IAM":
+            # As API Gateway: a valid SigV4 signature of a known identity whose policy allows this route, or 403.
+            headers = list(self.headers.items())
+            try:
+                caller = identities.verify(
+                    self.command, identities.host_url(headers, raw_path, raw_query), headers, body, region=api.region
+                )
+            except identities.SignatureError as error:
+                logger.debug("%s %s refused: %s", self.command, raw_path, error)
+                self._send_json(403, {"message": "Forbidden"})
+                return
+            if not identities.allows(
+                caller, region=api.region, api_id=route.event.api_id, method=self.command, path=raw_path
+            ):
+                self._send_json(403, {"message": "Forbidden"})
+                return
+            authorizer = identities.request_context_authorizer(caller)
+        elif route.event.authorization != "NONE":
+            # JWT: the local stack has no token issuer to trust; deploy to try it.
+            self._send_json(401, {"message": "Unauthorized"})
+            return
         event = build_http_api_event(
             route=route,
             method=self.command,
@@ -893,6 +920,7 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
             region=api.region,
             account_id=api.account_id,
             protocol=self.request_version,
+            authorizer=authorizer,
         )
         request_id = event["requestContext"]["requestId"]
         result = api.invokers[route.function_logical_id].invoke(event)

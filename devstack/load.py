@@ -46,6 +46,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from devstack.client import SignedHttp
 from devstack.demo import (
     DEAD_LETTER_QUEUES,
     ROOT,
@@ -194,7 +195,7 @@ def read_final_state(dynamodb: Any, table: str) -> dict[str, WorkflowState]:
                     attempt=record.attempt,
                     comp_attempt=record.comp_attempt,
                     resends=record.resends,
-                    deferrals=record.deferrals,
+                    deferrals=record.deferrals + record.comp_deferrals,
                 )
                 for name, record in snapshot.steps.items()
             },
@@ -442,6 +443,10 @@ class LoadResult:
     timed_out: bool = False
     poller_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     queues_left: dict[str, int] = field(default_factory=dict)
+    #: What the figures are made from, as read at the end: each service's ledger records (``LedgerRecord``, in
+    #: the order written) and call counts (``TravelService.stats``), by service name.
+    ledger_records: dict[str, list[Any]] = field(default_factory=dict)
+    service_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -739,7 +744,9 @@ class _Driver:
         self.console = console
         self.deadline = deadline
         self.definition = demo_definition(timeout_seconds=profile.step_timeout_seconds)
-        self.http = urllib3.PoolManager(maxsize=profile.start_concurrency, retries=False)
+        self.http = SignedHttp(
+            stack.api_url, pool=urllib3.PoolManager(maxsize=profile.start_concurrency, retries=False)
+        )
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.next_index = 0
@@ -881,9 +888,7 @@ class _Driver:
             if self.stop.is_set():
                 break
             try:
-                response = self.http.request(
-                    "POST", f"{self.stack.api_url}/workflows", body=body, headers=headers, timeout=60.0
-                )
+                response = self.http.request("POST", "/workflows", body=body, headers=headers, timeout=60.0)
             except urllib3.exceptions.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"
             else:
@@ -926,6 +931,8 @@ def _collect(stack: Any, services: dict[str, Any], ledgers: dict[str, Any], resu
         )["Attributes"]
         result.queues_left[logical_id] = sum(int(value) for value in attributes.values())
     result.ledger = read_ledgers(services, ledgers)
+    result.ledger_records = {name: service.history() for name, service in services.items()}
+    result.service_stats = {name: service.stats() for name, service in services.items()}
     ours = {
         workflow_id: result.workflows.get(workflow_id) or WorkflowState(workflow_id)
         for workflow_id in result.workflow_ids

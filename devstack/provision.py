@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
+import string
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,15 +39,38 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CREATED_IN_MOTO: Final = frozenset({"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::CloudWatch::Alarm"})
+CREATED_IN_MOTO: Final = frozenset(
+    {
+        "AWS::DynamoDB::Table",
+        "AWS::SQS::Queue",
+        "AWS::CloudWatch::Alarm",
+        "AWS::SecretsManager::Secret",
+        "AWS::Logs::LogGroup",
+        "AWS::SNS::Topic",
+        "AWS::SNS::Subscription",
+    }
+)
 """Resource types that `provision` creates through the AWS API."""
 
+_HTTP_API_EMULATOR: Final = "API Gateway HTTP API emulator on 127.0.0.1 (devstack.event_sources)"
 EMULATED_IN_PROCESS: Final = {
     "AWS::Serverless::Function": "Lambda worker processes (devstack.lambda_runtime) driven by its events",
-    "AWS::Serverless::HttpApi": "API Gateway HTTP API emulator on 127.0.0.1 (devstack.event_sources)",
+    "AWS::Serverless::HttpApi": _HTTP_API_EMULATOR,
     "AWS::Serverless::LayerVersion": "layer folder put on the workers' sys.path",
+    "AWS::ApiGatewayV2::Api": _HTTP_API_EMULATOR,
+    "AWS::ApiGatewayV2::Stage": f"{_HTTP_API_EMULATOR}: the $default stage (throttling and access logs not emulated)",
+    "AWS::ApiGatewayV2::Route": f"{_HTTP_API_EMULATOR}: the route, its function and its authorization (SigV4)",
+    "AWS::ApiGatewayV2::Integration": f"{_HTTP_API_EMULATOR}: the Lambda proxy integration of its routes",
+    "AWS::ApiGatewayV2::Authorizer": f"{_HTTP_API_EMULATOR}: JWT routes are refused locally (IAM only)",
+    "AWS::Lambda::EventSourceMapping": "SQS poller threads (devstack.event_sources.SqsPoller) with its settings",
 }
 """Resource types that the local stack runs in-process instead of creating them, and how."""
+
+NOT_ENFORCED_OFFLINE: Final = {
+    "AWS::IAM::ManagedPolicy": "IAM is not enforced offline; tests check the translated policies",
+    "AWS::Lambda::Permission": "the emulators invoke functions directly",
+}
+"""Resource types that only grant permissions, which nothing checks offline (the template tests read them)."""
 
 _HTTP_API_EMULATED: Final = frozenset({"Description", "Tags"})
 """HttpApi properties that change nothing locally (``StageName: $default`` neither)."""
@@ -300,7 +325,72 @@ def _alarm_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> d
     return request
 
 
+def _secret_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::SecretsManager::Secret`` to ``CreateSecret``; ``GenerateSecretString`` draws a random value here,
+    as CloudFormation does (letters and digits, of the asked length)."""
+    _unknown_properties(logical_id, props, {"Description", "GenerateSecretString", "SecretString", "Name", "Tags"})
+    request: dict[str, Any] = {"Name": stack.physical_id(logical_id)}
+    if "Description" in props:
+        request["Description"] = str(props["Description"])
+    if "SecretString" in props:
+        request["SecretString"] = str(props["SecretString"])
+    else:
+        generate = dict(props.get("GenerateSecretString") or {})
+        _unknown_properties(
+            f"{logical_id}.GenerateSecretString", generate, {"PasswordLength", "ExcludePunctuation", "IncludeSpace"}
+        )
+        alphabet = string.ascii_letters + string.digits
+        if not _as_bool(generate.get("ExcludePunctuation", False)):
+            alphabet += "!#$%&()*+,-./:;<=>?@[]^_{|}~"
+        length = int(generate.get("PasswordLength", 32))
+        request["SecretString"] = "".join(secrets.choice(alphabet) for _ in range(length))
+    return request
+
+
+def _log_group_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::Logs::LogGroup`` (name and retention; the functions write their logs to files locally)."""
+    _unknown_properties(logical_id, props, {"LogGroupName", "RetentionInDays", "Tags"})
+    request: dict[str, Any] = {"logGroupName": stack.physical_id(logical_id)}
+    if "RetentionInDays" in props:
+        request["retentionInDays"] = int(props["RetentionInDays"])
+    return request
+
+
+def _topic_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::SNS::Topic`` to ``CreateTopic`` (moto keeps what is published; nothing is delivered)."""
+    _unknown_properties(logical_id, props, {"TopicName", "DisplayName", "KmsMasterKeyId", "Tags"})
+    attributes = {key: str(props[key]) for key in ("DisplayName", "KmsMasterKeyId") if key in props}
+    return {"Name": stack.physical_id(logical_id).rsplit(":", 1)[1], "Attributes": attributes}
+
+
+def _subscription_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::SNS::Subscription`` to ``Subscribe``."""
+    _unknown_properties(logical_id, props, {"TopicArn", "Protocol", "Endpoint"})
+    return {"TopicArn": str(props["TopicArn"]), "Protocol": str(props["Protocol"]), "Endpoint": str(props["Endpoint"])}
+
+
 # ------------------------------------------------------------------------------------------------- creation
+
+
+def _create_secret(client: Any, request: dict[str, Any], exist_ok: bool) -> str:
+    try:
+        client.create_secret(**request)
+    except client.exceptions.ResourceExistsException:
+        if not exist_ok:
+            raise ProvisionError(f"secret {request['Name']} already exists in the target") from None
+    return str(request["Name"])
+
+
+def _create_log_group(client: Any, request: dict[str, Any], exist_ok: bool) -> str:
+    name = str(request["logGroupName"])
+    try:
+        client.create_log_group(logGroupName=name)
+    except client.exceptions.ResourceAlreadyExistsException:
+        if not exist_ok:
+            raise ProvisionError(f"log group {name} already exists in the target") from None
+    if "retentionInDays" in request:
+        client.put_retention_policy(logGroupName=name, retentionInDays=request["retentionInDays"])
+    return name
 
 
 def _create_table(client: DynamoDBClient, request: dict[str, Any], props: Mapping[str, Any], exist_ok: bool) -> str:
@@ -369,7 +459,7 @@ def _check_supported(stack: Stack) -> list[str]:
     to_create: list[str] = []
     unsupported: list[str] = []
     for logical_id, rtype, _cond, active in stack.template_resources():
-        if not active or rtype in EMULATED_IN_PROCESS:
+        if not active or rtype in EMULATED_IN_PROCESS or rtype in NOT_ENFORCED_OFFLINE:
             continue
         if rtype in CREATED_IN_MOTO:
             to_create.append(logical_id)
@@ -383,7 +473,13 @@ def _check_supported(stack: Stack) -> list[str]:
     return to_create
 
 
-def provision(stack: Stack, *, endpoint_url: str | None = None, exist_ok: bool = False) -> dict[str, str]:
+def provision(
+    stack: Stack,
+    *,
+    endpoint_url: str | None = None,
+    exist_ok: bool = False,
+    secret_values: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Create every table, queue and alarm of the stack in the current AWS target.
 
     Parameters
@@ -395,6 +491,9 @@ def provision(stack: Stack, *, endpoint_url: str | None = None, exist_ok: bool =
         ``mock_aws`` or ``AWS_ENDPOINT_URL``.
     exist_ok
         Accept tables and queues that already exist instead of raising.
+    secret_values
+        Logical id → value of secrets whose value CloudFormation would generate (``GenerateSecretString``): a
+        seeded simulation or bench run must not depend on a random key.
 
     Returns
     -------
@@ -417,10 +516,16 @@ def provision(stack: Stack, *, endpoint_url: str | None = None, exist_ok: bool =
         "AWS::DynamoDB::Table": _table_request,
         "AWS::SQS::Queue": _queue_request,
         "AWS::CloudWatch::Alarm": _alarm_request,
+        "AWS::SecretsManager::Secret": _secret_request,
+        "AWS::Logs::LogGroup": _log_group_request,
+        "AWS::SNS::Topic": _topic_request,
+        "AWS::SNS::Subscription": _subscription_request,
     }
     for logical_id in to_create:  # map everything first, so a bad property fails before any call
         rtype = stack.resource_type(logical_id)
         requests[logical_id] = (rtype, builders[rtype](stack, logical_id, stack.properties(logical_id)))
+        if secret_values and logical_id in secret_values:
+            requests[logical_id][1]["SecretString"] = secret_values[logical_id]
 
     clients: dict[str, Any] = {}
 
@@ -436,6 +541,14 @@ def provision(stack: Stack, *, endpoint_url: str | None = None, exist_ok: bool =
             physical[logical_id] = _create_table(client("dynamodb"), request, stack.properties(logical_id), exist_ok)
         elif rtype == "AWS::SQS::Queue":
             physical[logical_id] = _create_queue(client("sqs"), request, stack.physical_id(logical_id), exist_ok)
+        elif rtype == "AWS::SecretsManager::Secret":
+            physical[logical_id] = _create_secret(client("secretsmanager"), request, exist_ok)
+        elif rtype == "AWS::Logs::LogGroup":
+            physical[logical_id] = _create_log_group(client("logs"), request, exist_ok)
+        elif rtype == "AWS::SNS::Topic":
+            physical[logical_id] = str(client("sns").create_topic(**request)["TopicArn"])
+        elif rtype == "AWS::SNS::Subscription":
+            physical[logical_id] = str(client("sns").subscribe(**request)["SubscriptionArn"])
         else:
             client("cloudwatch").put_metric_alarm(**request)
             physical[logical_id] = str(request["AlarmName"])
@@ -498,6 +611,12 @@ def describe(stack: Stack) -> list[tuple[str, str, str]]:
             elif rtype == "AWS::Serverless::LayerVersion":
                 content = stack.properties(logical_id).get("ContentUri")
                 how = f"{HOW_EMULATED}: {content} on the workers' sys.path"
+            elif rtype in EMULATED_IN_PROCESS:
+                how = f"{HOW_EMULATED}: {EMULATED_IN_PROCESS[rtype]}"
+            elif rtype in CREATED_IN_MOTO:
+                how = f"{HOW_CREATED}: {stack.physical_id(logical_id)}"
+            elif rtype in NOT_ENFORCED_OFFLINE:
+                how = f"{HOW_SKIPPED}: {NOT_ENFORCED_OFFLINE[rtype]}"
             else:
                 how = f"{HOW_UNSUPPORTED}: provision() raises for {rtype}"
         except (TemplateError, ProvisionError) as error:

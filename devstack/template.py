@@ -240,6 +240,9 @@ class HttpApiEventSpec:
         The event's key under ``Events``.
     api_id
         What ``!Ref`` of the API gives in this stack.
+    authorization
+        What API Gateway checks before the function runs: ``AWS_IAM`` (a SigV4 signature and an IAM policy),
+        ``JWT`` or ``NONE``.
     """
 
     api_logical_id: str
@@ -247,6 +250,7 @@ class HttpApiEventSpec:
     method: str
     name: str = ""
     api_id: str = ""
+    authorization: str = "NONE"
 
     @property
     def route_key(self) -> str:
@@ -743,8 +747,19 @@ class Stack:
         if rtype in {"AWS::Serverless::Function", "AWS::Lambda::Function"}:
             explicit = self._explicit_name(logical_id, "FunctionName")
             return explicit or _bounded_name(default_name, _FUNCTION_NAME_MAX)
-        if rtype in {"AWS::Serverless::HttpApi", "AWS::Serverless::Api"}:
+        if rtype in {"AWS::Serverless::HttpApi", "AWS::Serverless::Api", "AWS::ApiGatewayV2::Api"}:
             return self.api_id(logical_id)
+        if rtype == "AWS::Logs::LogGroup":
+            return self._explicit_name(logical_id, "LogGroupName") or f"/aws/{default_name}"
+        if rtype == "AWS::SecretsManager::Secret":
+            # A name, where CloudFormation gives the ARN: Secrets Manager takes either, and moto picks the ARN.
+            return self._explicit_name(logical_id, "Name") or default_name
+        if rtype == "AWS::SNS::Topic":
+            name = self._explicit_name(logical_id, "TopicName") or default_name
+            return f"arn:aws:sns:{self.region}:{self.account_id}:{name}"
+        if rtype == "AWS::IAM::ManagedPolicy":
+            name = self._explicit_name(logical_id, "ManagedPolicyName") or default_name
+            return f"arn:aws:iam::{self.account_id}:policy/{name}"
         if rtype in {"AWS::Serverless::LayerVersion", "AWS::Lambda::LayerVersion"}:
             name = self._explicit_name(logical_id, "LayerName") or default_name
             return f"arn:aws:lambda:{self.region}:{self.account_id}:layer:{name}:1"
@@ -813,6 +828,12 @@ class Stack:
             by_attr = {"ApiEndpoint": f"https://{self.physical_id(logical_id)}.execute-api.{region}.amazonaws.com"}
         elif rtype == "AWS::CloudWatch::Alarm":
             by_attr = {"Arn": f"arn:aws:cloudwatch:{region}:{account}:alarm:{self.physical_id(logical_id)}"}
+        elif rtype == "AWS::Logs::LogGroup":
+            by_attr = {"Arn": f"arn:aws:logs:{region}:{account}:log-group:{self.physical_id(logical_id)}:*"}
+        elif rtype == "AWS::ApiGatewayV2::Api":
+            by_attr = {"ApiEndpoint": f"https://{self.physical_id(logical_id)}.execute-api.{region}.amazonaws.com"}
+        elif rtype == "AWS::SNS::Topic":
+            by_attr = {"TopicArn": self.physical_id(logical_id)}
         else:
             by_attr = {}
         if attribute not in by_attr:
@@ -1005,6 +1026,7 @@ class Stack:
             self._event_spec(logical_id, name, event, raw_events=raw.get("Events") or {})
             for name, event in (props.get("Events") or {}).items()
         ]
+        events += self._mapped_events(logical_id)
         reserved = props.get("ReservedConcurrentExecutions")
         return FunctionSpec(
             logical_id=logical_id,
@@ -1092,6 +1114,69 @@ class Stack:
                 api_id=self.physical_id(api_logical_id),
             )
         raise TemplateError(f"{where}: event type {etype} is not emulated (supported: {sorted(EMULATED_EVENT_TYPES)})")
+
+    def _mapped_events(self, function_id: str) -> list[EventSpec]:
+        """The function's triggers declared as resources of their own: ``AWS::Lambda::EventSourceMapping`` of an
+        SQS queue, and ``AWS::ApiGatewayV2::Route`` whose integration invokes it."""
+        events: list[EventSpec] = []
+        for logical_id, rtype, _cond, active in self.template_resources():
+            if not active:
+                continue
+            raw = self._merged_properties[logical_id]
+            where = f"{rtype} {logical_id}"
+            if rtype == "AWS::Lambda::EventSourceMapping" and raw.get("FunctionName") == {"Ref": function_id}:
+                props = self.properties(logical_id)
+                if props.get("FilterCriteria"):
+                    raise TemplateError(f"{where}: FilterCriteria is not emulated")
+                queue_id = self._queue_logical_id(raw.get("EventSourceArn"), props.get("EventSourceArn"), where)
+                scaling = props.get("ScalingConfig") or {}
+                events.append(
+                    SqsEventSpec(
+                        queue_logical_id=queue_id,
+                        queue_url=self.physical_id(queue_id),
+                        queue_arn=self.get_att(queue_id, "Arn"),
+                        batch_size=int(props.get("BatchSize", 10)),
+                        batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
+                        report_batch_item_failures="ReportBatchItemFailures"
+                        in (props.get("FunctionResponseTypes") or []),
+                        name=logical_id,
+                        enabled=_as_bool(props.get("Enabled", True)),
+                        maximum_concurrency=(
+                            int(scaling["MaximumConcurrency"]) if "MaximumConcurrency" in scaling else None
+                        ),
+                    )
+                )
+            elif rtype == "AWS::ApiGatewayV2::Route" and self._route_function(logical_id) == function_id:
+                props = self.properties(logical_id)
+                route_key = str(props["RouteKey"])
+                method, _, path = route_key.partition(" ") if route_key != "$default" else ("ANY", "", "$default")
+                api_ref = raw.get("ApiId")
+                api_logical_id = str(api_ref.get("Ref")) if isinstance(api_ref, dict) else ""
+                events.append(
+                    HttpApiEventSpec(
+                        api_logical_id=api_logical_id,
+                        path=path,
+                        method=method.upper(),
+                        name=logical_id,
+                        api_id=self.physical_id(api_logical_id),
+                        authorization=str(props.get("AuthorizationType", "NONE")),
+                    )
+                )
+        return events
+
+    def _route_function(self, route_id: str) -> str | None:
+        """The function a route's ``Target: integrations/<Integration>`` invokes (``IntegrationUri`` its ARN)."""
+        target = self._merged_properties[route_id].get("Target")
+        text = target.get("Fn::Sub") if isinstance(target, dict) else target
+        match = re.fullmatch(r"integrations/\$\{(\w+)\}", str(text or ""))
+        if match is None or match.group(1) not in self._raw_resources:
+            return None
+        uri = self._merged_properties[match.group(1)].get("IntegrationUri")
+        if isinstance(uri, dict) and "Fn::GetAtt" in uri:
+            parts = uri["Fn::GetAtt"]
+            parts = parts if isinstance(parts, list) else str(parts).split(".", 1)
+            return str(parts[0])
+        return None
 
     def _queue_logical_id(self, raw_queue: Any, resolved_queue: Any, where: str) -> str:
         if isinstance(raw_queue, dict) and "Fn::GetAtt" in raw_queue:

@@ -17,22 +17,35 @@
 9. No update is lost: DynamoDB accepted at most one write of each version of a workflow. Two writers that read the
    same version cannot both commit (the write is conditional on the version), so the second decides again from the
    first one's result instead of overwriting it.
+10. Every unwind is explained by the faults injected into that workflow: the step that made it unwind was refused
+    by its service (a business rejection was injected for it), or every attempt it used was touched by a fault
+    that can make an attempt fail (a crash in its invocation, a lost or delayed message of it, a remote failure of
+    its calls, an invocation killed after its effect...). An unwind with an attempt that failed by itself is the
+    product's doing: the trip was undone although nothing forced it.
+11. A reply applies only to the attempt it answers: in a write of the scheduler, a step in flight changes only when
+    the batch holds a reply to its current attempt of its current phase (a late reply of an earlier attempt is
+    acknowledged and changes nothing). Checked on every write as it happens (``Simulation.stale_applied``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.messages import remote_token
-from sasflow.records import StepRecord
+from sasflow.records import Snapshot, StepRecord
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+#: The scheduler's reason for unwinding: "step X failed: CODE" or "step X timed out after N attempt(s)".
+_UNWIND_REASON = re.compile(r"^step (?P<step>[A-Za-z][A-Za-z0-9_]*) (?:failed: (?P<code>\S+)|timed out after)")
+#: The simulated services' business refusal (``SimRemote``); anything else that fails a step is transient.
+_BUSINESS_REJECTION = "REJECTED"
 
 
 @dataclass(frozen=True)
@@ -112,6 +125,8 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if done is not None and stored.get("status") == "FAILED" and not stored.get("may_have_happened"):
                 violations.append(Violation("effect happened but was recorded as not", workflow_id, step.name))
 
+        violations.extend(_unexplained_unwind(sim, snapshot))
+
         if status in ("COMPENSATED", "CANCELLED"):
             for step in definition.steps:
                 done = happened[step.name]
@@ -156,6 +171,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     }
     for workflow_id in sorted(sim.rescued - dead_lettered):
         violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
+    violations.extend(sim.stale_applied)
     for (workflow_id, version), writes in sorted(sim.committed.items()):
         if writes > 1:
             violations.append(Violation("lost update", workflow_id, f"{writes} writes stored version {version}"))
@@ -171,6 +187,32 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 if stored_workflow is None or stored_workflow.workflow.status.value not in TERMINAL:
                     violations.append(Violation("unexplained dead letter", owner or "-", message.body[:120]))
     return violations
+
+
+def _unexplained_unwind(sim: Simulation, snapshot: Snapshot) -> list[Violation]:
+    """Invariant 10 for one unwound workflow (see the module's docstring)."""
+    workflow_id = snapshot.workflow.workflow_id
+    if snapshot.workflow.status.value == "CANCELLED":
+        return []  # a client asked for it
+    match = _UNWIND_REASON.match(snapshot.workflow.reason or "")
+    if match is None:
+        return [Violation("unwind without a reason", workflow_id, repr(snapshot.workflow.reason))]
+    step = match.group("step")
+    record = snapshot.steps.get(step)
+    if record is None:
+        return [Violation("unwind names a step never dispatched", workflow_id, step)]
+    touched = sim.log.touched
+    if match.group("code") == _BUSINESS_REJECTION:
+        refused = any(
+            "remote business rejection" in touched.get((workflow_id, step, "action", attempt), set())
+            for attempt in range(1, record.attempt + 1)
+        )
+        return [] if refused else [Violation("unexplained unwind", workflow_id, f"{step} refused, none injected")]
+    clean = [a for a in range(1, record.attempt + 1) if not touched.get((workflow_id, step, "action", a))]
+    if clean:
+        detail = f"{snapshot.workflow.reason}; attempt(s) {clean} of {record.attempt} met no fault"
+        return [Violation("unexplained unwind", workflow_id, detail)]
+    return []
 
 
 def _fields(record: StepRecord) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
+from devstack.identities import identity, request_context_authorizer
 from devstack.inprocess import (
     FakeLambdaContext,
     environment,
@@ -55,7 +56,10 @@ from simulation.world import (
     SimQueues,
     SimRemote,
     StaleReads,
+    Tag,
+    in_flight_tags,
     powertools_on_clock,
+    tag_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,28 +121,38 @@ class Simulation:
         self.rescued: set[str] = set()
         #: (workflow id, version) of every workflow write DynamoDB accepted, with how often (invariant 9).
         self.committed: Counter[tuple[str, int]] = Counter()
+        #: The invocations running now, innermost last: (logical id, the attempts of the batch it was given).
+        self._running: list[tuple[str, list[Tag]]] = []
+        #: Agent invocations per (workflow, step, phase): [deadline, state] with state running, done or killed.
+        self._holders: dict[tuple[str, str, str], list[list[Any]]] = {}
+        #: Writes of the scheduler that moved a step in flight without a reply to its current attempt (invariant 11).
+        self.stale_applied: list[Violation] = []
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
         # SIM_DEADLINE_SHARDS, not the template's 8: the supervisor's 8 index queries per tick were over 40% of a
         # run's time on moto. The remote services are simulated in process; their URLs only have to be valid.
         parameters = {
-            **remote_service_parameters({agent: f"http://{agent}.sim.invalid" for agent in AGENT_FUNCTIONS}),
+            **remote_service_parameters({agent: f"https://{agent}.sim.invalid" for agent in AGENT_FUNCTIONS}),
             "DeadlineShards": str(SIM_DEADLINE_SHARDS),
         }
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
-        self.physical = provision(self.stack)
+        # The key of the workflow ids is drawn from the seed: a random one would change the ids, their deadline
+        # shards and so the order of the whole run.
+        self.physical = provision(self.stack, secret_values={"WorkflowIdSecret": f"sim-key-{self.seed}"})
         specs = {spec.logical_id: spec for spec in self.stack.functions()}
         self.specs = specs
         self.queues = SimQueues(self._queue_specs(), self.clock, random.Random(self.rng.random()))
         self.bus = SimBus(self.queues, random.Random(self.rng.random()), self.faults, self.log)
-        self.crashes = CrashInjector(random.Random(self.rng.random()), self.faults, self.log)
+        self.crashes = CrashInjector(
+            random.Random(self.rng.random()),
+            self.faults,
+            self.log,
+            idempotency_table=self.physical["IdempotencyTable"],
+        )
         self.stale = StaleReads(random.Random(self.rng.random()), self.faults, self.log)
         self.dynamodb = boto3.client("dynamodb")
-        # Before the crash hooks: a write that DynamoDB accepted is recorded even when a crash follows it.
-        self.dynamodb.meta.events.register("before-parameter-build.dynamodb.PutItem", _keep_params)
-        self.dynamodb.meta.events.register("after-call.dynamodb.PutItem", self._record_commit)
-        self.crashes.install(self.dynamodb)
+        self._install_hooks(self.dynamodb, self.crashes)
         self.stale.install(self.dynamodb)
         seq = itertools.count(1)
         self.remotes = {
@@ -157,6 +171,17 @@ class Simulation:
             for event in spec.events
             if isinstance(event, SqsEventSpec)
         ]
+
+    def _install_hooks(self, client: Any, crashes: CrashInjector) -> None:
+        """Record every workflow write DynamoDB accepts, then arm the crash points around every call.
+
+        A write that DynamoDB accepted is recorded even when a crash follows it: botocore runs the handlers of one
+        event name in the order first, middle, last, but those of "after-call.dynamodb.PutItem" only after the ones
+        of the crash hook's "after-call.dynamodb.*", so the recorder is registered first under the same name.
+        """
+        client.meta.events.register("before-parameter-build.dynamodb.PutItem", _keep_params)
+        client.meta.events.register_first("after-call.dynamodb.*", self._record_commit)
+        crashes.install(client)
 
     def _queue_specs(self) -> list[QueueSpec]:
         result = []
@@ -230,12 +255,36 @@ class Simulation:
         scheduler.on_overdue = on_overdue
         return engine
 
-    def _record_commit(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
+    def _record_commit(self, http_response: Any, context: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name != "PutItem":
+            return
         item = context.get("sim_params", {}).get("Item", {})
         key = item.get("pk", {}).get("S", "")
         if http_response.status_code == 200 and key.startswith("WF#") and "version" in item:
             self.committed[(key[3:], int(item["version"]["N"]))] += 1
+            self._check_replies_applied(key[3:], self.stale.latest(key), item)
             self.stale.committed(key, item)
+
+    def _check_replies_applied(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+        """Invariant 11, checked on every write of the scheduler function (it only applies replies): a step in
+        flight may change only when the batch holds a reply to its current attempt of its current phase, so a
+        reply of an earlier attempt (late, duplicated, redriven) never moves it."""
+        if before is None or not self._running or self._running[-1][0] != "SchedulerFunction":
+            return
+        replies = set(self._running[-1][1])
+        old_steps = before.get("steps", {}).get("M", {})
+        new_steps = after.get("steps", {}).get("M", {})
+        for tag in in_flight_tags(before):
+            _, name, phase, attempt = tag
+            if old_steps.get(name) != new_steps.get(name) and tag not in replies:
+                answered = sorted(t[3] for t in replies if t[:3] == tag[:3])
+                self.stale_applied.append(
+                    Violation(
+                        "stale reply applied",
+                        workflow_id,
+                        f"{name} {phase} attempt {attempt} changed by replies of attempts {answered}",
+                    )
+                )
 
     def state_store(self) -> DynamoDBStateStore:
         """A store over a client without crash hooks, for the simulation's own reads."""
@@ -256,11 +305,45 @@ class Simulation:
         clock = OffsetClock(self.clock, skew)
         rng = random.Random(self.rng.random())
         module.agent = Lazy(
-            lambda: build_agent(
-                env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng
+            lambda: self._watch_in_progress(
+                build_agent(env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng)
             )
         )
         return module
+
+    def _watch_in_progress(self, services: Any) -> Any:
+        """Attribute an attempt refused as already in progress to the fault behind it, when there is one.
+
+        Powertools refuses a request while another invocation holds its idempotency record: a concurrent copy (a
+        duplicate delivery), or one killed after its remote effect, whose record expires with its invocation's
+        deadline (``register_lambda_context``). A refusal while no such holder exists is the product's own doing
+        and is not attributed, so the unwind it leads to is reported (invariant 10).
+        """
+        runtime = services.runtime
+        original = runtime.handle
+
+        def handle(request: Any, time_left: Any, **kwargs: Any) -> Any:
+            key = (request.workflow_id, request.step, request.phase.value)
+            now = self.clock.now()
+            holders = self._holders.setdefault(key, [])
+            held = any(state == "running" or (state == "killed" and deadline > now) for deadline, state in holders)
+            entry = [now + time_left(), "running"]
+            holders.append(entry)
+            try:
+                reply = original(request, time_left, **kwargs)
+            except IdempotencyAlreadyInProgressError:
+                entry[1] = "done"
+                if held:
+                    self.log("refused while another invocation holds it", [(*key, request.attempt)])
+                raise
+            except BaseException:
+                entry[1] = "killed"
+                raise
+            entry[1] = "done"
+            return reply
+
+        runtime.handle = handle
+        return services
 
     # ------------------------------------------------------------------ invocation
     def _invoke(self, logical_id: str, event: Any, *, sandbox: str = "") -> tuple[bool, Any]:
@@ -275,16 +358,21 @@ class Simulation:
         armed = (self.crashes.armed, self.bus.armed, self.stale.armed)
         self.crashes.armed = self.bus.armed = self.stale.armed = True
         self._maybe_interleave(logical_id, event)
+        tags = _event_tags(event)
+        self._running.append((logical_id, tags))
+        self.log.context.append(tags)
         try:
             with environment(function_environment(spec)):
                 return True, module.handler(event, context)
         except (SimCrash, IdempotencyAlreadyInProgressError) as error:
             return False, error
         except Exception as error:  # any other escape is also a failed invocation; SQS redelivers
-            self.log(f"invocation error {type(error).__name__}")
+            self.log(f"invocation error {type(error).__name__}", attribute=False)
             return False, error
         finally:
             self.crashes.armed, self.bus.armed, self.stale.armed = armed
+            self.log.context.pop()
+            self._running.pop()
 
     def _module(self, logical_id: str, sandbox: str) -> Any:
         key = logical_id + sandbox
@@ -337,7 +425,7 @@ class Simulation:
                 return
             self.crashes.on_call = None
             self._nested = True
-            self.log("concurrent invocation interleaved" + (" (same workflows)" if related else ""))
+            self.log("concurrent invocation interleaved" + (" (same workflows)" if related else ""), attribute=False)
             try:
                 self._deliver(other_id, other_event, sandbox="#2", related=related)
             finally:
@@ -360,10 +448,10 @@ class Simulation:
         if not messages:
             return False
         if related and any(_body_workflow_id(m.body) in related for m in messages):
-            self.log("concurrent instance took a message of the same workflow")
+            self.log("concurrent instance took a message of the same workflow", attribute=False)
         if self.rng.random() < self.faults.consumer_lost:
             # The poller received the batch and died: the messages come back after the visibility timeout.
-            self.log("consumer lost after receive")
+            self.log("consumer lost after receive", [tag_of(m.body) for m in messages])
             return True
         ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn), sandbox=sandbox)
         self.crashes.on_call = None if not self._nested else self.crashes.on_call
@@ -402,7 +490,7 @@ class Simulation:
             def interleave(_: str, __: str = "") -> None:
                 if next(calls) == trigger:
                     self.crashes.on_call = None
-                    self.log("second supervisor interleaved")
+                    self.log("second supervisor interleaved", attribute=False)
                     self._second_supervisor()
 
             self.crashes.on_call = interleave
@@ -540,6 +628,12 @@ def _body_workflow_id(body: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _event_tags(event: Any) -> list[Tag]:
+    """The attempts of an SQS event's records (requests or replies); empty for any other event."""
+    records = event.get("Records", []) if isinstance(event, dict) else []
+    return [tag for r in records if (tag := tag_of(r.get("body", ""))) is not None]
+
+
 def _workflow_ids(event: Any) -> set[str]:
     """The workflow ids of an SQS event's records (malformed bodies are skipped)."""
     records = event.get("Records", []) if isinstance(event, dict) else []
@@ -570,6 +664,8 @@ def start_event(body: Any, *, key: str) -> dict[str, Any]:
         "rawQueryString": "",
         "headers": {"content-type": "application/json", "idempotency-key": key},
         "requestContext": {
+            # what API Gateway adds once it has verified the caller's SigV4 signature (devstack.identities)
+            "authorizer": request_context_authorizer(identity("client-a")),
             "http": {"method": "POST", "path": "/workflows", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
             "requestId": key,
             "routeKey": "POST /workflows",

@@ -12,6 +12,8 @@ Everything draws from one seeded ``random.Random`` and one ``ManualClock``, so a
 - ``SimRemote`` is a remote service with fault knobs that records every effect and every compensation by token:
   the ground truth the invariants are checked against.
 - ``powertools_on_clock`` makes powertools' idempotency read the simulated clock.
+- ``FaultLog`` counts the faults and attributes each one to the attempts it touched (``Tag``: workflow, step,
+  phase, attempt), so the invariants can tell an unwind the faults explain from one the product caused.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import datetime
 import itertools
 import json
 import random
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +62,7 @@ class Faults:
     slow_poller: float = 0.3
     concurrent_sibling: float = 0.5
     stale_read: float = 0.2
+    agent_killed_after_effect: float = 0.01
 
     @classmethod
     def none(cls) -> Faults:
@@ -67,14 +70,56 @@ class Faults:
         return cls(**{name: 0 for name in cls.__dataclass_fields__})
 
 
+#: One attempt of one phase of one step: (workflow id, step, phase, attempt).
+Tag = tuple[str, str, str, int]
+
+
+def tag_of(body: str) -> Tag | None:
+    """The attempt a step request or a step reply (an SQS body) belongs to, or None for another body."""
+    try:
+        message = json.loads(body)
+        tag = (message["workflow_id"], message["step"], message["phase"], message["attempt"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return tag if all(isinstance(part, str) for part in tag[:3]) and isinstance(tag[3], int) else None
+
+
+def in_flight_tags(item: dict[str, Any]) -> list[Tag]:
+    """The attempts in flight in a workflow item (a PutItem's ``Item``, DynamoDB JSON)."""
+    workflow_id = item.get("pk", {}).get("S", "")[len("WF#") :]
+    tags: list[Tag] = []
+    for name, value in item.get("steps", {}).get("M", {}).items():
+        step = value.get("M", {})
+        status = step.get("status", {}).get("S")
+        if status == "PROCESSING":
+            tags.append((workflow_id, name, "action", int(step.get("attempt", {}).get("N", "0"))))
+        elif status == "COMPENSATING":
+            tags.append((workflow_id, name, "compensation", int(step.get("comp_attempt", {}).get("N", "0"))))
+    return tags
+
+
 class FaultLog:
-    """Counts injected faults by kind."""
+    """Counts injected faults by kind, and which attempts each one touched.
+
+    A fault touches the attempts it names (``tags``: the messages it delayed or lost, the request the remote service
+    failed) and, unless ``attribute`` is false, every attempt of the invocation running when it struck (``context``,
+    a stack: a concurrent invocation runs inside another): a crash fails the whole batch, and a slow call uses the
+    time of the calls after it. Events that cannot make an attempt fail (a second supervisor, a concurrent
+    invocation) are counted with ``attribute=False``.
+    """
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.touched: defaultdict[Tag, set[str]] = defaultdict(set)
+        self.context: list[list[Tag]] = []
 
-    def __call__(self, kind: str) -> None:
+    def __call__(self, kind: str, tags: Iterable[Tag | None] = (), *, attribute: bool = True) -> None:
         self.counts[kind] += 1
+        if not attribute:
+            return
+        for tag in [*tags, *(self.context[-1] if self.context else ())]:
+            if tag is not None:
+                self.touched[tag].add(kind)
 
 
 # ---------------------------------------------------------------------------------------------------- SQS
@@ -185,32 +230,39 @@ class SimBus:
         self.armed = False
 
     def send(self, messages: Sequence[Outgoing]) -> list[int]:
+        tags = [tag_of(message.body) for message in messages]
         if self.armed and self.rng.random() < self.faults.crash_before_send:
-            self.log("crash before send")
+            self.log("crash before send", tags)
             raise SimCrash("crash before SendMessageBatch")
-        for message in messages:
+        for message, tag in zip(messages, tags, strict=True):
             delay = float(message.delay_seconds)
             if self.armed and self.rng.random() < self.faults.delay:
-                self.log("delayed delivery")
+                self.log("delayed delivery", [tag])
                 delay += self.rng.uniform(1, self.faults.delay_max_seconds)
             self.queues.send(message.queue_url, message.body, delay)
             if self.armed and self.rng.random() < self.faults.duplicate:
-                self.log("duplicate delivery")
+                self.log("duplicate delivery", [tag])
                 self.queues.send(message.queue_url, message.body, delay + self.rng.uniform(0, 5))
         if self.armed and self.rng.random() < self.faults.crash_after_send:
-            self.log("crash after send")
+            self.log("crash after send", tags)
             raise SimCrash("crash after SendMessageBatch")
         return []
 
 
 # ---------------------------------------------------------------------------------------------------- DynamoDB crashes
 class CrashInjector:
-    """Raises ``SimCrash`` just before or just after DynamoDB calls made while ``armed``."""
+    """Raises ``SimCrash`` just before or just after DynamoDB calls made while ``armed``.
 
-    def __init__(self, rng: random.Random, faults: Faults, log: FaultLog) -> None:
+    ``idempotency_table`` names the agents' table: a write of an idempotency record's result there (an UpdateItem
+    of a key that is not a circuit breaker's) is where an agent dies after its remote effect and before recording
+    it (``Faults.agent_killed_after_effect``): the record stays in progress until the invocation's deadline.
+    """
+
+    def __init__(self, rng: random.Random, faults: Faults, log: FaultLog, *, idempotency_table: str = "") -> None:
         self.rng = rng
         self.faults = faults
         self.log = log
+        self.idempotency_table = idempotency_table
         self.armed = False
         self.calls = 0
         self.on_call: Any = None  # hook (operation, request body) for interleaving a second instance
@@ -223,16 +275,30 @@ class CrashInjector:
         if not self.armed:
             return
         self.calls += 1
+        body = params.get("body", b"") if isinstance(params, dict) else b""
+        text = body.decode() if isinstance(body, bytes) else str(body)
         if self.on_call is not None:
-            body = params.get("body", b"") if isinstance(params, dict) else b""
-            self.on_call(model.name, body.decode() if isinstance(body, bytes) else str(body))
+            self.on_call(model.name, text)
+        killed = self.faults.agent_killed_after_effect
+        if model.name == "UpdateItem" and self._records_a_result(text) and self.rng.random() < killed:
+            self.log("agent killed after its remote effect")
+            raise SimCrash("agent killed before recording its result")
         if self.rng.random() < self.faults.crash_before_call:
             self.log("crash before DynamoDB call")
             raise SimCrash(f"crash before {model.name}")
 
-    def _after(self, model: Any, **_: Any) -> None:
+    def _records_a_result(self, text: str) -> bool:
+        if not self.idempotency_table:
+            return False
+        request = json.loads(text or "{}")
+        key = request.get("Key", {}).get("id", {}).get("S", "")
+        return bool(request.get("TableName") == self.idempotency_table and key and not key.startswith("circuit"))
+
+    def _after(self, model: Any, context: Any = None, **_: Any) -> None:
         if self.armed and self.rng.random() < self.faults.crash_after_call:
-            self.log("crash after DynamoDB call")
+            # A workflow written just before the crash has attempts in flight whose messages are never sent.
+            item = (context or {}).get("sim_params", {}).get("Item", {}) if model.name == "PutItem" else {}
+            self.log("crash after DynamoDB call", in_flight_tags(item) if "version" in item else ())
             raise SimCrash(f"crash after {model.name}")
 
 
@@ -259,6 +325,10 @@ class StaleReads:
         under ``key`` (``WF#<id>``)."""
         self._previous[key] = self._latest.get(key)
         self._latest[key] = item
+
+    def latest(self, key: str) -> dict[str, Any] | None:
+        """The item last committed under ``key``, or None."""
+        return self._latest.get(key)
 
     def install(self, client: Any) -> None:
         client.meta.events.register("before-call.dynamodb.GetItem", self._before_get)
@@ -326,20 +396,21 @@ class SimRemote:
     def call(self, request: StepRequest, timeout_seconds: float) -> dict[str, Any]:
         self.calls += 1
         now = self.clock.now()
+        tag = (request.workflow_id, request.step, request.phase.value, request.attempt)
         if any(start <= now < end for start, end in self.outages):
-            self.log("remote outage")
+            self.log("remote outage", [tag])
             raise RemoteTransientError("503 outage", status=503)
         if self.rng.random() < self.faults.remote_transient:
-            self.log("remote transient 5xx")
+            self.log("remote transient 5xx", [tag])
             raise RemoteTransientError("503 transient", status=503)
         if self.rng.random() < self.faults.remote_slow:
-            self.log("remote slow")
+            self.log("remote slow", [tag])
             self.clock.advance(min(timeout_seconds * 0.5, self.rng.uniform(0.5, 3.0)))
         hang = self.rng.random() < self.faults.remote_hang
         result = self._apply(request)
         if hang:
             # The caller gives up at its timeout; whether the effect happened is unknown to it.
-            self.log("remote hang past timeout")
+            self.log("remote hang past timeout", [tag])
             self.clock.advance(timeout_seconds)
             raise RemoteTransientError("read timeout", outcome_unknown=True)
         if isinstance(result, RemoteRejectedError):
@@ -355,7 +426,10 @@ class SimRemote:
             if token in self.tombstones:
                 answer = RemoteRejectedError("ALREADY_COMPENSATED", "compensated before it arrived", 409)
             elif self.rng.random() < self.faults.remote_reject:
-                self.log("remote business rejection")
+                self.log(
+                    "remote business rejection",
+                    [(request.workflow_id, request.step, request.phase.value, request.attempt)],
+                )
                 answer = RemoteRejectedError("REJECTED", f"{self.name} says no", 409)
             else:
                 seq = next(self.seq)

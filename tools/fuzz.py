@@ -219,10 +219,13 @@ def summary(result: FuzzResult, *, min_cases: int = 0) -> str:
 
 @contextlib.contextmanager
 def local_api(log_dir: Path | None = None) -> Iterator[str]:
-    """Run the sample services and the local stack on loopback; yield the API's base URL; stop them all.
+    """Run the sample services and the local stack on loopback; yield a base URL of the API; stop them all.
 
-    Must be used under ``if __name__ == "__main__":`` in a script (the stack spawns its Lambda workers).
+    The URL is a signing proxy's (`devstack.signing_proxy`): the API is IAM-authorized, and schemathesis sends its
+    requests unsigned. Must be used under ``if __name__ == "__main__":`` in a script (the stack spawns its Lambda
+    workers).
     """
+    from devstack.signing_proxy import SigningProxy
     from devstack.stack import LocalStack
     from devstack.template import remote_service_parameters
     from http_server import serve_all
@@ -234,8 +237,11 @@ def local_api(log_dir: Path | None = None) -> Iterator[str]:
             "LogLevel": "WARNING",
         }
         logs = log_dir or ROOT / ".devstack" / "logs" / "fuzz"
-        with LocalStack(parameters=parameters, schedule_interval_seconds=2.0, log_dir=logs) as stack:
-            yield stack.api_url
+        with (
+            LocalStack(parameters=parameters, schedule_interval_seconds=2.0, log_dir=logs) as stack,
+            SigningProxy(stack.api_url) as proxy,
+        ):
+            yield proxy.url
     finally:
         for server in servers.values():
             server.stop()

@@ -32,7 +32,9 @@ processor = OutboxBatchProcessor(lambda: agent().bus)
 
 def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
     """Do one step request and return its reply; a failure fails this record only."""
-    return agent().runtime.process(record.body, lambda: lambda_context.get_remaining_time_in_millis() / 1000.0)
+    return agent().runtime.process(
+        record.body, lambda: lambda_context.get_remaining_time_in_millis() / 1000.0, message_id=record.message_id
+    )
 
 
 @logger.inject_lambda_context

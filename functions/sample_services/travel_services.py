@@ -40,18 +40,24 @@ A forward action and the compensation of its token race for the *same* key, ``{s
 ledger's put-if-absent decides which came first. That is what guarantees that a late forward action never takes
 effect after its compensation (Compensating Transaction pattern: a compensation must be able to run before the
 action it undoes has been seen).
+
+Every record carries ``created_at`` (the service clock, epoch seconds) and ``sequence``, drawn from a monotonic
+counter when the record is written. Services built without their own counter share one per process (the local
+stack and the tests run all three in one process), so ``TravelService.history`` can tell in which order effects
+were applied and undone *across* services, e.g. that a saga undid the hotel before the flight.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from random import Random
@@ -142,11 +148,35 @@ class SystemClock:
         time.sleep(seconds)
 
 
+class SequenceCounter:
+    """A thread-safe monotonic counter (1, 2, 3, ...): the order in which records are written.
+
+    Parameters
+    ----------
+    start : int
+        The first number handed out (>= 1).
+    """
+
+    def __init__(self, start: int = 1) -> None:
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(start)
+
+    def __call__(self) -> int:
+        """Return the next number; each call gets a larger one than every earlier call."""
+        with self._lock:
+            return next(self._numbers)
+
+
+#: The counter of services built without their own: one order for every record written by this process.
+PROCESS_SEQUENCE = SequenceCounter()
+
+
 class LedgerRecord(BaseModel):
     """A store item of the sample ledger (see the module docstring for the key layout).
 
     ``kind`` is ``response`` (a stored outcome of a request token), ``tombstone`` (a compensation reached the token
-    before its forward action) or ``undo`` (a forward token's effect was undone).
+    before its forward action) or ``undo`` (a forward token's effect was undone). ``sequence`` orders the records
+    written by one process (0: written before records carried it); ``created_at`` is the service clock's time.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -158,6 +188,7 @@ class LedgerRecord(BaseModel):
     workflow_id: str
     step: str
     created_at: EpochSeconds
+    sequence: int = Field(default=0, ge=0)
     status: int | None = None
     body: dict[str, Any] | None = None
     effect: bool = False
@@ -373,6 +404,9 @@ class TravelService:
         Source of the fault draws. Seed it to replay a run.
     clock : Clock
         Source of time for latency, hangs and outage windows.
+    sequence : Callable[[], int], optional
+        Numbers the ledger records it writes (``LedgerRecord.sequence``); ``PROCESS_SEQUENCE`` by default, so the
+        services of one process share one order.
 
     Raises
     ------
@@ -386,7 +420,16 @@ class TravelService:
     The number of draws depends only on the request kinds, so the same seed and calls give the same faults.
     """
 
-    def __init__(self, name: str, ledger: Ledger, knobs: FaultKnobs, rng: Random, clock: Clock) -> None:
+    def __init__(
+        self,
+        name: str,
+        ledger: Ledger,
+        knobs: FaultKnobs,
+        rng: Random,
+        clock: Clock,
+        *,
+        sequence: Callable[[], int] = PROCESS_SEQUENCE,
+    ) -> None:
         if name not in SERVICES:
             raise ValueError(f"unknown service {name!r}; expected one of {sorted(SERVICES)}")
         self.spec = SERVICES[name]
@@ -395,6 +438,7 @@ class TravelService:
         self._knobs = knobs
         self._rng = rng
         self._clock = clock
+        self._sequence = sequence
         self._lock = threading.Lock()
         self._outcomes: Counter[str] = Counter()
         self._effects: Counter[str] = Counter()
@@ -459,6 +503,22 @@ class TravelService:
         with self._lock:
             return sorted(token for token in self._effects if token not in self._compensations)
 
+    def history(self, workflow_id: str | None = None) -> list[LedgerRecord]:
+        """This service's ledger records (of one workflow, or all), in the order they were written.
+
+        An ``undo`` record is a compensation applied (its ``step``, ``original_token``, ``created_at`` and
+        ``sequence`` say which effect was undone, when, and in which order); a ``response`` record with ``effect``
+        is a forward effect applied. Records of services that share a sequence (``PROCESS_SEQUENCE``) can be
+        merged and sorted by ``sequence`` to see the order across services.
+        """
+        prefix = f"{self.name}#"
+        records = [
+            record
+            for key, record in self._ledger.records()
+            if key.startswith(prefix) and (workflow_id is None or record.workflow_id == workflow_id)
+        ]
+        return sorted(records, key=lambda record: record.sequence)
+
     def stats(self) -> dict[str, Any]:
         """Call counts: ``{"calls": int, "by_outcome": {outcome: int}, "hangs": int}``."""
         with self._lock:
@@ -469,7 +529,11 @@ class TravelService:
             }
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-ready view: service, knobs, effects, compensations, active effects, tombstones and stats."""
+        """JSON-ready view: service, knobs, effects, compensations, active effects, tombstones, undone and stats.
+
+        ``undone`` lists the compensations applied, in the order they were applied:
+        ``{"original_token", "workflow_id", "step", "sequence", "applied_at"}`` (``applied_at`` in epoch seconds).
+        """
         prefix = f"{self.name}#token#"
         tombstones = sorted(
             record.token
@@ -483,6 +547,17 @@ class TravelService:
             "compensations": self.compensations(),
             "active_effects": self.active_effects(),
             "tombstones": tombstones,
+            "undone": [
+                {
+                    "original_token": record.original_token,
+                    "workflow_id": record.workflow_id,
+                    "step": record.step,
+                    "sequence": record.sequence,
+                    "applied_at": record.created_at,
+                }
+                for record in self.history()
+                if record.kind == "undo"
+            ],
             "stats": self.stats(),
         }
 
@@ -569,6 +644,7 @@ class TravelService:
             workflow_id=request.workflow_id,
             step=request.step,
             created_at=self._clock.now(),
+            sequence=self._sequence(),
             **fields,
         )
 

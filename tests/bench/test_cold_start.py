@@ -8,7 +8,6 @@ from pathlib import Path
 
 from bench.cold_start import (
     BASELINE_MODULES,
-    TARGET_RATIO,
     handler_function,
     handler_probe,
     layer_distributions,
@@ -36,7 +35,7 @@ def test_one_handler_is_timed_against_the_baseline_and_the_layer_is_measured() -
     assert timed.metric.startswith("cold start: import supervisor_handler")
     assert timed.ours == handler["seconds"] and timed.anchor == baseline
     assert timed.ratio is not None and math.isclose(timed.ratio, handler["seconds"] / baseline)
-    assert timed.target == f"<= {TARGET_RATIO:g}" and timed.met == (timed.ratio <= TARGET_RATIO)
+    assert timed.target == "<= 1.3"  # the verdict on each side of it: tests/bench/test_report.py
     # And the layer is tens of MB (botocore alone is over 20), zipped smaller than unzipped, as plain rows
     layer = raw["layer"]
     assert layer["bytes_unzipped"] > 10_000_000

@@ -3,50 +3,61 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from moto import mock_aws
 
-from bench.throughput import TARGET_RATIO, CallRecorder, measure_throughput, read_calls, record_calls, uncounted
+from bench.throughput import CallRecorder, measure_throughput, read_calls, record_calls, uncounted
 
 
 def test_a_small_run_counts_the_products_calls_and_replays_them_for_the_ceiling(tmp_path: Path) -> None:
     # Given the local stack, warm, and 3 trip bookings of 3 steps each, without faults
     # When the throughput is measured
+    began = time.monotonic()
     rows, raw = measure_throughput(3, warmup_workflows=0, log_dir=tmp_path / "logs")
+    wall = time.monotonic() - began
 
-    # Then every step completed and the product's calls were counted where they are made
+    # Then every step completed, and the writes were counted where they are made, as a hand count says for 9 steps:
+    # | function   | write                                                          | n        |
+    # | each agent | PutItem idempotency claim + UpdateItem result, per step        | 3 + 3    |
+    # | scheduler  | PutItem of the workflow item, per reply                        | 9        |
+    # | API        | PutItem per start + the definition once per API sandbox that   | 3 + 1..2 |
+    # |            | had not seen it stored (2 sandboxes may both look before either writes) |          |
     assert raw["steps"] == 9
+    by_function = raw["calls_by_function"]
+    for agent in ("FlightsAgentFunction", "HotelsAgentFunction", "PaymentsAgentFunction"):
+        assert (by_function[agent]["dynamodb:PutItem"], by_function[agent]["dynamodb:UpdateItem"]) == (3, 3), agent
+    assert by_function["SchedulerFunction"]["dynamodb:PutItem"] == 9
+    api_puts = by_function["ApiFunction"]["dynamodb:PutItem"]
+    assert api_puts in (3 + 1, 3 + 2)
     calls = raw["calls"]
-    for key in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"):
-        assert calls.get(key, 0) > 0, key
-    for key in ("sqs:SendMessageBatch", "sqs:ReceiveMessage", "sqs:DeleteMessageBatch"):
-        assert calls.get(key, 0) > 0, key
+    assert (calls["dynamodb:PutItem"], calls["dynamodb:UpdateItem"]) == (api_puts + 9 + 9, 9)
     assert "dynamodb:TransactWriteItems" not in calls
-    api = raw["calls_by_function"]["ApiFunction"]
-    # One write-ahead write per start, and the definition once per API sandbox that had not seen it stored (the
-    # local stack runs up to 2 workers per function, and both may look before either writes)
-    assert 3 + 1 <= api["dynamodb:PutItem"] <= 3 + 2
-    assert raw["calls_by_function"]["SchedulerFunction"]["dynamodb:PutItem"] == 9  # one write per reply
-    assert set(raw["calls_by_function"]) >= {"SchedulerFunction", "FlightsAgentFunction", "PaymentsAgentFunction"}
-    assert raw["calls_total"] == sum(calls.values())
+    # and the reads: one eventually consistent GetItem per reply (a chain has one reply in flight per workflow),
+    # plus the definition once per scheduler sandbox; one request message sent per start
+    assert by_function["SchedulerFunction"]["dynamodb:GetItem"] in (9 + 1, 9 + 2)
+    assert by_function["ApiFunction"]["sqs:SendMessageBatch"] == 3
+    total = sum(sum(counts.values()) for counts in by_function.values())
+    assert raw["calls_total"] == total
     # and the replay made the same calls without errors and the same messages went through the queues
     replay = raw["replay"]
-    assert replay["calls"] + replay["skipped"] == raw["calls_total"]
+    assert replay["calls"] + replay["skipped"] == total
     # (a conditional write that lost in the run, such as two API sandboxes storing one new definition, loses again)
     assert replay["errors"] == raw["product_errors"]
+    assert replay["errors"] == ({} if api_puts == 4 else {"dynamodb:PutItem:ConditionalCheckFailedException": 1})
     assert replay["received"] == 9 + 9  # 9 step requests, 9 replies
-    # and the rows carry the figures: ratio = ours / anchor, against the target
+    # and the rows carry the 9 steps over the times measured (both within this test's own wall time), the ratio
+    # of the two rates being the replay's time over the run's
+    assert 0 < raw["ceiling_seconds"] < wall and 0 < raw["elapsed_seconds"] < wall
     speed, requests = rows
-    assert speed.ours == pytest.approx(raw["steps"] / raw["elapsed_seconds"])
-    assert speed.anchor == pytest.approx(raw["steps"] / raw["ceiling_seconds"])
-    assert speed.ratio == pytest.approx(speed.ours / speed.anchor)
-    assert raw["ratio"] == pytest.approx(speed.ratio)
-    assert speed.target == f">= {TARGET_RATIO:g}"
-    assert speed.met == (speed.ratio >= TARGET_RATIO)
-    assert requests.ours == pytest.approx(raw["calls_total"] / 9)
-    assert requests.ratio is None
+    assert speed.ours == pytest.approx(9 / raw["elapsed_seconds"])
+    assert speed.anchor == pytest.approx(9 / raw["ceiling_seconds"])
+    assert speed.ratio == pytest.approx(raw["ceiling_seconds"] / raw["elapsed_seconds"])
+    assert speed.target == ">= 0.5"  # the verdict on each side of it: tests/bench/test_report.py
+    assert requests.ours == pytest.approx(total / 9)
+    assert (requests.ratio, requests.met) == (None, None)
 
 
 def test_the_recorder_writes_one_line_per_call_and_skips_clients_made_uncounted(tmp_path: Path) -> None:

@@ -15,10 +15,10 @@ from sasflow.clock import ManualClock
 from sasflow.definition import parse_definition
 from sasflow.messages import StepReply, canonical_hash
 from sasflow.scheduler import SchedulerService
-from sasflow.settings import EngineConfig
+from sasflow.settings import AgentRoute, EngineConfig
 from sasflow.states import Outcome, Phase
 from tests.support.lambdas import ROOT
-from tests.support.pipeline import TRIP_INPUT, trip_definition
+from tests.support.pipeline import ACTIONS, OWNER, TRIP_INPUT, trip_definition
 
 
 def test_the_demo_counts_the_terminal_workflows_of_the_state_table() -> None:
@@ -27,12 +27,14 @@ def test_the_demo_counts_the_terminal_workflows_of_the_state_table() -> None:
     with mock_aws():
         physical = provision(Stack.from_file(ROOT / "template.yaml", parameters={"DeploySampleServices": "false"}))
         store = DynamoDBStateStore(physical["StateTable"], boto3.client("dynamodb"))
-        config = EngineConfig(agent_queue_urls={a: f"q/{a}" for a in ("flights", "hotels", "payments")})
+        config = EngineConfig(agents={a: AgentRoute(queue_url=f"q/{a}", actions=ACTIONS[a]) for a in ACTIONS})
         scheduler = SchedulerService(store, ManualClock(1_800_000_000.0), config, rng=random.Random(1))
         definition = parse_definition(trip_definition())
         # Given two running trips, one of which finishes
         ids = [
-            scheduler.start_workflow(definition, TRIP_INPUT, request_hash=canonical_hash(n)).workflow.workflow_id
+            scheduler.start_workflow(
+                definition, TRIP_INPUT, request_hash=canonical_hash(n), owner=OWNER
+            ).workflow.workflow_id
             for n in range(2)
         ]
         assert terminal_count(store) == 0

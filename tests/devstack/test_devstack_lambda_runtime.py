@@ -15,10 +15,20 @@ from devstack.template import FunctionSpec
 
 SHARED_MODULE = """
 import os
+import pathlib
 import time
 
 AGENT_AT_IMPORT = os.environ["AGENT_NAME"]
 CALLS = 0
+
+
+def _wait_for(condition):
+    # Bounded by the test's own timeouts; the test releases the handler explicitly, it does not wait for a time.
+    for _ in range(3000):
+        if condition():
+            return
+        time.sleep(0.01)
+    raise TimeoutError("the test never released the handler")
 
 
 def handler(event, context):
@@ -28,6 +38,15 @@ def handler(event, context):
         raise ValueError("boom: " + event["raise"])
     if event.get("sleep"):
         time.sleep(event["sleep"])
+    if event.get("started"):
+        pathlib.Path(event["started"]).touch()
+    if event.get("rendezvous"):
+        # Meet the other invocations: each leaves a file named by its pid and waits until all have arrived.
+        folder = pathlib.Path(event["rendezvous"])
+        (folder / str(os.getpid())).touch()
+        _wait_for(lambda: len(list(folder.iterdir())) >= event["parties"])
+    if event.get("wait_for"):
+        _wait_for(pathlib.Path(event["wait_for"]).exists)
     print("handled", event.get("n"))
     return {
         "agent": AGENT_AT_IMPORT,
@@ -152,15 +171,18 @@ def test_import_error_is_reported_by_each_invocation(tmp_path: Path) -> None:
 
 
 def test_concurrent_invocations_use_separate_workers(write_handler: Callable[[str, str], Path], tmp_path: Path) -> None:
-    # Given a pool of two execution environments
+    # Given a pool of two execution environments, and two invocations that each wait inside the handler until
+    # both are there (so they overlap however slowly the machine runs)
     code = write_handler("shared_agent", SHARED_MODULE)
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
     results = []
-    with FunctionPool(_spec(code, "Fn", "a"), log_dir=tmp_path, max_workers=2) as pool:
+    with FunctionPool(_spec(code, "Fn", "a", timeout=60), log_dir=tmp_path, max_workers=2) as pool:
         barrier = threading.Barrier(2)
 
         def call() -> None:
             barrier.wait(5)
-            results.append(pool.invoke({"sleep": 0.5}))
+            results.append(pool.invoke({"rendezvous": str(meeting), "parties": 2}))
 
         threads = [threading.Thread(target=call) for _ in range(2)]
         for thread in threads:
@@ -169,31 +191,34 @@ def test_concurrent_invocations_use_separate_workers(write_handler: Callable[[st
             thread.join(30)
         assert pool.worker_count == 2
     # Then both ran at once, each in its own process
-    assert all(result.ok for result in results) and len(results) == 2
+    assert [result.ok for result in results] == [True, True]
     assert len({result.payload["pid"] for result in results}) == 2
+    assert sorted(path.name for path in meeting.iterdir()) == sorted(str(r.payload["pid"]) for r in results)
 
 
 def test_throttle_when_every_worker_is_busy(write_handler: Callable[[str, str], Path], tmp_path: Path) -> None:
+    # Given the only execution environment busy in a handler that runs until the test releases it
     code = write_handler("shared_agent", SHARED_MODULE)
-    with FunctionPool(_spec(code, "Fn", "a"), log_dir=tmp_path, max_workers=1) as pool:
-        started = threading.Event()
-
-        def busy() -> None:
-            started.set()
-            pool.invoke({"sleep": 1.5})
-
-        thread = threading.Thread(target=busy)
+    started, release = tmp_path / "started", tmp_path / "release"
+    busy_results = []
+    with FunctionPool(_spec(code, "Fn", "a", timeout=60), log_dir=tmp_path, max_workers=1) as pool:
+        thread = threading.Thread(
+            target=lambda: busy_results.append(pool.invoke({"started": str(started), "wait_for": str(release)}))
+        )
         thread.start()
-        started.wait(5)
-        _wait_until(lambda: pool.idle_count == 0)
+        _wait_until(started.exists)
+        # When another invocation waits 0.1 s for an environment
         throttled = pool.invoke({}, acquire_timeout_seconds=0.1)
+        release.touch()
         thread.join(30)
+    # Then it is throttled, and the busy one went on to finish
     assert not throttled.ok
     assert throttled.error == "TooManyRequestsException: Rate Exceeded."
+    assert [result.ok for result in busy_results] == [True]
 
 
-def _wait_until(condition: Callable[[], bool], attempts: int = 500) -> None:
-    """Poll a condition, at most ``attempts`` times 10 ms apart."""
+def _wait_until(condition: Callable[[], bool], attempts: int = 3000) -> None:
+    """Poll a condition, at most ``attempts`` times 10 ms apart (a bound against a hung test, not a wait)."""
     for _ in range(attempts):
         if condition():
             return

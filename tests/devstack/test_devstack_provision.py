@@ -100,17 +100,65 @@ def test_returned_physical_ids_are_the_stack_references(provisioned: tuple[Stack
     assert stack.functions()[0].environment["RESPONSE_QUEUE_URL"] == physical["ResponseQueue"]
 
 
-def test_alarms_are_created_in_both_forms(provisioned: tuple[Stack, dict[str, str]]) -> None:
+def test_alarms_are_created_with_their_actions_and_the_alarm_topic_exists(
+    provisioned: tuple[Stack, dict[str, str]],
+) -> None:
     _, physical = provisioned
     alarms = {a["AlarmName"]: a for a in _client("cloudwatch").describe_alarms()["MetricAlarms"]}
     single = alarms[physical["CompensationFailedAlarm"]]
     declared = load_template(REPO_TEMPLATE)["Resources"]["CompensationFailedAlarm"]["Properties"]
     assert (single["Namespace"], single["MetricName"]) == (declared["Namespace"], declared["MetricName"])
     assert (single["Threshold"], single["ComparisonOperator"]) == (1.0, "GreaterThanOrEqualToThreshold")
-    math = alarms[physical["DeadLetterAlarm"]]
-    assert [query["Id"] for query in math["Metrics"]] == ["total", "response", "flights", "hotels", "payments"]
-    response = math["Metrics"][1]["MetricStat"]["Metric"]["Dimensions"]
-    assert response == [{"Name": "QueueName", "Value": "sasflow-ResponseDeadLetterQueue"}]
+    topics = [t["TopicArn"] for t in _client("sns").list_topics()["Topics"]]
+    assert physical["AlarmTopic"] in topics
+    for name in (physical["CompensationFailedAlarm"], physical["FlightsDeadLetterAlarm"]):
+        assert alarms[name]["AlarmActions"] == [physical["AlarmTopic"]]
+    dead = alarms[physical["FlightsDeadLetterAlarm"]]
+    assert dead["Dimensions"] == [{"Name": "QueueName", "Value": "sasflow-FlightsDeadLetterQueue"}]
+
+
+def test_a_metric_math_alarm_is_created_with_its_queries(tmp_path: Path) -> None:
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        json.dumps(
+            {
+                "Resources": {
+                    "Dlq": {"Type": "AWS::SQS::Queue", "Properties": {}},
+                    "Total": {
+                        "Type": "AWS::CloudWatch::Alarm",
+                        "Properties": {
+                            "EvaluationPeriods": 1,
+                            "Threshold": 1,
+                            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+                            "Metrics": [
+                                {"Id": "total", "Expression": "dlq", "Label": "all"},
+                                {
+                                    "Id": "dlq",
+                                    "ReturnData": False,
+                                    "MetricStat": {
+                                        "Metric": {
+                                            "Namespace": "AWS/SQS",
+                                            "MetricName": "ApproximateNumberOfMessagesVisible",
+                                            "Dimensions": [
+                                                {"Name": "QueueName", "Value": {"Fn::GetAtt": ["Dlq", "QueueName"]}}
+                                            ],
+                                        },
+                                        "Period": 60,
+                                        "Stat": "Maximum",
+                                    },
+                                },
+                            ],
+                        },
+                    },
+                }
+            }
+        )
+    )
+    with mock_aws():
+        physical = provision(Stack.from_file(template))
+        [alarm] = _client("cloudwatch").describe_alarms(AlarmNames=[physical["Total"]])["MetricAlarms"]
+    assert [query["Id"] for query in alarm["Metrics"]] == ["total", "dlq"]
+    assert alarm["Metrics"][1]["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": "sasflow-Dlq"}]
 
 
 def test_condition_false_resources_are_not_created() -> None:

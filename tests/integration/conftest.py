@@ -13,6 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from devstack.identities import identity, request_context_authorizer
 from devstack.provision import provision
 from devstack.template import SqsEventSpec, Stack, remote_service_parameters
 from http_server import RunningServer, serve_all
@@ -57,8 +58,13 @@ class Deployed:
         *,
         headers: dict[str, str] | None = None,
         raw_body: str | None = None,
+        caller: str | None = "client-a",
     ) -> tuple[int, Any]:
-        """Invoke the API function with an HTTP API v2 event; return (status, parsed JSON body)."""
+        """Invoke the API function with an HTTP API v2 event; return (status, parsed JSON body).
+
+        ``caller`` is the local identity API Gateway verified (devstack.identities); None sends the event without
+        one, as a misconfigured route or a direct invocation would.
+        """
         route = "/workflows/{workflow_id}" if path.count("/") == 2 else path
         if path.endswith("/cancel"):
             route = "/workflows/{workflow_id}/cancel"
@@ -80,6 +86,8 @@ class Deployed:
             },
             "isBase64Encoded": False,
         }
+        if caller is not None:
+            event["requestContext"]["authorizer"] = request_context_authorizer(identity(caller))
         if params:
             event["pathParameters"] = params
         if raw_body is not None:

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from devstack.identities import identity, request_context_authorizer
 from sasflow.api_models import ErrorResponse
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import load_event
 
 TRIP = load_event("trip_booking_request.json")
-ERROR_STATUSES = {"400", "404", "409", "413", "415", "422"}
+ERROR_STATUSES = {"400", "403", "404", "409", "413", "415", "422"}
 
 
 def post_raw(deployed: Deployed, body: bytes, content_type: str | None = "application/json") -> tuple[int, Any]:
@@ -38,6 +39,7 @@ def post_raw(deployed: Deployed, body: bytes, content_type: str | None = "applic
         "requestContext": {
             "accountId": "123456789012",
             "apiId": "local",
+            "authorizer": request_context_authorizer(identity("client-a")),
             "http": {"method": "POST", "path": "/workflows", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
             "requestId": f"fuzz-regression-{time.monotonic_ns()}",
             "routeKey": "POST /workflows",

@@ -22,11 +22,11 @@ from sasflow.errors import ConditionFailedError, LeaseNotAcquiredError, PayloadT
 from sasflow.messages import StepReply, canonical_hash, decode_request
 from sasflow.records import deadline_shard
 from sasflow.scheduler import SchedulerService
-from sasflow.settings import EngineConfig
+from sasflow.settings import AgentRoute, EngineConfig
 from sasflow.states import Outcome, Phase, StepStatus
 from sasflow.supervisor import SupervisorService
 from tests.support.lambdas import ROOT
-from tests.support.pipeline import TRIP_INPUT, trip_definition
+from tests.support.pipeline import ACTIONS, OWNER, TRIP_INPUT, trip_definition
 
 START = 1_800_000_000.0
 
@@ -47,7 +47,7 @@ def build(max_overdue: int = 1000) -> Env:
     config = EngineConfig(
         state_table=physical["StateTable"],
         response_queue_url=physical["ResponseQueue"],
-        agent_queue_urls={"flights": "q/flights", "hotels": "q/hotels", "payments": "q/payments"},
+        agents={agent: AgentRoute(queue_url=f"q/{agent}", actions=ACTIONS[agent]) for agent in ACTIONS},
         deadline_shards=8,
         max_overdue_per_sweep=max_overdue,
     )
@@ -69,7 +69,11 @@ def env() -> Iterator[Env]:
 def start(env: Env, key: str | None = None) -> str:
     body = {"definition": trip_definition(), "input": TRIP_INPUT}
     result = env.scheduler.start_workflow(
-        parse_definition(body["definition"]), TRIP_INPUT, request_hash=canonical_hash(body), idempotency_key=key
+        parse_definition(body["definition"]),
+        TRIP_INPUT,
+        request_hash=canonical_hash(body),
+        owner=OWNER,
+        idempotency_key=key,
     )
     return result.workflow.workflow_id
 

@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.batch.exceptions import UnexpectedBatchType
 
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import FakeContext, load_event, sqs_event
+from tests.support.ledgers import ledger_order
 
 TRIP = load_event("trip_booking_request.json")
 
@@ -33,7 +34,7 @@ def test_start_event_from_events_dir_writes_write_ahead_state_then_sends_one_req
         ("book_hotel", "PENDING", 0),
         ("charge_card", "PENDING", 0),
     ]
-    assert isinstance(body["steps"][0]["complete_by"], int)
+    assert body["steps"][0]["complete_by"] == int(deployed.clock.now()) + 30  # the event's timeout_seconds
     assert deployed.depth("FlightsRequestQueue") == 1
     assert response["headers"]["Location"] == f"/workflows/{body['workflow_id']}"
 
@@ -59,18 +60,28 @@ def test_happy_path_through_every_handler_completes_with_one_attempt_per_step(de
 
 
 def test_business_rejection_compensates_through_the_handlers(deployed: Deployed) -> None:
+    # Given a trip whose charge the payments service declines
     trip = json.loads(json.dumps(TRIP))
     trip["input"]["simulate"] = "reject"
     trip["definition"]["steps"][2]["input"]["simulate.$"] = "input.simulate"
+    # When it runs through every handler
     status, started = deployed.api("POST", "/workflows", trip)
     assert status == 201
+    workflow_id = started["workflow_id"]
     deployed.pump()
-    _, view = deployed.api("GET", f"/workflows/{started['workflow_id']}")
+    # Then it is COMPENSATED: the two completed steps undone, the declined one not
+    _, view = deployed.api("GET", f"/workflows/{workflow_id}")
     assert view["status"] == "COMPENSATED"
     assert [s["status"] for s in view["steps"]] == ["COMPENSATED", "COMPENSATED", "FAILED"]
     assert view["steps"][2]["error"]["code"] == "CARD_DECLINED"
-    assert list(deployed.remote["flights"].service.compensations().values()) == [1]
-    assert list(deployed.remote["hotels"].service.compensations().values()) == [1]
+    # And the services' ledgers, in the order they were written, show the effects forward, then the undos in
+    # reverse: the hotel was cancelled before the flight
+    assert ledger_order(deployed.remote, workflow_id) == [
+        ("flights", "effect", "reserve_flight"),
+        ("hotels", "effect", "book_hotel"),
+        ("hotels", "undo", "book_hotel"),
+        ("flights", "undo", "reserve_flight"),
+    ]
     assert deployed.remote["payments"].service.compensations() == {}
 
 

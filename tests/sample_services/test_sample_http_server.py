@@ -78,6 +78,29 @@ def test_server_serves_an_action_and_its_ledger(flights: RunningServer, uid: str
     assert ledger["knobs"] == FaultKnobs().model_dump()
 
 
+def test_the_ledger_route_lists_each_compensation_with_when_and_in_which_order_it_was_applied(
+    flights: RunningServer, clock: FakeClock, uid: str
+) -> None:
+    # Given two reservations over HTTP
+    act(flights, "reserve", f"a-{uid}")
+    act(flights, "reserve", f"b-{uid}")
+    # When the second is cancelled 10 s later, then the first 5 s after that
+    clock.advance(10)
+    act(flights, "cancel_reservation", f"b-c-{uid}", original_token=f"b-{uid}")
+    clock.advance(5)
+    act(flights, "cancel_reservation", f"a-c-{uid}", original_token=f"a-{uid}")
+    status, ledger = http("GET", f"{flights.base_url}/_ledger")
+    # Then /_ledger lists both undos, b before a, at the times they were applied, numbered in that order
+    assert status == 200
+    undone = ledger["undone"]
+    assert [(u["original_token"], u["applied_at"]) for u in undone] == [
+        (f"b-{uid}", START + 10),
+        (f"a-{uid}", START + 15),
+    ]
+    assert undone[0]["sequence"] < undone[1]["sequence"]
+    assert {(u["workflow_id"], u["step"]) for u in undone} == {("wf", "s")}
+
+
 def test_twenty_parallel_identical_requests_apply_exactly_one_effect(flights: RunningServer, uid: str) -> None:
     # Given a flights server
     token = f"t-{uid}"

@@ -13,10 +13,12 @@ from pydantic import ValidationError
 from sample_fakes import START, FakeClock, GatedClock, outcomes
 
 from travel_services import (
+    PROCESS_SEQUENCE,
     SERVICES,
     FaultKnobs,
     InMemoryLedger,
     LedgerRecord,
+    SequenceCounter,
     TravelService,
     confirmation_code,
     faults_from_json,
@@ -241,6 +243,91 @@ def test_twenty_concurrent_compensations_undo_once(make_service: Any, uid: str) 
     # Then all say undone, and the booking was undone exactly once
     assert [(status, answer["undone"]) for status, answer in answers] == [(200, True)] * 20
     assert hotels.compensations() == {forward: 1}
+
+
+# ---------------------------------------------------------------- history: the order effects were applied and undone
+
+
+def test_history_tells_the_order_of_compensations_across_services_sharing_a_sequence(
+    clock: FakeClock, uid: str
+) -> None:
+    # Given flights and hotels numbering their records from one counter, a flight then a hotel booked for a saga
+    counter = SequenceCounter()
+    flights, hotels = (
+        TravelService(name, InMemoryLedger(), FaultKnobs(), random.Random(0), clock, sequence=counter)
+        for name in ("flights", "hotels")
+    )
+    saga = f"wf-{uid}"
+    call(flights, "reserve", f"fl-{uid}", workflow_id=saga, step="reserve_flight")  # record 1
+    clock.advance(1)
+    call(hotels, "book", f"ht-{uid}", workflow_id=saga, step="book_hotel")  # record 2
+    call(hotels, "book", f"other-{uid}", workflow_id=f"other-{uid}", step="book_hotel")  # record 3: another saga
+
+    # When the saga is undone hotel first (tombstone try 4, undo 5, response 6), then flight (7, 8, 9)
+    clock.advance(1)
+    call(hotels, "cancel_booking", f"ht-c-{uid}", workflow_id=saga, step="book_hotel", original_token=f"ht-{uid}")
+    clock.advance(1)
+    call(
+        flights,
+        "cancel_reservation",
+        f"fl-c-{uid}",
+        workflow_id=saga,
+        step="reserve_flight",
+        original_token=f"fl-{uid}",
+    )
+
+    # Then the saga's records of both services, merged by sequence, show each effect and then each undo in order
+    merged = sorted(flights.history(saga) + hotels.history(saga), key=lambda record: record.sequence)
+    assert [
+        (r.service, r.kind, r.step, r.sequence, r.created_at) for r in merged if r.kind != "response" or r.effect
+    ] == [
+        ("flights", "response", "reserve_flight", 1, START),
+        ("hotels", "response", "book_hotel", 2, START + 1),
+        ("hotels", "undo", "book_hotel", 5, START + 2),
+        ("flights", "undo", "reserve_flight", 8, START + 3),
+    ]
+    assert [r.sequence for r in hotels.history(saga)] == [2, 5, 6]  # the other saga's record 3 is not there
+    assert [r.sequence for r in hotels.history()] == [2, 3, 5, 6]
+    # And the ledger snapshot lists the undo with when and in which order it was applied
+    assert hotels.snapshot()["undone"] == [
+        {
+            "original_token": f"ht-{uid}",
+            "workflow_id": saga,
+            "step": "book_hotel",
+            "sequence": 5,
+            "applied_at": START + 2,
+        }
+    ]
+
+
+def test_services_built_without_a_counter_share_the_process_sequence(clock: FakeClock, uid: str) -> None:
+    # Given two services built with the default counter, and the next number the process counter gives
+    flights = TravelService("flights", InMemoryLedger(), FaultKnobs(), random.Random(0), clock)
+    payments = TravelService("payments", InMemoryLedger(), FaultKnobs(), random.Random(0), clock)
+    before = PROCESS_SEQUENCE()
+    # When each applies one effect
+    call(flights, "reserve", f"fl-{uid}")
+    call(payments, "charge", f"py-{uid}")
+    # Then their records carry the next two numbers of that counter, in the order they were written
+    assert [r.sequence for r in flights.history() + payments.history()] == [before + 1, before + 2]
+
+
+def test_a_sequence_counter_hands_out_distinct_increasing_numbers_to_concurrent_callers() -> None:
+    # Given a counter starting at 10
+    counter = SequenceCounter(10)
+    barrier = threading.Barrier(8)
+
+    def draw(_: int) -> list[int]:
+        barrier.wait()
+        return [counter() for _ in range(100)]
+
+    # When 8 threads draw 100 numbers each at once
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        drawn = list(pool.map(draw, range(8)))
+
+    # Then the 800 numbers are exactly 10..809, and each thread saw its own numbers increase
+    assert sorted(n for numbers in drawn for n in numbers) == list(range(10, 810))
+    assert all(numbers == sorted(numbers) for numbers in drawn)
 
 
 # ---------------------------------------------------------------- business rejection

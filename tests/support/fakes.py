@@ -4,8 +4,10 @@ and a powertools persistence layer in memory (so unit tests run the real ``idemp
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,9 @@ from sasflow.clock import Clock
 from sasflow.errors import RemoteRejectedError, RemoteTransientError
 from sasflow.messages import StepRequest
 
+#: Numbers every call of every FakeRemoteService of the process, so calls to different services can be ordered.
+_CALL_ORDER = itertools.count(1)
+
 
 @dataclass
 class FakeRemoteService:
@@ -28,7 +33,8 @@ class FakeRemoteService:
 
     ``script`` maps an action to a list of scripted answers consumed one per call: ``"ok"``, ``"503"``,
     ``"reject"``, ``"timeout"`` (the effect happens, the caller sees a read timeout) or ``"slow:<seconds>"``
-    (advance the clock, then succeed). When a script is empty the answer is ``default``.
+    (advance the clock, then succeed). When a script is empty the answer is ``default``. ``order`` holds, for each
+    entry of ``calls``, its place among the calls of every fake service of the process (see ``calls_in_order``).
     """
 
     name: str
@@ -36,6 +42,7 @@ class FakeRemoteService:
     default: str = "ok"
     script: dict[str, list[str]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
     effects: Counter[str] = field(default_factory=Counter)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,6 +50,7 @@ class FakeRemoteService:
     def call(self, request: StepRequest, timeout_seconds: float) -> dict[str, Any]:
         with self._lock:
             self.calls.append((request.action, request.token))
+            self.order.append(next(_CALL_ORDER))
             queue = self.script.get(request.action) or []
             answer = queue.pop(0) if queue else self.default
         if answer.startswith("slow:"):
@@ -73,6 +81,16 @@ class FakeRemoteService:
     def actions(self) -> list[str]:
         """The actions called, in order (one entry per call)."""
         return [action for action, _ in self.calls]
+
+
+def calls_in_order(services: Iterable[FakeRemoteService]) -> list[tuple[str, str]]:
+    """Every call the services received, merged in the order they arrived: ``(service name, action)``."""
+    stamped = [
+        (stamp, service.name, action)
+        for service in services
+        for stamp, (action, _) in zip(service.order, service.calls, strict=True)
+    ]
+    return [(name, action) for _, name, action in sorted(stamped)]
 
 
 class InMemoryBreakerStore:

@@ -24,12 +24,21 @@ from sasflow.messages import StepReply, StepRequest, canonical_hash, decode_repl
 from sasflow.ports import Outgoing
 from sasflow.records import Snapshot
 from sasflow.scheduler import SchedulerService
-from sasflow.settings import AgentConfig, EngineConfig
+from sasflow.settings import AgentConfig, AgentRoute, EngineConfig
 from sasflow.states import TERMINAL_WORKFLOW
 from sasflow.supervisor import SupervisorService, SweepReport
 from tests.support.fakes import FakeRemoteService, InMemoryBreakerStore, InMemoryPersistenceLayer
 
 AGENTS = ("flights", "hotels", "payments")
+#: The actions each sample agent accepts (agents.yaml).
+ACTIONS = {
+    "flights": ("reserve", "cancel_reservation"),
+    "hotels": ("book", "cancel_booking", "upgrade_room", "cancel_upgrade"),
+    "payments": ("charge", "refund"),
+}
+#: The principal the pipeline's workflows belong to, and the key of their ids.
+OWNER = "arn:aws:iam::123456789012:user/tests"
+ID_SECRET = b"pipeline-workflow-id-key"
 
 
 class FakeLambdaContext:
@@ -127,7 +136,7 @@ class Pipeline:
         self.clock = clock or ManualClock()
         self.metrics: Counter[str] = Counter()
         self.config = EngineConfig(
-            agent_queue_urls={agent: f"queue/{agent}" for agent in AGENTS},
+            agents={agent: AgentRoute(queue_url=f"queue/{agent}", actions=ACTIONS[agent]) for agent in AGENTS},
             response_queue_url=REPLIES,
             deadline_grace_seconds=grace,
             max_clock_skew_seconds=5,
@@ -136,7 +145,12 @@ class Pipeline:
         self.store = InMemoryStateStore(shards=self.config.deadline_shards)
         self.bus = TimedBus(self.clock)
         self.scheduler = SchedulerService(
-            self.store, self.clock, self.config, rng=random.Random(seed), metrics=self.count
+            self.store,
+            self.clock,
+            self.config,
+            rng=random.Random(seed),
+            metrics=self.count,
+            id_secret=lambda: ID_SECRET,
         )
         self.supervisor = SupervisorService(
             self.store, self.bus, self.scheduler, self.clock, self.config, metrics=self.count
@@ -153,7 +167,11 @@ class Pipeline:
     def runtime(self, agent: str, *, clock: Clock | None = None, **config: Any) -> AgentRuntime:
         """Build an agent runtime with real powertools idempotency over an in-memory persistence layer."""
         agent_config = AgentConfig(
-            agent_name=agent, remote_base_url="http://remote.invalid", response_queue_url=REPLIES, **config
+            agent_name=agent,
+            actions=ACTIONS[agent],
+            remote_base_url="https://remote.invalid",
+            response_queue_url=REPLIES,
+            **config,
         )
         persistence = self.persistence[agent]
         idempotency_config = IdempotencyConfig(
@@ -192,6 +210,7 @@ class Pipeline:
         *,
         key: str | None = None,
         send: bool = True,
+        owner: str = OWNER,
     ) -> str:
         """Start a workflow (the sample trip by default); ``send=False`` models a crash before the send."""
         body = {"definition": definition or trip_definition(), "input": workflow_input or TRIP_INPUT}
@@ -199,6 +218,7 @@ class Pipeline:
             parse_definition(body["definition"]),
             body["input"],
             request_hash=canonical_hash(body),
+            owner=owner,
             idempotency_key=key,
         )
         if send:

@@ -1,44 +1,42 @@
 """System tier: the local stack from template.yaml over HTTP, with the sample services on loopback.
 
-Each agent function runs one worker whose first reply is lost (the worker 'crashes' after its side effect), so the
-first workflow needs exactly one supervisor resend per step. Time is real here; every wait is bounded.
+Faults are scripted per workflow, never by the order the tests run in: a step whose name carries ``LOST_REPLY``
+loses every reply of its first attempt (``devstack.chaos``), so it completes on exactly attempt 2 after one
+supervisor resend; every other step and workflow is untouched. Time is real here, so the margins are wide: a step
+without the mark has 60 s to complete (a spurious supervisor timeout cannot happen during normal progress), and a
+marked step's resend has its 5 s timeout plus the 6 s grace, many times what a hop takes on a loaded 2-core machine.
+Every wait is bounded.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import urllib3
 
+from devstack.chaos import MARKED_STEPS_KEY
+from devstack.client import SignedHttp
 from devstack.stack import LocalStack
 from devstack.template import remote_service_parameters
 from http_server import RunningServer, serve_all
 from tests.support.lambdas import ROOT
+from tests.support.ledgers import ledger_order
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+LOST_REPLY = "_lose_reply"
+GRACE_SECONDS = 6
+#: A step that must not time out during normal progress (seconds).
+NORMAL_TIMEOUT_SECONDS = 60
+#: A step scripted to lose its first reply: the supervisor resends it after this + the grace (seconds).
+LOST_REPLY_TIMEOUT_SECONDS = 5
 
 
-class Api:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = urllib3.PoolManager()
-
-    def post(self, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-        response = self.http.request(
-            "POST",
-            self.url + path,
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", **(headers or {})},
-        )
-        return response.status, json.loads(response.data)
-
-    def get(self, path: str) -> tuple[int, Any]:
-        response = self.http.request("GET", self.url + path)
-        return response.status, json.loads(response.data)
+class Api(SignedHttp):
+    """The local API, every request signed with SigV4 (client-a unless told otherwise)."""
 
     def wait(self, workflow_id: str, timeout: float = 90.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -50,13 +48,20 @@ class Api:
         raise AssertionError(f"{workflow_id} not terminal after {timeout} s: {view}")
 
 
-def trip(**input_changes: Any) -> dict[str, Any]:
+def trip(*, lose_first_reply_of: tuple[str, ...] = (), **input_changes: Any) -> dict[str, Any]:
+    """The sample trip; the steps named in ``lose_first_reply_of`` are marked to lose their first attempt's reply."""
     request = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
-    for step in request["definition"]["steps"]:
-        step["timeout_seconds"] = 5
-        step["compensation"]["timeout_seconds"] = 5
-        step["compensation"]["retry"] = {"max_attempts": 3, "backoff_base_seconds": 0.2, "backoff_cap_seconds": 0.5}
-    request["definition"]["steps"][2]["input"]["simulate.$"] = "input.simulate"
+    steps = request["definition"]["steps"]
+    names = {step["name"]: step["name"] + (LOST_REPLY if step["name"] in lose_first_reply_of else "") for step in steps}
+    for step in steps:
+        step["name"] = names[step["name"]]
+        step["timeout_seconds"] = LOST_REPLY_TIMEOUT_SECONDS if LOST_REPLY in step["name"] else NORMAL_TIMEOUT_SECONDS
+        step["compensation"]["timeout_seconds"] = NORMAL_TIMEOUT_SECONDS
+        step["input"] = {
+            key: value.replace("steps.reserve_flight.", f"steps.{names['reserve_flight']}.")
+            for key, value in step["input"].items()
+        }
+    steps[2]["input"]["simulate.$"] = "input.simulate"
     request["input"].update(input_changes)
     return request  # type: ignore[no-any-return]
 
@@ -66,13 +71,13 @@ def system() -> Iterator[tuple[Api, dict[str, RunningServer]]]:
     servers = serve_all(rng_seed=5)
     parameters = {
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
-        "DeadlineGraceSeconds": "1",
+        "DeadlineGraceSeconds": str(GRACE_SECONDS),
         "MaxClockSkewSeconds": "0",
         "LogLevel": "WARNING",
     }
     extra_env = {
         "DEVSTACK_WORKER_INIT": "devstack.chaos:install",
-        "DEVSTACK_CHAOS": json.dumps({"crash_first_reply": True, "seed": 1}),
+        "DEVSTACK_CHAOS": json.dumps({MARKED_STEPS_KEY: LOST_REPLY}),
     }
     try:
         with LocalStack(
@@ -91,41 +96,72 @@ def system() -> Iterator[tuple[Api, dict[str, RunningServer]]]:
 def test_lost_first_replies_are_resent_by_the_supervisor_and_effects_happen_once(
     system: tuple[Api, dict[str, RunningServer]],
 ) -> None:
+    # Given a trip whose flight and payment steps lose the reply of their first attempt (after their effect)
     api, servers = system
-    status, started = api.post("/workflows", trip(), {"Idempotency-Key": "system-first"})
+    request = trip(lose_first_reply_of=("reserve_flight", "charge_card"))
+    # When it runs
+    status, started = api.post("/workflows", request, headers={"Idempotency-Key": f"system-lost-{uuid.uuid4()}"})
     assert status == 201
-    view = api.wait(started["workflow_id"])
+    workflow_id = started["workflow_id"]
+    view = api.wait(workflow_id)
+    # Then it completed: each marked step on attempt 2 after exactly one supervisor resend, the hotel on attempt 1
     assert view["status"] == "COMPLETED"
-    assert [(s["status"], s["attempt"], s["resends"]) for s in view["steps"]] == [("COMPLETED", 2, 1)] * 3
-    for name in ("flights", "hotels", "payments"):
-        assert list(servers[name].service.effects().values()) == [1]
+    assert [(s["name"], s["status"], s["attempt"], s["resends"]) for s in view["steps"]] == [
+        ("reserve_flight_lose_reply", "COMPLETED", 2, 1),
+        ("book_hotel", "COMPLETED", 1, 0),
+        ("charge_card_lose_reply", "COMPLETED", 2, 1),
+    ]
+    # And each service applied this workflow's effect once: attempt 2 was answered from the agent's idempotency
+    # record, not by a second effect
+    assert ledger_order(servers, workflow_id) == [
+        ("flights", "effect", "reserve_flight_lose_reply"),
+        ("hotels", "effect", "book_hotel"),
+        ("payments", "effect", "charge_card_lose_reply"),
+    ]
 
 
 def test_business_rejection_compensates_in_reverse_order_over_http(
     system: tuple[Api, dict[str, RunningServer]],
 ) -> None:
+    # Given a trip whose charge the payments service declines
     api, servers = system
+    # When it runs
     status, started = api.post("/workflows", trip(simulate="reject"))
     assert status == 201
-    view = api.wait(started["workflow_id"])
+    workflow_id = started["workflow_id"]
+    view = api.wait(workflow_id)
+    # Then the two completed steps were compensated, once each and without a resend, and the declined one not
     assert view["status"] == "COMPENSATED"
-    assert [s["status"] for s in view["steps"]] == ["COMPENSATED", "COMPENSATED", "FAILED"]
+    assert [(s["status"], s["attempt"], s["compensation_attempt"], s["resends"]) for s in view["steps"]] == [
+        ("COMPENSATED", 1, 1, 0),
+        ("COMPENSATED", 1, 1, 0),
+        ("FAILED", 1, 0, 0),
+    ]
     assert view["steps"][2]["error"]["code"] == "CARD_DECLINED"
-    flights = servers["flights"].service.compensations()
-    hotels = servers["hotels"].service.compensations()
-    assert sum(flights.values()) == 1 and sum(hotels.values()) == 1
+    # And the services' ledgers show the effects forward, then the undos in reverse: the hotel before the flight
+    assert ledger_order(servers, workflow_id) == [
+        ("flights", "effect", "reserve_flight"),
+        ("hotels", "effect", "book_hotel"),
+        ("hotels", "undo", "book_hotel"),
+        ("flights", "undo", "reserve_flight"),
+    ]
 
 
 def test_repeated_start_and_bad_input_over_http(system: tuple[Api, dict[str, RunningServer]]) -> None:
+    # Given a start with an Idempotency-Key of this run
     api, _ = system
-    first_status, first = api.post("/workflows", trip(), {"Idempotency-Key": "system-repeat"})
-    again_status, again = api.post("/workflows", trip(), {"Idempotency-Key": "system-repeat"})
+    key = f"system-repeat-{uuid.uuid4()}"
+    # When the same start is posted twice
+    first_status, first = api.post("/workflows", trip(), headers={"Idempotency-Key": key})
+    again_status, again = api.post("/workflows", trip(), headers={"Idempotency-Key": key})
+    # Then the second is answered with the first's workflow
     assert (first_status, again_status) == (201, 200)
     assert first["workflow_id"] == again["workflow_id"]
+    # And bad input, an unknown workflow and the OpenAPI document get their answers
     status, error = api.post("/workflows", {"definition": {"name": "x", "steps": []}})
     assert (status, error["error"]) == (422, "VALIDATION_ERROR")
-    status, missing = api.get("/workflows/does-not-exist")
+    status, missing = api.get(f"/workflows/does-not-exist-{uuid.uuid4()}")
     assert (status, missing["error"]) == (404, "WORKFLOW_NOT_FOUND")
     status, spec = api.get("/openapi.json")
     assert status == 200 and "/workflows" in spec["paths"]
-    api.wait(first["workflow_id"])
+    assert api.wait(first["workflow_id"])["status"] == "COMPLETED"

@@ -7,7 +7,7 @@ as DynamoDB may for a short while after a write.
 from __future__ import annotations
 
 from sasflow.states import StepStatus, WorkflowStatus
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import OWNER, Pipeline
 
 
 def test_a_reply_newer_than_a_stale_view_is_confirmed_by_a_strong_read_and_applied() -> None:
@@ -45,7 +45,7 @@ def test_a_stale_view_that_writes_loses_and_the_reply_applies_once_from_the_fres
     wid = p.start()
     stale = p.snapshot(wid)
     [reply] = p.run_agent("flights", lose_replies=True)
-    p.scheduler.cancel(wid)
+    p.scheduler.cancel(wid, owner=OWNER)
     p.store.stale_reads[wid] = stale
     saves = p.store.writes["save"]
     # When the flight's reply is applied

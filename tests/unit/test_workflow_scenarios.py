@@ -3,6 +3,7 @@ supervisor, fake remote services and an injected clock. Each asserts exact value
 
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
@@ -13,7 +14,8 @@ from sasflow.messages import remote_token
 from sasflow.records import DeadlineEntry
 from sasflow.scheduler import MAX_ATTEMPTS
 from sasflow.states import Outcome, Phase, StepStatus, WorkflowStatus
-from tests.support.pipeline import AGENTS, Pipeline, trip_definition
+from tests.support.fakes import calls_in_order
+from tests.support.pipeline import AGENTS, OWNER, Pipeline, trip_definition
 
 STEPS = ["reserve_flight", "book_hotel", "charge_card"]
 
@@ -47,18 +49,38 @@ def test_happy_path_completes_three_steps_in_order_with_one_attempt_each() -> No
 
 
 def test_transient_failure_is_retried_inside_the_agent_and_completes_with_attempt_one() -> None:
-    # Given the hotel service fails once with 503
+    # Given the hotel service fails twice with 503, and a backoff without jitter: base 1 s, cap 1.5 s
     p = Pipeline()
+    start = p.clock.now()
+    p.services["hotels"].script["book"] = ["503", "503"]
+    policy = {"max_attempts": 3, "backoff_base_seconds": 1.0, "backoff_cap_seconds": 1.5, "jitter": False}
+    # When the trip runs
+    wid = p.start(trip_definition(book_hotel={"retry": policy}))
+    p.pump()
+    # Then the agent retried the call twice within attempt 1
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert attempts(p, wid)["book_hotel"] == 1
+    assert p.services["hotels"].actions() == ["book", "book", "book"]
+    assert sum(p.services["hotels"].effects.values()) == 1
+    # And it slept on the injected clock exactly base * 2**0 = 1.0 s, then min(cap 1.5, base * 2**1 = 2.0) = 1.5 s
+    # (nothing else in the run moves the clock)
+    assert p.clock.now() == start + 1.0 + 1.5
+
+
+def test_with_full_jitter_the_backoff_is_a_draw_of_the_agents_seeded_random_source() -> None:
+    # Given the hotel service fails once with 503, under the default policy (full jitter, base 1 s)
+    p = Pipeline()
+    start = p.clock.now()
     p.services["hotels"].script["book"] = ["503"]
     # When the trip runs
     wid = p.start()
     p.pump()
-    # Then the agent retried the call within attempt 1
+    # Then the agent slept uniform(0, base * 2**0) drawn from its random source, random.Random(11) in the pipeline,
+    # whose first draw this is
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
-    assert attempts(p, wid)["book_hotel"] == 1
-    assert p.services["hotels"].actions() == ["book", "book"]
-    assert sum(p.services["hotels"].effects.values()) == 1
-    assert p.clock.now() > 1_800_000_000.0  # the backoff slept on the injected clock, not for real
+    expected = random.Random(11).uniform(0, 1.0)
+    assert p.clock.now() == start + expected
+    assert 0 < expected < 1.0  # the draw is a real jitter, not the un-jittered 1.0 s
 
 
 def test_lost_reply_is_resent_by_the_supervisor_and_completes_with_attempt_two() -> None:
@@ -98,7 +120,13 @@ def test_business_rejection_of_step_three_compensates_two_then_one() -> None:
         "book_hotel": StepStatus.COMPENSATED,
         "charge_card": StepStatus.FAILED,
     }
-    assert p.call_log[-2:] == [("hotels", "cancel_booking"), ("flights", "cancel_reservation")]
+    assert calls_in_order(p.services.values()) == [
+        ("flights", "reserve"),
+        ("hotels", "book"),
+        ("payments", "charge"),
+        ("hotels", "cancel_booking"),
+        ("flights", "cancel_reservation"),
+    ]
     assert p.services["payments"].actions() == ["charge"]
     assert snapshot.steps["charge_card"].error == {"code": "NO_SEATS", "message": "sold out"}
     assert snapshot.workflow.reason == "step charge_card failed: NO_SEATS"
@@ -340,7 +368,7 @@ def test_five_failures_in_a_row_open_the_shared_breaker_and_defer_instead_of_cal
     # Then the breaker is open and the next compensation attempt made no call: it was deferred, not used up
     assert p.services["hotels"].actions() == ["book", "book", "book", "cancel_booking", "cancel_booking"]
     record = p.snapshot(wid).steps["book_hotel"]
-    assert (record.status, record.comp_attempt, record.deferrals) == (StepStatus.COMPENSATING, 3, 1)
+    assert (record.status, record.comp_attempt, record.comp_deferrals) == (StepStatus.COMPENSATING, 3, 1)
     assert p.metrics["CircuitOpenDeferrals"] == 1
 
 
@@ -401,22 +429,85 @@ def test_repeated_start_with_the_same_idempotency_key_returns_the_same_workflow(
     assert [r.step for r in p.requests("flights")] == ["reserve_flight"]  # the repeat sent nothing
 
 
-def test_dag_steps_run_in_parallel_and_compensate_in_reverse_dependency_order() -> None:
-    # Given flight and hotel do not depend on each other; payment depends on both
-    definition = trip_definition(
-        book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}},
-        charge_card={"depends_on": ["reserve_flight", "book_hotel"]},
-    )
+def test_a_dag_chain_whose_third_step_rejects_compensates_step_two_then_step_one() -> None:
+    # Given a chain s1 -> s2 -> s3 written with explicit dependencies, on three services; s3 is rejected
+    definition = {
+        "name": "chain",
+        "version": 1,
+        "steps": [
+            {"name": "s1", "agent": "flights", "action": "reserve", "depends_on": [],
+             "compensation": {"action": "cancel_reservation"}},
+            {"name": "s2", "agent": "hotels", "action": "book", "depends_on": ["s1"],
+             "compensation": {"action": "cancel_booking"}},
+            {"name": "s3", "agent": "payments", "action": "charge", "depends_on": ["s2"],
+             "compensation": {"action": "refund"}},
+        ],
+    }  # fmt: skip
     p = Pipeline()
     p.services["payments"].script["charge"] = ["reject"]
-    # When it starts, both first steps are dispatched at once
+    # When it runs
     wid = p.start(definition)
-    assert [r.step for r in p.requests("flights")] == ["reserve_flight"]
-    assert [r.step for r in p.requests("hotels")] == ["book_hotel"]
     p.pump()
-    # Then after the rejection both are compensated and the workflow is COMPENSATED
+    # Then the services saw the three actions forward, then s2's compensation, then s1's: each delivery round
+    # serves flights before hotels, so compensations sent together would reach s1's service first
+    assert calls_in_order(p.services.values()) == [
+        ("flights", "reserve"),
+        ("hotels", "book"),
+        ("payments", "charge"),
+        ("hotels", "cancel_booking"),
+        ("flights", "cancel_reservation"),
+    ]
+    assert statuses(p, wid) == {"s1": StepStatus.COMPENSATED, "s2": StepStatus.COMPENSATED, "s3": StepStatus.FAILED}
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
-    assert {a for a, action in p.call_log if action.startswith("cancel")} == {"flights", "hotels"}
+
+
+def test_a_dag_diamond_runs_its_middle_in_parallel_and_compensates_both_middle_steps_before_the_root() -> None:
+    # Given a diamond a -> (b, c) -> d, where d is rejected
+    definition = {
+        "name": "diamond",
+        "version": 1,
+        "steps": [
+            {"name": "a", "agent": "flights", "action": "reserve", "depends_on": [],
+             "compensation": {"action": "cancel_reservation"}},
+            {"name": "b", "agent": "hotels", "action": "book", "depends_on": ["a"],
+             "compensation": {"action": "cancel_booking"}},
+            {"name": "c", "agent": "payments", "action": "charge", "depends_on": ["a"],
+             "compensation": {"action": "refund"}},
+            {"name": "d", "agent": "hotels", "action": "upgrade_room", "depends_on": ["b", "c"],
+             "compensation": {"action": "cancel_upgrade"}},
+        ],
+    }  # fmt: skip
+    p = Pipeline()
+    p.services["hotels"].script["upgrade_room"] = ["reject"]
+    wid = p.start(definition)
+    # When a completes, b and c are dispatched at once
+    p.run_agent("flights")
+    p.run_scheduler()
+    assert ([r.step for r in p.requests("hotels")], [r.step for r in p.requests("payments")]) == (["b"], ["c"])
+    # And when d is rejected, b's and c's compensations are dispatched together, a's not yet
+    for agent in ("hotels", "payments"):
+        p.run_agent(agent)
+    p.run_scheduler()
+    p.run_agent("hotels")  # d, rejected
+    p.run_scheduler()
+    assert [(r.step, r.action) for r in p.requests("hotels")] == [("b", "cancel_booking")]
+    assert [(r.step, r.action) for r in p.requests("payments")] == [("c", "refund")]
+    assert p.requests("flights") == []
+    p.pump()
+    # Then the services saw a, then b and c, then d; then the undo of b and c (in either order), then a's last
+    calls = calls_in_order(p.services.values())
+    assert calls[0] == ("flights", "reserve")
+    assert sorted(calls[1:3]) == [("hotels", "book"), ("payments", "charge")]
+    assert calls[3] == ("hotels", "upgrade_room")
+    assert sorted(calls[4:6]) == [("hotels", "cancel_booking"), ("payments", "refund")]
+    assert calls[6:] == [("flights", "cancel_reservation")]
+    assert statuses(p, wid) == {
+        "a": StepStatus.COMPENSATED,
+        "b": StepStatus.COMPENSATED,
+        "c": StepStatus.COMPENSATED,
+        "d": StepStatus.FAILED,
+    }
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
 
 
 def test_cancel_compensates_completed_steps_and_seals_the_rest() -> None:
@@ -424,7 +515,7 @@ def test_cancel_compensates_completed_steps_and_seals_the_rest() -> None:
     wid = p.start()
     p.run_agent("flights")
     p.run_scheduler()
-    cancelled, messages = p.scheduler.cancel(wid)
+    cancelled, messages = p.scheduler.cancel(wid, owner=OWNER)
     p.bus.send(messages)
     assert cancelled.workflow.status is WorkflowStatus.CANCELLING
     assert cancelled.steps["charge_card"].status is StepStatus.SKIPPED  # sealed in the cancel's own write

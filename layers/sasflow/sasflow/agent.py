@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ class AgentRuntime:
         self.metrics = metrics
         self._perform = idempotent(self._perform_action)
 
-    def process(self, body: str, time_left: Callable[[], float]) -> list[Outgoing]:
+    def process(self, body: str, time_left: Callable[[], float], *, message_id: str = "") -> list[Outgoing]:
         """Handle one SQS record body and return the reply to send to the response queue.
 
         Parameters
@@ -131,6 +132,8 @@ class AgentRuntime:
             The record's body: a JSON ``StepRequest``.
         time_left:
             Seconds left in the Lambda invocation.
+        message_id:
+            The SQS message id, for the log lines only: the idempotency key never depends on it (DESIGN Rule 4).
 
         Raises
         ------
@@ -142,10 +145,10 @@ class AgentRuntime:
         """
         if time_left() < self.config.safety_margin_seconds + MIN_CALL_SECONDS:
             raise DeadlineExceededError("not enough time left in this invocation to start the record")
-        reply = self.handle(decode_request(body), time_left)
+        reply = self.handle(decode_request(body), time_left, message_id=message_id)
         return [Outgoing(queue_url=self.config.response_queue_url, body=encode(reply))]
 
-    def handle(self, request: StepRequest, time_left: Callable[[], float]) -> StepReply:
+    def handle(self, request: StepRequest, time_left: Callable[[], float], *, message_id: str = "") -> StepReply:
         """Do ``request`` and return the reply to send.
 
         Parameters
@@ -154,6 +157,8 @@ class AgentRuntime:
             The step request from this agent's queue.
         time_left:
             Seconds left in the Lambda invocation (``context.get_remaining_time_in_millis() / 1000``).
+        message_id:
+            The SQS message id of the request, for log lines.
 
         Returns
         -------
@@ -170,21 +175,46 @@ class AgentRuntime:
         """
         if request.agent != self.config.agent_name:
             raise MalformedMessageError(f"request for agent {request.agent!r} reached {self.config.agent_name!r}")
+        if request.action not in self.config.actions:
+            # The engine refuses such definitions at the start; this can only be a configuration that changed since.
+            self.metrics("ActionsNotAllowed")
+            allowed = ", ".join(self.config.actions)
+            error = StepError(code="ACTION_NOT_ALLOWED", message=f"{request.action!r} is not one of: {allowed}")
+            return self._reply(request, Outcome.REJECTED, error=error)
         # Bounded work (Rule 8): stop early enough to reply before min(complete_by, Lambda deadline).
         deadline = min(float(request.complete_by), self.clock.now() + time_left()) - self.config.safety_margin_seconds
         try:
-            result = ActionResult.from_dict(self._perform(request=request, deadline=deadline))
+            result = ActionResult.from_dict(self._perform(request=request, deadline=deadline, message_id=message_id))
         except CircuitOpenError as exc:
+            # The reply reports what the attempt did before the circuit stopped it: a failed half-open probe is a
+            # call, and one that timed out may have taken effect (DESIGN Rule 6).
             self.metrics("CircuitOpenDeferrals")
-            return self._reply(request, Outcome.DEFERRED, retry_at=exc.retry_at)
+            wait = max(1, math.ceil(exc.retry_at - self.clock.now()))
+            return self._reply(
+                request,
+                Outcome.DEFERRED,
+                retry_at=exc.retry_at,
+                retry_after=min(900, wait),
+                calls=exc.calls,
+                outcome_unknown=exc.outcome_unknown,
+            )
         except DeadlineExceededError as exc:
             self.metrics("AttemptsOutOfTime")
             error = StepError(code="DEADLINE_EXCEEDED", message=str(exc)[:2048])
-            return self._reply(request, Outcome.FAILED, error=error, retryable=True, calls=exc.calls)
+            return self._reply(
+                request,
+                Outcome.FAILED,
+                error=error,
+                retryable=True,
+                calls=exc.calls,
+                outcome_unknown=exc.outcome_unknown,
+            )
         except RemoteTransientError as exc:
             self.metrics("AttemptsExhausted")
             error = StepError(code="TRANSIENT_EXHAUSTED", message=str(exc)[:2048])
-            return self._reply(request, Outcome.FAILED, error=error, calls=request.max_calls)
+            return self._reply(
+                request, Outcome.FAILED, error=error, calls=exc.calls, outcome_unknown=exc.outcome_unknown
+            )
         detail = StepError.model_validate(result.error) if result.error else None
         return self._reply(request, result.outcome, output=result.output, error=detail, calls=result.calls)
 
@@ -196,8 +226,10 @@ class AgentRuntime:
         output: Any = None,
         error: StepError | None = None,
         retry_at: int | None = None,
+        retry_after: int | None = None,
         retryable: bool = False,
         calls: int = 0,
+        outcome_unknown: bool = False,
     ) -> StepReply:
         return StepReply(
             workflow_id=request.workflow_id,
@@ -208,13 +240,30 @@ class AgentRuntime:
             output=output,
             error=error,
             retry_at=retry_at,
+            retry_after_seconds=retry_after,
             retryable=retryable,
             calls=calls,
+            outcome_unknown=outcome_unknown,
         )
 
-    def _perform_action(self, request: StepRequest, deadline: float) -> dict[str, Any]:
-        """Call the service with retries; return a definitive ``ActionResult`` as a dict, or raise."""
+    def _perform_action(self, request: StepRequest, deadline: float, message_id: str = "") -> dict[str, Any]:
+        """Call the service with retries; return a definitive ``ActionResult`` as a dict, or raise.
+
+        Only ``request`` makes the idempotency key (its business identity): ``deadline`` and ``message_id`` differ
+        between deliveries of the same step request.
+        """
+        logger.debug(
+            "performing action",
+            extra={
+                "workflow_id": request.workflow_id,
+                "step": request.step,
+                "phase": request.phase.value,
+                "attempt": request.attempt,
+                "message_id": message_id,
+            },
+        )
         calls = 0
+        unknown = False  # a call may have taken effect without an answer (a read timeout)
         out_of_time = False
 
         def stop(state: RetryCallState) -> bool:
@@ -231,16 +280,19 @@ class AgentRuntime:
             return self.rng.uniform(0, delay) if request.jitter else delay
 
         def call_once() -> dict[str, Any]:
-            nonlocal calls
+            nonlocal calls, unknown
             left = deadline - self.clock.now()
             if left < MIN_CALL_SECONDS:
-                raise DeadlineExceededError(f"{left:.2f}s left before complete-by minus margin", calls=calls)
+                raise DeadlineExceededError(
+                    f"{left:.2f}s left before complete-by minus margin", calls=calls, outcome_unknown=unknown
+                )
             self.breaker.before_call()
             calls += 1
             self.metrics("RemoteCalls")
             try:
                 output = self.remote.call(request, timeout_seconds=min(self.config.remote_timeout_seconds, left))
-            except RemoteTransientError:
+            except RemoteTransientError as exc:
+                unknown = unknown or exc.outcome_unknown
                 self.breaker.on_failure()
                 raise
             except RemoteRejectedError:
@@ -262,9 +314,15 @@ class AgentRuntime:
             return ActionResult(
                 Outcome.REJECTED, error={"code": exc.code, "message": exc.message}, calls=calls
             ).to_dict()
+        except CircuitOpenError as exc:
+            exc.calls, exc.outcome_unknown = calls, unknown
+            raise
         except RemoteTransientError as exc:
             if out_of_time:
-                raise DeadlineExceededError(f"stopped retrying after {calls} call(s): {exc}", calls=calls) from exc
+                raise DeadlineExceededError(
+                    f"stopped retrying after {calls} call(s): {exc}", calls=calls, outcome_unknown=unknown
+                ) from exc
+            exc.calls, exc.outcome_unknown = calls, unknown
             raise
         size = len(json.dumps(output, separators=(",", ":")).encode())
         if size > MAX_OUTPUT_BYTES:

@@ -7,6 +7,10 @@ Routes
 - ``POST /workflows/{workflow_id}/cancel``: stop a running workflow and compensate what may have happened (202).
 - ``GET /openapi.json``: the OpenAPI 3 document.
 
+Who may call: API Gateway authorizes every route (IAM or JWT, template ``ApiAuthorizer``); the function reads the
+verified principal from the request context (``identity.principal_of``). A workflow belongs to the principal that
+started it: for anyone else it does not exist (404 on every route of it, never 403, so ids cannot be probed).
+
 Errors become HTTP status codes in exactly one place, the ``_REFUSALS`` table: one handler is registered for its
 exceptions and every route documents its statuses, so each refusal is a documented 4xx with a JSON ``ErrorResponse``
 body. A refused request writes nothing and sends nothing (DESIGN Rule 9). Request bodies are strict JSON
@@ -39,8 +43,11 @@ from .errors import (
     IdempotencyKeyConflictError,
     InvalidDefinitionError,
     PayloadTooLargeError,
+    UnauthenticatedError,
     WorkflowNotFoundError,
 )
+from .identity import principal_of
+from .limits import MAX_REQUEST_BYTES
 from .messages import canonical_hash
 from .ports import MessageBus
 from .scheduler import SchedulerService
@@ -75,7 +82,8 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     WorkflowNotFoundError: _Refusal(404, "WORKFLOW_NOT_FOUND", "No such workflow", lambda exc: f"no workflow {exc}"),
     IdempotencyKeyConflictError: _Refusal(409, "IDEMPOTENCY_KEY_REUSED", "Idempotency-Key used with another body"),
     ConditionFailedError: _Refusal(409, "CONFLICT", "The workflow is not in a state that allows this"),
-    PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large for DynamoDB or SQS"),
+    UnauthenticatedError: _Refusal(403, "FORBIDDEN", "No verified caller identity"),
+    PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large (body, step input, SQS, DynamoDB)"),
     RequestUnsupportedContentType: _Refusal(415, "UNSUPPORTED_MEDIA_TYPE", "The body is not application/json"),
     InvalidDefinitionError: _Refusal(422, "INVALID_DEFINITION", "The definition cannot run here"),
     RequestValidationError: _Refusal(422, "VALIDATION_ERROR", "Invalid request", _validation_message),
@@ -226,12 +234,19 @@ class _JsonBodyValidation(OpenAPIRequestValidationMiddleware):
                 f"the request body must be application/json, not {media_type}",
                 errors=[{"type": "unsupported_content_type", "loc": ("header", "content-type"), "msg": media_type}],
             )
+        raw = app.current_event.body or ""
+        # A base64 body decodes to 3/4 of its length: refuse what cannot fit before decoding or parsing it.
+        if len(raw) * (3 if app.current_event.is_base64_encoded else 4) > 4 * MAX_REQUEST_BYTES:
+            raise PayloadTooLargeError("the request body", len(raw), MAX_REQUEST_BYTES)
         try:
-            app.current_event.decoded_body  # noqa: B018 - decodes (and caches) base64 + UTF-8
+            text = app.current_event.decoded_body  # decodes (and caches) base64 + UTF-8
         except (UnicodeDecodeError, binascii.Error) as exc:
             raise RequestValidationError(
                 [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
             ) from exc
+        size = len(text.encode("utf-8", "surrogatepass")) if text else 0
+        if size > MAX_REQUEST_BYTES:
+            raise PayloadTooLargeError("the request body", size, MAX_REQUEST_BYTES)
         return self._parse_json_data(app)
 
 
@@ -263,6 +278,15 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     """
     app = _api_resolver()
 
+    def caller() -> str:
+        scheduler, _ = services()
+        return principal_of(app.current_event.raw_event.get("requestContext") or {}, scheduler.config.api_authorizer)
+
+    def owned(snapshot: Any, workflow_id: str, principal: str) -> Any:
+        if snapshot is None or snapshot.workflow.owner != principal:
+            raise WorkflowNotFoundError(workflow_id)  # another principal's workflow does not exist for this one
+        return snapshot
+
     @app.post(
         "/workflows",
         summary="Start a workflow",
@@ -276,10 +300,15 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         request: StartWorkflowRequest,
         idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,
     ) -> Response[WorkflowView]:
+        principal = caller()
         scheduler, bus = services()
         request_hash = canonical_hash(request.model_dump(mode="json"))
         result = scheduler.start_workflow(
-            request.definition, request.input, request_hash=request_hash, idempotency_key=idempotency_key
+            request.definition,
+            request.input,
+            request_hash=request_hash,
+            owner=principal,
+            idempotency_key=idempotency_key,
         )
         if result.messages:
             failed = bus.send(result.messages)
@@ -301,11 +330,9 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         responses={200: _doc(WorkflowView, "The workflow"), **_ERRORS},
     )
     def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
+        principal = caller()
         scheduler, _ = services()
-        snapshot = scheduler.store.load(workflow_id)
-        if snapshot is None:
-            raise WorkflowNotFoundError(workflow_id)
-        return WorkflowView.from_snapshot(snapshot)
+        return WorkflowView.from_snapshot(owned(scheduler.store.load(workflow_id), workflow_id, principal))
 
     @app.post(
         "/workflows/<workflow_id>/cancel",
@@ -313,8 +340,9 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         responses={202: _doc(WorkflowView, "Cancelling"), **_ERRORS},
     )
     def cancel_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> Response[WorkflowView]:
+        principal = caller()
         scheduler, bus = services()
-        snapshot, messages = scheduler.cancel(workflow_id)
+        snapshot, messages = scheduler.cancel(workflow_id, owner=principal)
         if messages:
             bus.send(messages)  # a compensation that is not sent is resent by the supervisor after complete-by
         view = WorkflowView.from_snapshot(snapshot)
@@ -328,5 +356,15 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(document))
 
     app.exception_handler(list(_REFUSALS))(_refuse)
+
+    @app.exception_handler(Exception)
+    def _internal(exc: Exception) -> Response[Any]:
+        # The details (a stack, a host) go to the log only; the caller gets a code and the request id to quote.
+        request_id = (app.current_event.raw_event.get("requestContext") or {}).get("requestId", "")
+        logger.exception("unexpected error", extra={"request_id": request_id})
+        body = ErrorResponse(error="INTERNAL_ERROR", message=f"internal error (request {request_id})")
+        return Response(
+            status_code=500, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json(exclude_none=True)
+        )
 
     return app

@@ -76,6 +76,7 @@ class WorkflowView(BaseModel):
     created_at: int = Field(description="Epoch seconds.")
     updated_at: int = Field(description="Epoch seconds.")
     reason: str | None = None
+    owner: str | None = Field(default=None, description="The principal that started it.")
     input: dict[str, Any]
     steps: list[StepView]
 
@@ -109,6 +110,7 @@ class WorkflowView(BaseModel):
             created_at=workflow.created_at,
             updated_at=workflow.updated_at,
             reason=workflow.reason,
+            owner=workflow.owner,
             input=workflow.input,
             steps=steps,
         )

@@ -72,9 +72,25 @@ def build_engine(
     clock = clock or SystemClock()
     store = DynamoDBStateStore(config.state_table, dynamodb or dynamodb_client(), shards=config.deadline_shards)
     bus = bus or SqsMessageBus(sqs_client())
-    scheduler = SchedulerService(store, clock, config, metrics=metrics, rng=rng)
+    id_secret = _workflow_id_key(config.workflow_id_secret) if config.workflow_id_secret else None
+    scheduler = SchedulerService(store, clock, config, metrics=metrics, rng=rng, id_secret=id_secret)
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
+
+
+def _workflow_id_key(secret_id: str) -> Callable[[], bytes]:
+    """The key of the workflow ids, read from Secrets Manager on first use and kept for the sandbox's life."""
+    from .adapters.secrets import secret_reader
+
+    read = secret_reader(f"secretsmanager:{secret_id}", max_age=86_400)
+    key: list[bytes] = []
+
+    def get() -> bytes:
+        if not key:
+            key.append(read().encode())
+        return key[0]
+
+    return get
 
 
 def build_agent(
@@ -104,7 +120,8 @@ def build_agent(
 
     from .adapters.breaker_dynamodb import DynamoDBBreakerStore
     from .adapters.dynamodb_store import dynamodb_client
-    from .adapters.http_remote import HttpRemoteClient
+    from .adapters.http_remote import HeaderAuth, HttpRemoteClient, NoAuth, RemoteAuth, default_sigv4
+    from .adapters.secrets import secret_reader
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
     from .agent import AgentRuntime
     from .breaker import CircuitBreaker
@@ -126,7 +143,20 @@ def build_agent(
             data_keyword_argument="request",
             persistence_store=persistence,
             config=idempotency_config,
+            # agent#<name>#<hash>: the agent's IAM policy allows it these records only (dynamodb:LeadingKeys).
+            key_prefix=f"agent#{config.agent_name}",
         )
+
+    auth: RemoteAuth
+    if config.remote_auth == "sigv4":
+        auth = default_sigv4()
+    elif config.remote_auth == "header":
+        assert config.remote_auth_header is not None and config.remote_auth_secret is not None  # validated
+        auth = HeaderAuth(
+            config.remote_auth_header, secret_reader(config.remote_auth_secret, max_age=config.secret_max_age_seconds)
+        )
+    else:
+        auth = NoAuth()
 
     breaker = CircuitBreaker(
         config.agent_name,
@@ -139,7 +169,7 @@ def build_agent(
     )
     runtime = AgentRuntime(
         config,
-        remote or HttpRemoteClient(config.remote_base_url),
+        remote or HttpRemoteClient(config.remote_base_url, auth=auth),
         breaker,
         clock,
         idempotent=idempotent,

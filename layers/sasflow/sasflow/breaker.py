@@ -138,8 +138,17 @@ class CircuitBreaker:
             self._remember(probe)
             self._probing = True
             return
-        self._record = None  # somebody else changed it; read again next time
-        raise CircuitOpenError(self.agent, math.ceil(now + self.probe_seconds))
+        # Another instance moved the breaker first: read what it did and wait for the real reopening, not a guess
+        # (a winner that already failed its probe has reopened the breaker for open_seconds, not probe_seconds).
+        current = self.store.get(self.agent)
+        self._remember(current)
+        if current.state is BreakerState.CLOSED:
+            return  # its probe succeeded meanwhile
+        if current.state is BreakerState.OPEN and now < current.open_until:
+            raise CircuitOpenError(self.agent, math.ceil(current.open_until))
+        if current.state is BreakerState.HALF_OPEN and now < current.probe_until:
+            raise CircuitOpenError(self.agent, math.ceil(current.probe_until))
+        raise CircuitOpenError(self.agent, math.ceil(now + 1))  # it is moving right now: look again in a second
 
     def on_success(self) -> None:
         """Record a call that reached a healthy service (a success or a business rejection)."""

@@ -22,7 +22,9 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from .cache import BoundedCache
 from .errors import InvalidDefinitionError
+from .limits import EXPRESSION_CACHE_BYTES, MAX_EXPRESSION_CHARS, MAX_EXPRESSION_NESTING, MAX_EXPRESSIONS, nesting_depth
 from .types import ActionName, AgentName, StepName
 
 _REF_SUFFIX = ".$"
@@ -122,6 +124,14 @@ class WorkflowDefinition(BaseModel):
                     raise ValueError(f"step {name!r} depends on itself")
         order = _topological_order(names, deps)  # raises on a cycle
         ancestors = _ancestors(order, deps)
+        count = sum(
+            len(_expressions(step.input)) + (len(_expressions(step.compensation.input)) if step.compensation else 0)
+            for step in self.steps
+        )
+        if count > MAX_EXPRESSIONS:
+            raise ValueError(
+                f"the definition holds {count} JMESPath expressions; at most {MAX_EXPRESSIONS} are allowed"
+            )
         for step in self.steps:
             _check_template(step.input, f"steps[{step.name}].input", ancestors[step.name], allow_step=False)
             if step.compensation is not None:
@@ -245,16 +255,13 @@ def _render_value(value: Any, context: dict[str, Any]) -> Any:
     return value
 
 
-_COMPILED: dict[str, Any] = {}
+#: Compiled expressions, kept per sandbox; an entry is weighed at 64 bytes per character of its expression (the
+#: parsed tree and its nodes), so the cache stays within `EXPRESSION_CACHE_BYTES` whatever the expressions.
+_COMPILED: BoundedCache[str, Any] = BoundedCache(EXPRESSION_CACHE_BYTES)
 
 
 def _compiled(expression: str) -> Any:
-    compiled = _COMPILED.get(expression)
-    if compiled is None:
-        compiled = jmespath.compile(expression)
-        if len(_COMPILED) < 4096:
-            _COMPILED[expression] = compiled
-    return compiled
+    return _COMPILED.get_or_build(expression, lambda: jmespath.compile(expression), lambda _: 64 * len(expression))
 
 
 def _expressions(value: Any) -> list[str]:
@@ -282,13 +289,24 @@ def _expressions_text(value: Any) -> str:
 def _check_template(template: dict[str, Any], where: str, ancestors: set[str], *, allow_step: bool) -> None:
     allowed = set(_ROOTS) if allow_step else {"input", "steps"}
     for expression in _expressions(template):
+        if len(expression) > MAX_EXPRESSION_CHARS:
+            raise ValueError(
+                f"{where}: a JMESPath expression of {len(expression)} characters; at most {MAX_EXPRESSION_CHARS}"
+            )
+        if nesting_depth(expression) > MAX_EXPRESSION_NESTING:
+            raise ValueError(f"{where}: a JMESPath expression nested deeper than {MAX_EXPRESSION_NESTING} levels")
         try:
             parsed = _compiled(expression).parsed
         except JMESPathError as exc:
-            raise ValueError(f"{where}: invalid JMESPath {expression!r}: {exc}") from exc
+            raise ValueError(f"{where}: invalid JMESPath {expression[:80]!r}: {exc}") from exc
+        except RecursionError:
+            raise ValueError(f"{where}: a JMESPath expression too deeply nested to parse") from None
         roots: set[str] = set()
         steps: set[str] = set()
-        _walk(parsed, True, roots, steps)
+        try:
+            _walk(parsed, True, roots, steps)
+        except RecursionError:
+            raise ValueError(f"{where}: a JMESPath expression too deeply nested to check") from None
         if not roots or roots - allowed:
             raise ValueError(
                 f"{where}: {expression!r} must start with one of {sorted(allowed)} (found {sorted(roots) or 'none'})"

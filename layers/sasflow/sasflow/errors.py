@@ -24,7 +24,11 @@ class InvalidDefinitionError(PermanentError):
 
 
 class WorkflowNotFoundError(PermanentError):
-    """No workflow has the given id."""
+    """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
+
+
+class UnauthenticatedError(PermanentError):
+    """The request carries no verified identity (HTTP 403, as API Gateway answers an unsigned request)."""
 
 
 class IdempotencyKeyConflictError(PermanentError):
@@ -84,33 +88,40 @@ class RemoteTransientError(RetryableError):
     """The remote call failed in a way that may succeed later (5xx, 429, timeout, connection error).
 
     ``outcome_unknown`` is True when the request may have reached the service (a read timeout), so the action may
-    have happened; retries with the same idempotency token make that safe.
+    have happened; retries with the same idempotency token make that safe. Once the agent's retries give up,
+    ``calls`` counts the calls the attempt made and ``outcome_unknown`` covers all of them.
     """
 
     def __init__(self, message: str, *, status: int | None = None, outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.outcome_unknown = outcome_unknown
+        self.calls = 0
 
 
 class CircuitOpenError(RetryableError):
     """The circuit breaker for the remote service is open; no call was made.
 
-    ``retry_at`` is when the breaker lets a half-open probe through (epoch seconds).
+    ``retry_at`` is when the breaker lets a half-open probe through (epoch seconds). ``calls`` and
+    ``outcome_unknown`` say what the attempt did before the circuit stopped it (set by the agent runtime).
     """
 
     def __init__(self, agent: str, retry_at: int) -> None:
         super().__init__(f"circuit for {agent} is open until {retry_at}")
         self.agent = agent
         self.retry_at = retry_at
+        self.calls = 0
+        self.outcome_unknown = False
 
 
 class DeadlineExceededError(RetryableError):
     """No time is left before min(complete_by, Lambda deadline) minus the safety margin.
 
-    ``calls`` counts the remote calls made before time ran out (0: the attempt never reached the service).
+    ``calls`` counts the remote calls made before time ran out (0: the attempt never reached the service), and
+    ``outcome_unknown`` whether one of them may have taken effect unanswered.
     """
 
-    def __init__(self, message: str, *, calls: int = 0) -> None:
+    def __init__(self, message: str, *, calls: int = 0, outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.calls = calls
+        self.outcome_unknown = outcome_unknown

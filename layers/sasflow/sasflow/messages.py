@@ -81,10 +81,14 @@ class StepError(BaseModel):
 class StepReply(BaseModel):
     """Agent → scheduler: the outcome of one attempt of one step.
 
-    ``retry_at`` (epoch seconds) is set with ``Outcome.DEFERRED``: when the circuit breaker will allow a probe.
+    ``retry_at`` (epoch seconds, on the agent's clock) and ``retry_after_seconds`` (a duration from the reply) are
+    set with ``Outcome.DEFERRED``: when the circuit breaker will allow a probe. The scheduler waits
+    ``retry_after_seconds``, which does not depend on the two clocks agreeing.
     ``retryable`` is set with ``Outcome.FAILED`` when the attempt ran out of time (not of calls), so the scheduler
     may dispatch the next attempt at once instead of waiting for the supervisor.
-    ``calls`` counts the remote calls this attempt made (for metrics).
+    ``calls`` counts the remote calls this attempt made, whatever the outcome (a DEFERRED attempt may have made
+    some before the circuit opened), and ``outcome_unknown`` says whether one of them may have taken effect without
+    the agent learning its answer (a read timeout): the scheduler then remembers that the step may have happened.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -98,8 +102,10 @@ class StepReply(BaseModel):
     output: Any = None
     error: StepError | None = None
     retry_at: EpochSeconds | None = None
+    retry_after_seconds: int | None = Field(default=None, ge=0, le=900)
     retryable: bool = False
     calls: int = Field(default=0, ge=0)
+    outcome_unknown: bool = False
 
 
 def encode(message: BaseModel) -> str:

@@ -43,6 +43,8 @@ class WorkflowRecord:
         Why the workflow is unwinding (failed step and error), or null.
     expires_at:
         Once terminal: when DynamoDB's TTL may delete the workflow (epoch seconds).
+    owner:
+        The principal that started it (``identity.principal_of``); only it, and operators, may see or change it.
     """
 
     workflow_id: str
@@ -55,6 +57,7 @@ class WorkflowRecord:
     idempotency_key: str | None = None
     reason: str | None = None
     expires_at: int | None = None
+    owner: str | None = None
 
     def evolve(self, **changes: Any) -> WorkflowRecord:
         """Return a copy with ``changes`` applied."""
@@ -67,8 +70,11 @@ class StepRecord:
 
     ``attempt`` counts dispatches of the forward action and ``comp_attempt`` those of its compensation.
     ``complete_by`` (epoch seconds) is set exactly while the step is in flight (PROCESSING or COMPENSATING).
-    ``may_have_happened`` is true for a FAILED step whose outcome is unknown (timeouts, transient errors), which
-    must therefore be compensated (Rule 6). A step with no record is PENDING.
+    ``may_have_happened`` is true once an attempt may have reached the service without a definitive answer
+    (timeouts, transient errors, a probe of a half-open circuit that failed), so the step must be compensated if the
+    workflow unwinds (Rule 6). ``deferrals`` and ``comp_deferrals`` count the dispatches an open
+    circuit deferred without using an attempt, of the action and of its compensation. A step with no record is
+    PENDING.
     """
 
     step: str
@@ -83,6 +89,7 @@ class StepRecord:
     deferrals: int = 0
     comp_output: Any = None
     updated_at: int = 0
+    comp_deferrals: int = 0
 
     @property
     def in_flight(self) -> bool:

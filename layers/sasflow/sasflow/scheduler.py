@@ -14,6 +14,8 @@ flight with no message: the supervisor resends it after its complete-by.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import random
 import uuid
@@ -21,16 +23,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jmespath.exceptions import JMESPathError
+
 from .clock import Clock, epoch_seconds
 from .definition import RetryPolicy, StepDefinition, WorkflowDefinition, render
 from .errors import (
     ConditionFailedError,
+    ConfigurationError,
     ContentionError,
     IdempotencyKeyConflictError,
     InvalidDefinitionError,
     PayloadTooLargeError,
     WorkflowNotFoundError,
 )
+from .limits import MAX_STEP_INPUT_BYTES, json_size
 from .messages import StepError, StepReply, StepRequest, encode, remote_token
 from .ports import Counter, Outgoing, StateStore, no_metrics
 from .records import Snapshot, StepRecord, WorkflowRecord
@@ -39,7 +45,6 @@ from .states import TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepS
 
 logger = logging.getLogger("sasflow.scheduler")
 
-_WORKFLOW_ID_NAMESPACE = uuid.UUID("0d4f7a3e-8a54-4a43-b1c6-7e4fd1b3c2aa")
 #: Reads (and conditional writes) one call makes before it gives up on a workflow that keeps changing under it.
 MAX_ATTEMPTS = 6
 #: After a lost write, wait a random time in [0, min(cap, base * 2**losses)] before reading again (seconds; full
@@ -47,6 +52,8 @@ MAX_ATTEMPTS = 6
 CONFLICT_BACKOFF_BASE_SECONDS = 0.01
 CONFLICT_BACKOFF_CAP_SECONDS = 0.2
 _MAX_SQS_DELAY = 900
+#: Passes of `_Transition.advance`: dispatch, then unwind what a failed dispatch started, then finish; more is a bug.
+_MAX_ADVANCE_PASSES = 8
 
 
 @dataclass(frozen=True)
@@ -63,15 +70,25 @@ class StartResult:
         return self.snapshot.workflow
 
 
-def workflow_id_for(idempotency_key: str | None) -> str:
-    """Return the workflow id for a start request.
+def workflow_id_for(owner: str, idempotency_key: str | None, secret: Callable[[], bytes] | None) -> str:
+    """Return the workflow id for a start request, a UUID-formatted string of 128 bits.
 
-    With an Idempotency-Key the id is derived from it (UUID v5), so a repeated start finds the same workflow with one
-    conditional write and no extra item; without one it is a random UUID v4.
+    With an Idempotency-Key the id is ``HMAC-SHA256(secret, owner || key)``: a repeated start of the same principal
+    finds the same workflow with one conditional write and no extra item, the same key from two principals gives two
+    workflows, and nobody without the secret (the stack's ``WorkflowIdSecret``) can compute an id from a key.
+    Without a key it is a random UUID v4.
+
+    Raises
+    ------
+    ConfigurationError
+        When a key is given and no secret is configured.
     """
-    if idempotency_key:
-        return str(uuid.uuid5(_WORKFLOW_ID_NAMESPACE, idempotency_key))
-    return str(uuid.uuid4())
+    if not idempotency_key:
+        return str(uuid.uuid4())
+    if secret is None:
+        raise ConfigurationError("WORKFLOW_ID_SECRET is not set: starts with an Idempotency-Key need it")
+    message = f"{owner}\n{idempotency_key}".encode()
+    return str(uuid.UUID(bytes=hmac.new(secret(), message, hashlib.sha256).digest()[:16]))
 
 
 def backoff_seconds(policy: RetryPolicy, attempt: int, rng: random.Random) -> float:
@@ -99,6 +116,8 @@ class SchedulerService:
         Random source for backoff jitter (seeded in simulations).
     metrics:
         Counter for metrics such as ``WorkflowsCompensationFailed``.
+    id_secret:
+        Returns the key of the workflow ids of Idempotency-Key starts (read once, lazily: only the API needs it).
     """
 
     def __init__(
@@ -109,12 +128,14 @@ class SchedulerService:
         *,
         rng: random.Random | None = None,
         metrics: Counter = no_metrics,
+        id_secret: Callable[[], bytes] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.config = config
         self.rng = rng or random.Random()
         self.metrics = metrics
+        self.id_secret = id_secret
 
     # ------------------------------------------------------------------ start
     def start_workflow(
@@ -123,13 +144,14 @@ class SchedulerService:
         workflow_input: dict[str, Any],
         *,
         request_hash: str,
+        owner: str,
         idempotency_key: str | None = None,
     ) -> StartResult:
-        """Record a new workflow and dispatch its first steps.
+        """Record a new workflow of ``owner`` and dispatch its first steps.
 
         The workflow and its first steps, PROCESSING with attempt 1 and their complete-by, are written with one
         conditional write before any message is sent (write-ahead). A repeated start with the same
-        Idempotency-Key returns the existing workflow and writes nothing.
+        Idempotency-Key by the same owner returns the existing workflow and writes nothing.
 
         Returns
         -------
@@ -139,20 +161,17 @@ class SchedulerService:
         Raises
         ------
         InvalidDefinitionError
-            When a step names an agent that has no queue.
+            When a step names an agent that has no queue, or an action (or compensating action) its agent does not
+            accept (template ``AGENTS``, from agents.yaml), or a first step's input cannot be rendered.
         IdempotencyKeyConflictError
             When the key was used with a different request body.
         PayloadTooLargeError
-            When a request message or the record would exceed its AWS limit (nothing is written).
+            When a first step's input, a request message or the record would exceed its limit (nothing is written).
         """
-        unknown = sorted({s.agent for s in definition.steps} - set(self.config.agent_queue_urls))
-        if unknown:
-            raise InvalidDefinitionError(
-                f"unknown agent(s) {unknown}; known agents: {sorted(self.config.agent_queue_urls)}"
-            )
+        self._check_agents(definition)
         now = epoch_seconds(self.clock)
         workflow = WorkflowRecord(
-            workflow_id=workflow_id_for(idempotency_key),
+            workflow_id=workflow_id_for(owner, idempotency_key, self.id_secret),
             status=WorkflowStatus.RUNNING,
             definition=definition,
             input=workflow_input,
@@ -160,9 +179,13 @@ class SchedulerService:
             created_at=now,
             updated_at=now,
             idempotency_key=idempotency_key,
+            owner=owner,
         )
         transition = _Transition(self, Snapshot(workflow), now)
         transition.advance()
+        if transition.refusals:
+            # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
+            raise transition.refusals[0]
         try:
             stored = self.store.create(transition.snapshot)
         except ConditionFailedError:
@@ -177,6 +200,25 @@ class SchedulerService:
         self.metrics("WorkflowsStarted")
         transition.emit_metrics()
         return StartResult(stored, created=True, messages=transition.messages)
+
+    def _check_agents(self, definition: WorkflowDefinition) -> None:
+        agents = self.config.agents
+        unknown = sorted({s.agent for s in definition.steps} - set(agents))
+        if unknown:
+            raise InvalidDefinitionError(f"unknown agent(s) {unknown}; known agents: {sorted(agents)}")
+        refused = []
+        for step in definition.steps:
+            allowed = agents[step.agent].actions
+            actions = [step.action] + ([step.compensation.action] if step.compensation else [])
+            refused += [f"{step.name}: {step.agent}.{action}" for action in actions if action not in allowed]
+        if refused:
+            raise InvalidDefinitionError(
+                "action(s) their agent does not accept: "
+                + "; ".join(refused)
+                + " (allowed: "
+                + "; ".join(f"{name}: {', '.join(agent.actions)}" for name, agent in sorted(agents.items()))
+                + ")"
+            )
 
     # ------------------------------------------------------------------ replies
     def on_reply(self, reply: StepReply) -> list[Outgoing]:
@@ -238,8 +280,10 @@ class SchedulerService:
         return messages
 
     # ------------------------------------------------------------------ cancel
-    def cancel(self, workflow_id: str) -> tuple[Snapshot, list[Outgoing]]:
+    def cancel(self, workflow_id: str, *, owner: str | None) -> tuple[Snapshot, list[Outgoing]]:
         """Ask a running workflow to stop: it becomes CANCELLING and compensates what may have happened.
+
+        ``owner`` is the caller's principal; a workflow of another principal is not found (an operator passes None).
 
         Returns
         -------
@@ -249,11 +293,17 @@ class SchedulerService:
         Raises
         ------
         WorkflowNotFoundError
-            When there is no such workflow.
+            When there is no such workflow, or it belongs to another principal.
         ConditionFailedError
             When the workflow is no longer RUNNING (the caller maps this to 409).
         """
-        stored, messages = self._update(workflow_id, lambda transition: transition.cancel())
+
+        def cancel(transition: _Transition) -> None:
+            if owner is not None and transition.snapshot.workflow.owner != owner:
+                raise WorkflowNotFoundError(workflow_id)
+            transition.cancel()
+
+        stored, messages = self._update(workflow_id, cancel)
         if stored is None:
             raise WorkflowNotFoundError(workflow_id)
         return stored, messages
@@ -329,6 +379,8 @@ class _Transition:
         self.now = now
         self.oversized = oversized
         self.messages: list[Outgoing] = []
+        #: Requests that could not be prepared in this call (their steps were failed); a start refuses on them.
+        self.refusals: list[Exception] = []
         self._metrics: list[str] = []
 
     # ------------------------------------------------------------------ bookkeeping
@@ -410,20 +462,19 @@ class _Transition:
         if reply.outcome is Outcome.REJECTED:
             self.set_step(_settled(record, StepStatus.FAILED, error=_error(reply), may_have_happened=False))
             return
+        # An attempt that made calls without a definitive answer (a failed probe of a half-open circuit, a read
+        # timeout) may have had its effect: remembered on the step, so an unwind compensates it.
+        reached = record.may_have_happened or reply.calls > 0 or reply.outcome_unknown
         if _no_call_made(reply) and running and record.deferrals < self.config.max_deferrals:
-            retry_at = max(self.now, reply.retry_at or self.now)
-            self._dispatch_forward(
-                step,
-                record.attempt,
-                retry_at,
-                base=record.evolve(deferrals=record.deferrals + 1),
-                delay=retry_at - self.now,
-            )
+            delay = _retry_delay(reply, self.now)
+            base = record.evolve(deferrals=record.deferrals + 1, may_have_happened=reached)
+            self._dispatch_forward(step, record.attempt, self.now + delay, base=base, delay=delay)
             return
         retryable = reply.outcome is Outcome.DEFERRED or _retryable(reply)
         if retryable and running and record.attempt < step.retry.max_attempts:
             delay = round(backoff_seconds(step.retry, record.attempt, self.service.rng))
-            self._dispatch_forward(step, record.attempt + 1, self.now + delay, base=record, delay=delay)
+            base = record.evolve(may_have_happened=reached)
+            self._dispatch_forward(step, record.attempt + 1, self.now + delay, base=base, delay=delay)
             return
         self.set_step(_settled(record, StepStatus.FAILED, error=_error(reply), may_have_happened=True))
 
@@ -436,11 +487,12 @@ class _Transition:
             output = None if self.oversized else reply.output
             self.set_step(_settled(record, StepStatus.COMPENSATED, comp_output=output))
             return
-        if _no_call_made(reply) and record.deferrals < self.config.max_deferrals:
-            retry_at = max(self.now, reply.retry_at or self.now)
-            self._dispatch_compensation(
-                record.evolve(deferrals=record.deferrals + 1), record.comp_attempt, retry_at, delay=retry_at - self.now
-            )
+        # The compensation has a deferral budget of its own: deferrals of the forward action (the outage that made
+        # the workflow unwind, often) must not use up the compensation's attempts.
+        if _no_call_made(reply) and record.comp_deferrals < self.config.max_deferrals:
+            delay = _retry_delay(reply, self.now)
+            base = record.evolve(comp_deferrals=record.comp_deferrals + 1)
+            self._dispatch_compensation(base, record.comp_attempt, self.now + delay, delay=delay)
             return
         # A compensation makes one call per attempt, so every failure that is not a definitive refusal uses one
         # supervised attempt and is retried with backoff while attempts remain (a business refusal cannot improve).
@@ -500,7 +552,18 @@ class _Transition:
 
     # ------------------------------------------------------------------ advance
     def advance(self) -> None:
-        """Make every transition the snapshot allows: dispatch ready steps, finish the workflow, or unwind it."""
+        """Make every transition the snapshot allows: dispatch ready steps, finish the workflow, or unwind it.
+
+        Passes repeat until one changes nothing: a step whose request could not be prepared fails during a pass, and
+        the next pass unwinds the workflow (or finishes it COMPENSATION_FAILED) in the same write.
+        """
+        for _ in range(_MAX_ADVANCE_PASSES):
+            before = self.snapshot
+            self._advance_once()
+            if self.snapshot is before:
+                return
+
+    def _advance_once(self) -> None:
         workflow = self.snapshot.workflow
         if workflow.status is WorkflowStatus.RUNNING:
             failed = [r for r in self.snapshot.steps.values() if r.status is StepStatus.FAILED]
@@ -575,61 +638,122 @@ class _Transition:
     def _dispatch_forward(
         self, step: StepDefinition, attempt: int, start_at: int, *, base: StepRecord | None = None, delay: int = 0
     ) -> None:
+        """Put ``step`` in flight as ``attempt`` and queue its request; a request that cannot be prepared fails it.
+
+        Every failure while preparing a dispatch ends on the step that caused it (rendering its input, a size over
+        the limits, an agent no longer configured): the step is FAILED with the reason, in this same write, so the
+        workflow unwinds at once instead of a reply failing again and again until the step times out.
+        """
         complete_by = start_at + step.timeout_seconds
         record = (base or StepRecord(step=step.name, status=StepStatus.PENDING)).evolve(
             status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by
         )
-        request = StepRequest(
-            workflow_id=self.workflow_id,
-            step=step.name,
-            phase=Phase.ACTION,
-            agent=step.agent,
-            action=step.action,
-            attempt=attempt,
-            complete_by=complete_by,
-            token=remote_token(self.workflow_id, step.name, step.action),
-            input=self.snapshot.input_of(step.name),
-            backoff_base_seconds=step.retry.backoff_base_seconds,
-            backoff_cap_seconds=step.retry.backoff_cap_seconds,
-            jitter=step.retry.jitter,
-            max_calls=step.retry.max_attempts,
-        )
+        try:
+            step_input = self.snapshot.input_of(step.name)
+            json_size(step_input, MAX_STEP_INPUT_BYTES, what=f"the input of step {step.name}")
+            request = StepRequest(
+                workflow_id=self.workflow_id,
+                step=step.name,
+                phase=Phase.ACTION,
+                agent=step.agent,
+                action=step.action,
+                attempt=attempt,
+                complete_by=complete_by,
+                token=remote_token(self.workflow_id, step.name, step.action),
+                input=step_input,
+                backoff_base_seconds=step.retry.backoff_base_seconds,
+                backoff_cap_seconds=step.retry.backoff_cap_seconds,
+                jitter=step.retry.jitter,
+                max_calls=step.retry.max_attempts,
+            )
+            outgoing = self._outgoing(step.agent, request, delay)
+        except _PREPARATION_ERRORS as error:
+            # An earlier attempt may have reached the service; a first dispatch never did.
+            failed = base or StepRecord(step=step.name, status=StepStatus.PENDING)
+            self._refuse(step.name, error)
+            self.set_step(
+                _settled(failed, StepStatus.FAILED, error=_preparation_error(error), may_have_happened=attempt > 1)
+            )
+            return
         self.set_step(record)
-        self.messages.append(self._outgoing(step.agent, request, delay))
+        self.messages.append(outgoing)
 
     def _dispatch_compensation(self, record: StepRecord, comp_attempt: int, start_at: int, *, delay: int = 0) -> None:
+        """Put the compensation of ``record`` in flight; one that cannot be prepared is COMPENSATION_FAILED."""
         step = self.definition.step(record.step)
         compensation = step.compensation
         assert compensation is not None
         complete_by = start_at + compensation.timeout_seconds
-        context = self.snapshot.context()
-        context["step"] = {"input": self.snapshot.input_of(step.name), "output": record.output}
-        request = StepRequest(
-            workflow_id=self.workflow_id,
-            step=step.name,
-            phase=Phase.COMPENSATION,
-            agent=step.agent,
-            action=compensation.action,
-            attempt=comp_attempt,
-            complete_by=complete_by,
-            token=remote_token(self.workflow_id, step.name, compensation.action),
-            original_token=remote_token(self.workflow_id, step.name, step.action),
-            input=render(compensation.input, context),
-            backoff_base_seconds=compensation.retry.backoff_base_seconds,
-            backoff_cap_seconds=compensation.retry.backoff_cap_seconds,
-            jitter=compensation.retry.jitter,
-            # One call per compensation attempt: retries are new supervised attempts, delayed by the backoff.
-            max_calls=1,
-        )
+        try:
+            context = self.snapshot.context()
+            context["step"] = {"input": self.snapshot.input_of(step.name), "output": record.output}
+            comp_input = render(compensation.input, context)
+            json_size(comp_input, MAX_STEP_INPUT_BYTES, what=f"the compensation input of step {step.name}")
+            request = StepRequest(
+                workflow_id=self.workflow_id,
+                step=step.name,
+                phase=Phase.COMPENSATION,
+                agent=step.agent,
+                action=compensation.action,
+                attempt=comp_attempt,
+                complete_by=complete_by,
+                token=remote_token(self.workflow_id, step.name, compensation.action),
+                original_token=remote_token(self.workflow_id, step.name, step.action),
+                input=comp_input,
+                backoff_base_seconds=compensation.retry.backoff_base_seconds,
+                backoff_cap_seconds=compensation.retry.backoff_cap_seconds,
+                jitter=compensation.retry.jitter,
+                # One call per compensation attempt: retries are new supervised attempts, delayed by the backoff.
+                max_calls=1,
+            )
+            outgoing = self._outgoing(step.agent, request, delay)
+        except _PREPARATION_ERRORS as error:
+            # Nothing can undo this step without a person: it waits, COMPENSATION_FAILED, with the reason.
+            self._refuse(step.name, error)
+            self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_preparation_error(error)))
+            return
         self.set_step(record.evolve(status=StepStatus.COMPENSATING, comp_attempt=comp_attempt, complete_by=complete_by))
-        self.messages.append(self._outgoing(step.agent, request, delay))
+        self.messages.append(outgoing)
+
+    def _refuse(self, step: str, error: Exception) -> None:
+        logger.warning(
+            "step request could not be prepared",
+            extra={"workflow_id": self.workflow_id, "step": step, "error": str(error)[:500]},
+        )
+        self.refusals.append(error if isinstance(error, PayloadTooLargeError) else InvalidDefinitionError(str(error)))
+        self.count("StepsNotPrepared")
 
     def _outgoing(self, agent: str, request: StepRequest, delay: int) -> Outgoing:
         try:
             queue_url = self.config.agent_queue_urls[agent]
         except KeyError:
-            raise InvalidDefinitionError(f"unknown agent {agent!r}") from None
+            raise InvalidDefinitionError(f"agent {agent!r} is not configured (template AGENTS)") from None
         return Outgoing(queue_url=queue_url, body=encode(request), delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)))
+
+
+#: What preparing a step request can raise: the input's JMESPath at run time (a function given a wrong type), a
+#: size over a limit, an agent no longer configured, a value the request model refuses, or nesting too deep.
+_PREPARATION_ERRORS = (
+    JMESPathError,
+    PayloadTooLargeError,
+    InvalidDefinitionError,
+    ValueError,
+    TypeError,
+    RecursionError,
+)
+
+
+def _preparation_error(error: Exception) -> dict[str, Any]:
+    """The step's error for a request that could not be prepared: a code and a message without internals."""
+    if isinstance(error, PayloadTooLargeError):
+        code, message = "INPUT_TOO_LARGE", f"{error.what} is {error.size} bytes; the limit is {error.limit} bytes"
+    elif isinstance(error, InvalidDefinitionError):
+        code, message = "AGENT_NOT_CONFIGURED", str(error)
+    elif isinstance(error, RecursionError):
+        code, message = "INPUT_NOT_RENDERED", "the input nests too deeply to render"
+    else:
+        code, message = "INPUT_NOT_RENDERED", f"the input could not be rendered: {type(error).__name__}: {error}"
+    return StepError(code=code, message=message[:2048]).model_dump()
 
 
 def _settled(
@@ -649,7 +773,9 @@ def _settled(
     else:
         changes.update(error=error)
     if may_have_happened is not None:
-        changes.update(may_have_happened=may_have_happened)
+        # Sticky: once an attempt may have reached the service without a definitive answer, the step is compensated
+        # if the workflow unwinds, whatever a later attempt reports (DESIGN Rule 6).
+        changes.update(may_have_happened=may_have_happened or record.may_have_happened)
     return record.evolve(**changes)
 
 
@@ -665,6 +791,30 @@ def _error(reply: StepReply) -> dict[str, Any]:
     if reply.error is not None:
         return reply.error.model_dump()
     return StepError(code=reply.outcome.value.upper(), message="no detail").model_dump()
+
+
+#: Shortest wait before an attempt deferred by an open circuit is tried again (seconds): never a hot loop.
+MIN_DEFERRAL_SECONDS = 1
+
+
+def _retry_delay(reply: StepReply, now: int) -> int:
+    """Seconds to wait before an attempt that made no call is dispatched again (an SQS delay, 0..900).
+
+    An attempt that reached its agent after its complete-by goes again at once, with a new complete-by. One deferred
+    by an open circuit waits for the breaker: ``retry_after_seconds``, a duration the agent measured on its own
+    clock, so a skewed agent clock cannot make the wait too short (an absolute ``retry_at`` read against the
+    scheduler's clock could, and an agent 4 s behind then deferred the same attempt again and again within one
+    second: a hot loop that used up the deferral budget). At least `MIN_DEFERRAL_SECONDS`.
+    """
+    if reply.outcome is not Outcome.DEFERRED:
+        return 0
+    if reply.retry_after_seconds is not None:
+        wait = reply.retry_after_seconds
+    elif reply.retry_at is not None:  # a reply of an agent that predates retry_after_seconds
+        wait = reply.retry_at - now
+    else:
+        wait = 0
+    return max(MIN_DEFERRAL_SECONDS, min(_MAX_SQS_DELAY, wait))
 
 
 def _no_call_made(reply: StepReply) -> bool:

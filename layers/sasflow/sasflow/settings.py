@@ -6,8 +6,9 @@ Nothing reads the environment at import time: handlers call ``from_env`` once pe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -15,14 +16,27 @@ from .errors import ConfigurationError
 
 M = TypeVar("M", bound=BaseModel)
 
+#: Plain http is allowed only to a loopback host (the local stack); every other remote service must be https.
+_LOOPBACK_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
+
+
+class AgentRoute(BaseModel):
+    """How the engine reaches one agent: its request queue, and the actions it accepts (template ``AGENTS``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue_url: str = Field(min_length=1)
+    actions: tuple[str, ...] = Field(min_length=1)
+
 
 class EngineConfig(BaseModel):
     """Settings of the scheduler and supervisor (the orchestration engine).
 
     Attributes
     ----------
-    agent_queue_urls:
-        Agent name → URL of its request queue. A definition may use only these agents.
+    agents:
+        Agent name → its request queue and allowed actions (``AGENTS``, generated from agents.yaml). A definition
+        may use only these agents, and of each only the actions it declares.
     deadline_shards:
         Partitions of the deadline index (write sharding; DESIGN Rule 3).
     deadline_grace_seconds:
@@ -37,13 +51,17 @@ class EngineConfig(BaseModel):
         Cap on overdue entries one supervisor run handles; the next run takes the rest.
     lease_seconds:
         How long a supervisor holds its lease (Leader Election pattern); at most the supervisor's timeout.
+    api_authorizer:
+        The deployment's API authorizer (``AWS_IAM`` or ``JWT``): which verified identity a request must carry.
+    workflow_id_secret:
+        The Secrets Manager secret (ARN or name) whose value keys the workflow ids of Idempotency-Key starts.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     state_table: str = "sasflow-state"
     response_queue_url: str = ""
-    agent_queue_urls: dict[str, str] = Field(default_factory=dict)
+    agents: dict[str, AgentRoute] = Field(default_factory=dict)
     deadline_shards: int = Field(default=8, ge=1, le=64)
     deadline_grace_seconds: int = Field(default=30, ge=1)
     max_clock_skew_seconds: int = Field(default=5, ge=0)
@@ -51,6 +69,8 @@ class EngineConfig(BaseModel):
     max_deferrals: int = Field(default=20, ge=0)
     max_overdue_per_sweep: int = Field(default=1000, ge=1)
     lease_seconds: int = Field(default=50, ge=1)
+    api_authorizer: Literal["AWS_IAM", "JWT"] = "AWS_IAM"
+    workflow_id_secret: str = ""
 
     @model_validator(mode="after")
     def _grace_covers_skew(self) -> EngineConfig:
@@ -58,9 +78,14 @@ class EngineConfig(BaseModel):
             raise ValueError("DEADLINE_GRACE_SECONDS must be greater than MAX_CLOCK_SKEW_SECONDS")
         return self
 
+    @property
+    def agent_queue_urls(self) -> dict[str, str]:
+        """Agent name → URL of its request queue."""
+        return {name: agent.queue_url for name, agent in self.agents.items()}
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> EngineConfig:
-        """Build from ``STATE_TABLE``, ``RESPONSE_QUEUE_URL``, ``AGENT_QUEUE_URLS`` (JSON object) and the rest.
+        """Build from ``STATE_TABLE``, ``RESPONSE_QUEUE_URL``, ``AGENTS`` (JSON object) and the rest.
 
         Raises
         ------
@@ -73,7 +98,7 @@ class EngineConfig(BaseModel):
             {
                 "state_table": "STATE_TABLE",
                 "response_queue_url": "RESPONSE_QUEUE_URL",
-                "agent_queue_urls": "AGENT_QUEUE_URLS",
+                "agents": "AGENTS",
                 "deadline_shards": "DEADLINE_SHARDS",
                 "deadline_grace_seconds": "DEADLINE_GRACE_SECONDS",
                 "max_clock_skew_seconds": "MAX_CLOCK_SKEW_SECONDS",
@@ -81,9 +106,11 @@ class EngineConfig(BaseModel):
                 "max_deferrals": "MAX_DEFERRALS",
                 "max_overdue_per_sweep": "MAX_OVERDUE_PER_SWEEP",
                 "lease_seconds": "SUPERVISOR_LEASE_SECONDS",
+                "api_authorizer": "API_AUTHORIZER",
+                "workflow_id_secret": "WORKFLOW_ID_SECRET",
             },
-            required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENT_QUEUE_URLS"),
-            json_fields=("agent_queue_urls",),
+            required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
+            json_fields=("agents",),
         )
 
 
@@ -94,8 +121,14 @@ class AgentConfig(BaseModel):
     ----------
     agent_name:
         The remote service this agent calls (``flights``, ``hotels``, ...).
+    actions:
+        The actions this agent accepts (``AGENT_ACTIONS``, comma-separated); a request for another is refused.
     remote_base_url:
-        Base URL of the remote service; actions are POSTed to ``{base}/{action}``.
+        Base URL of the remote service; actions are POSTed to ``{base}/{action}``. https, or http on loopback only.
+    remote_auth:
+        How calls authenticate: ``none``, ``sigv4`` (signed for ``execute-api`` with the function's role) or
+        ``header`` (``remote_auth_header`` set to the value of ``remote_auth_secret``: ``secretsmanager:<id>`` or
+        ``ssm:<name>``, read through powertools' parameters utility and cached for ``secret_max_age_seconds``).
     idempotency_table:
         DynamoDB table of powertools idempotency records (also holds the shared circuit-breaker state).
     response_queue_url:
@@ -118,7 +151,12 @@ class AgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agent_name: str = Field(min_length=1)
+    actions: tuple[str, ...] = Field(min_length=1)
     remote_base_url: str = Field(min_length=1)
+    remote_auth: Literal["none", "sigv4", "header"] = "none"
+    remote_auth_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    remote_auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
+    secret_max_age_seconds: int = Field(default=300, ge=0, le=86_400)
     idempotency_table: str = "sasflow-idempotency"
     response_queue_url: str = ""
     remote_timeout_seconds: float = Field(default=10.0, gt=0, le=900)
@@ -131,10 +169,24 @@ class AgentConfig(BaseModel):
 
     @field_validator("remote_base_url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("REMOTE_BASE_URL must be an http(s) URL")
+    def _https_url(cls, value: str) -> str:
+        if not (value.startswith("https://") or _LOOPBACK_URL.match(value)):
+            raise ValueError("REMOTE_BASE_URL must be an https URL (plain http only on loopback)")
         return value.rstrip("/")
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _header_auth_is_complete(self) -> AgentConfig:
+        has_header = self.remote_auth_header is not None and self.remote_auth_secret is not None
+        if (self.remote_auth == "header") != has_header:
+            raise ValueError("REMOTE_AUTH=header needs REMOTE_AUTH_HEADER and REMOTE_AUTH_SECRET (and only it does)")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> AgentConfig:
@@ -150,7 +202,12 @@ class AgentConfig(BaseModel):
             environ,
             {
                 "agent_name": "AGENT_NAME",
+                "actions": "AGENT_ACTIONS",
                 "remote_base_url": "REMOTE_BASE_URL",
+                "remote_auth": "REMOTE_AUTH",
+                "remote_auth_header": "REMOTE_AUTH_HEADER",
+                "remote_auth_secret": "REMOTE_AUTH_SECRET",
+                "secret_max_age_seconds": "REMOTE_AUTH_SECRET_MAX_AGE_SECONDS",
                 "idempotency_table": "IDEMPOTENCY_TABLE",
                 "response_queue_url": "RESPONSE_QUEUE_URL",
                 "remote_timeout_seconds": "REMOTE_TIMEOUT_SECONDS",
@@ -161,7 +218,7 @@ class AgentConfig(BaseModel):
                 "breaker_cache_seconds": "BREAKER_CACHE_SECONDS",
                 "idempotency_expiry_seconds": "IDEMPOTENCY_EXPIRY_SECONDS",
             },
-            required=("AGENT_NAME", "REMOTE_BASE_URL", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
+            required=("AGENT_NAME", "AGENT_ACTIONS", "REMOTE_BASE_URL", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
             json_fields=(),
         )
 

@@ -75,10 +75,12 @@ IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
 
 #: Allowed step transitions; the store checks every write against them (`check_step_move`, at the store boundary).
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
-    StepStatus.PENDING: frozenset({StepStatus.PROCESSING, StepStatus.SKIPPED}),
+    # PENDING -> FAILED: the step's first request could not be prepared (its input, a size limit), so it was never sent.
+    StepStatus.PENDING: frozenset({StepStatus.PROCESSING, StepStatus.SKIPPED, StepStatus.FAILED}),
     StepStatus.PROCESSING: frozenset({StepStatus.PROCESSING, StepStatus.COMPLETED, StepStatus.FAILED}),
-    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    # -> COMPENSATION_FAILED directly: the compensation's request could not be prepared, so nothing can undo it.
+    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATION_FAILED}),
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATION_FAILED}),
     StepStatus.SKIPPED: frozenset(),
     StepStatus.COMPENSATING: frozenset(
         {StepStatus.COMPENSATING, StepStatus.COMPENSATED, StepStatus.COMPENSATION_FAILED}
@@ -118,8 +120,8 @@ def _closure(table: dict[StatusT, frozenset[StatusT]]) -> dict[StatusT, frozense
 #: Moves the scheduler makes by itself right after a step's own transition, in the same write: a step that completed
 #: or failed while its workflow unwinds starts its compensation at once.
 STEP_FOLLOW_UPS: dict[StepStatus, frozenset[StepStatus]] = {
-    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING}),
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    StepStatus.COMPLETED: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATION_FAILED}),
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATION_FAILED}),
 }
 #: Where one write may take a workflow: any status reachable through allowed transitions (a rejected first step
 #: with nothing to compensate goes RUNNING -> COMPENSATING -> COMPENSATED in one write).
@@ -129,12 +131,15 @@ WORKFLOW_REACHABLE = _closure(WORKFLOW_TRANSITIONS)
 def check_step_move(current: StepStatus, target: StepStatus) -> None:
     """Raise ``ValueError`` unless one write may take a step from ``current`` to ``target``.
 
-    One write applies at most one event to a step (a dispatch, a reply, a timeout: one allowed transition), then
-    possibly one of the scheduler's ``STEP_FOLLOW_UPS``. So PENDING -> COMPLETED is refused: a reply needs a
-    dispatch written before it.
+    One write applies at most one event to a step (a dispatch, a reply, a timeout: one allowed transition), then,
+    for a step that was in flight, possibly one of the scheduler's ``STEP_FOLLOW_UPS``. So PENDING -> COMPLETED is
+    refused (a reply needs a dispatch written before it), and so is PENDING -> COMPENSATING (a step whose first
+    request could not be prepared fails without ever having been sent: there is nothing to compensate).
     """
     allowed = STEP_TRANSITIONS[current]
-    if target in allowed or any(target in STEP_FOLLOW_UPS.get(step, frozenset()) for step in allowed):
+    if target in allowed:
+        return
+    if current in IN_FLIGHT_STEP and any(target in STEP_FOLLOW_UPS.get(step, frozenset()) for step in allowed):
         return
     raise ValueError(f"step transition {current.value} -> {target.value} is not allowed")
 

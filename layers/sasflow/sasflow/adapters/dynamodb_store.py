@@ -163,6 +163,8 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
         doc["resends"] = record.resends
     if record.deferrals:
         doc["deferrals"] = record.deferrals
+    if record.comp_deferrals:
+        doc["comp_deferrals"] = record.comp_deferrals
     doc["output"] = _doc(record.output)
     doc["error"] = _doc(record.error)
     doc["comp_output"] = _doc(record.comp_output)
@@ -181,6 +183,7 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         may_have_happened=bool(doc.get("may_have_happened", False)),
         resends=doc.get("resends", 0),
         deferrals=doc.get("deferrals", 0),
+        comp_deferrals=doc.get("comp_deferrals", 0),
         comp_output=_undoc(doc.get("comp_output")),
         updated_at=doc.get("updated_at", 0),
     )
@@ -210,6 +213,7 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
         "idempotency_key": workflow.idempotency_key,
+        "owner": workflow.owner,
         "reason": workflow.reason,
         "expires_at": workflow.expires_at,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
@@ -232,6 +236,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         created_at=item["created_at"],
         updated_at=item["updated_at"],
         idempotency_key=item.get("idempotency_key"),
+        owner=item.get("owner"),
         reason=item.get("reason"),
         expires_at=item.get("expires_at"),
     )

@@ -1,0 +1,449 @@
+"""The agents of a deployment, declared once in ``agents.yaml``, and the parts of ``template.yaml`` made from them.
+
+Every agent needs the same dozen things in the template: a request queue and its dead-letter queue, a function, an
+SQS event source mapping scoped to its own queue, a log group, policies, alarms, its place in the engine's agent list
+(the ``AGENTS`` variable: each agent's queue and allowed actions) and outputs. Writing them by hand took nine edits per
+agent. Here they are rendered from ``agents.yaml`` between ``# >>> agents:<part>`` and ``# <<< agents:<part>``
+markers of ``template.yaml``, which stays a plain template that ``sam validate``, ``sam build``, ``sam deploy`` and
+the local stack read as it is (``Fn::ForEach`` was the alternative: its collections hold only strings, so the
+engine's list of agents and actions could not be built from it, and every tool would have to expand it).
+
+``python -m devstack template`` rewrites the parts (every make target that reads the template runs it first);
+``render_template`` is the same function for tests, and ``check_template`` tells whether the file is up to date.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+AGENTS_FILE: Final = REPO_ROOT / "agents.yaml"
+TEMPLATE_FILE: Final = REPO_ROOT / "template.yaml"
+PARTS: Final = ("parameters", "globals", "resources", "outputs")
+_NAME = r"^[a-z][a-z0-9]*$"
+_LOOPBACK = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
+
+
+class AgentsFileError(ValueError):
+    """``agents.yaml`` is malformed, or ``template.yaml`` lacks the markers of a generated part."""
+
+
+class AgentDeclaration(BaseModel):
+    """One entry of ``agents.yaml`` (see the comments at the top of that file for each field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME, max_length=32)
+    description: str = Field(min_length=1, max_length=200)
+    kind: Literal["http"] = "http"
+    base_url: str = Field(min_length=1)
+    actions: tuple[str, ...] = Field(min_length=1)
+    auth: Literal["none", "sigv4", "header"] = "none"
+    auth_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
+    invoke_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:execute-api:.+$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentDeclaration:
+        if self.base_url not in ("sample", "parameter") and not (
+            self.base_url.startswith("https://") or _LOOPBACK.match(self.base_url)
+        ):
+            raise ValueError(f"agent {self.name}: base_url must be sample, parameter or an https URL")
+        for action in self.actions:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", action):
+                raise ValueError(f"agent {self.name}: invalid action name {action!r}")
+        if len(set(self.actions)) != len(self.actions):
+            raise ValueError(f"agent {self.name}: an action is listed twice")
+        if (self.auth == "header") != (self.auth_header is not None and self.auth_secret is not None):
+            raise ValueError(f"agent {self.name}: auth header needs auth_header and auth_secret (and only it does)")
+        return self
+
+    @property
+    def pascal(self) -> str:
+        """The name as it starts logical ids: ``flights`` → ``Flights``."""
+        return self.name[:1].upper() + self.name[1:]
+
+    @property
+    def base_url_parameter(self) -> str | None:
+        """The template parameter holding the base URL, or None for a fixed URL."""
+        return f"{self.pascal}BaseUrl" if self.base_url in ("sample", "parameter") else None
+
+
+def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
+    """Read ``agents.yaml``: a mapping of agent name to its declaration, in file order.
+
+    Raises
+    ------
+    AgentsFileError
+        When the file is not a mapping, or an entry is invalid (the message names the agent and the field).
+    """
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not data:
+        raise AgentsFileError(f"{path.name}: expected a mapping of agent name to its declaration")
+    agents = []
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise AgentsFileError(f"{path.name}: agent {name!r} must be a mapping")
+        try:
+            agents.append(AgentDeclaration.model_validate({"name": name, **entry}))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in error.errors())
+            raise AgentsFileError(f"{path.name}: agent {name!r}: {problems}") from None
+    return agents
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def _alarm(logical_id: str, description: str, namespace: str, metric: str, dimension: str, value: str) -> str:
+    statistic = "Maximum" if namespace == "AWS/SQS" else "Sum"
+    return f"""\
+  {logical_id}:
+    Type: AWS::CloudWatch::Alarm
+    Properties:
+      AlarmDescription: {json.dumps(description)}
+      Namespace: {namespace}
+      MetricName: {metric}
+      Dimensions:
+        - Name: {dimension}
+          Value: {value}
+      Statistic: {statistic}
+      Period: 60
+      EvaluationPeriods: 1
+      Threshold: 1
+      ComparisonOperator: GreaterThanOrEqualToThreshold
+      TreatMissingData: notBreaching
+      AlarmActions: [!Ref AlarmTopic]
+"""
+
+
+def _base_url(agent: AgentDeclaration) -> str:
+    if agent.base_url == "sample":
+        sample = (
+            '!Sub "https://${SampleServicesApi}.execute-api.${AWS::Region}.${AWS::URLSuffix}'
+            f'/sample/{agent.name}"'
+        )
+        return f"!If [SampleServices, {sample}, !Ref {agent.base_url_parameter}]"
+    if agent.base_url == "parameter":
+        return f"!Ref {agent.base_url_parameter}"
+    return json.dumps(agent.base_url)
+
+
+_SAMPLE_API_ARN = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${SampleServicesApi}"
+
+
+def _invoke_policy(agent: AgentDeclaration) -> str:
+    if agent.auth != "sigv4":
+        return ""
+    if agent.invoke_arn:
+        return f"""\
+        - Statement:
+            - Sid: InvokeRemoteService
+              Effect: Allow
+              Action: execute-api:Invoke
+              Resource: {json.dumps(agent.invoke_arn)}
+"""
+    if agent.base_url != "sample":
+        return ""
+    return f"""\
+        - !If
+          - SampleServices
+          - Statement:
+              - Sid: InvokeSampleService
+                Effect: Allow
+                Action: execute-api:Invoke
+                Resource: !Sub "{_SAMPLE_API_ARN}/*/POST/sample/{agent.name}/*"
+          - !Ref AWS::NoValue
+"""
+
+
+def _secret_policy(agent: AgentDeclaration) -> str:
+    if agent.auth != "header" or agent.auth_secret is None:
+        return ""
+    source, _, name = agent.auth_secret.partition(":")
+    if source == "secretsmanager":
+        action = "secretsmanager:GetSecretValue"
+        resource = f'!Sub "arn:${{AWS::Partition}}:secretsmanager:${{AWS::Region}}:${{AWS::AccountId}}:secret:{name}*"'
+    else:
+        action = "ssm:GetParameter"
+        resource = (
+            f'!Sub "arn:${{AWS::Partition}}:ssm:${{AWS::Region}}:${{AWS::AccountId}}:parameter/{name.lstrip("/")}"'
+        )
+    return f"""\
+        - Statement:
+            - Sid: RemoteAuthSecret
+              Effect: Allow
+              Action: {action}
+              Resource: {resource}
+"""
+
+
+def _auth_environment(agent: AgentDeclaration) -> str:
+    lines = [f"          REMOTE_AUTH: {agent.auth}"]
+    if agent.auth == "header":
+        lines.append(f"          REMOTE_AUTH_HEADER: {agent.auth_header}")
+        lines.append(f"          REMOTE_AUTH_SECRET: {json.dumps(agent.auth_secret)}")
+    return "\n".join(lines) + "\n"
+
+
+def _agent_resources(agent: AgentDeclaration) -> str:
+    p, name = agent.pascal, agent.name
+    function = f"{p}AgentFunction"
+    leading_keys = json.dumps([f"agent#{name}#*", f"circuit-breaker#{name}"])
+    return (
+        f"""\
+  # ---------------------------------------------------------------- agent: {name}
+  {p}RequestQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      VisibilityTimeout: 180 # >= 6 x {function} timeout (30 s)
+      MessageRetentionPeriod: 345600
+      SqsManagedSseEnabled: true
+      RedrivePolicy:
+        deadLetterTargetArn: !GetAtt {p}DeadLetterQueue.Arn
+        maxReceiveCount: 5
+
+  {p}DeadLetterQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      MessageRetentionPeriod: 1209600
+      SqsManagedSseEnabled: true
+
+  {function}:
+    Type: AWS::Serverless::Function
+    Properties:
+      Description: {json.dumps(agent.description)}
+      CodeUri: functions/agent/
+      Handler: agent_handler.handler
+      ReservedConcurrentExecutions: !If [ReserveAgentConcurrency, !Ref AgentReservedConcurrency, !Ref AWS::NoValue]
+      Environment:
+        Variables:
+          AGENT_NAME: {name}
+          AGENT_ACTIONS: {",".join(agent.actions)}
+          IDEMPOTENCY_TABLE: !Ref IdempotencyTable
+          REMOTE_BASE_URL: {_base_url(agent)}
+"""
+        + _auth_environment(agent)
+        + f"""\
+      LoggingConfig:
+        LogGroup: !Ref {p}AgentLogGroup
+      Policies:
+        - Statement:
+            # powertools idempotency reads, claims, completes and (when the action raises) deletes its records;
+            # the agent may touch only its own records and its own circuit breaker.
+            - Sid: OwnIdempotencyAndBreakerRecords
+              Effect: Allow
+              Action: [dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem]
+              Resource: !GetAtt IdempotencyTable.Arn
+              Condition:
+                ForAllValues:StringLike:
+                  dynamodb:LeadingKeys: {leading_keys}
+            - Sid: Replies
+              Effect: Allow
+              Action: sqs:SendMessage
+              Resource: !GetAtt ResponseQueue.Arn
+            - Sid: OwnQueue
+              Effect: Allow
+              Action: [sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility, sqs:GetQueueAttributes]
+              Resource: !GetAtt {p}RequestQueue.Arn
+"""
+        + _invoke_policy(agent)
+        + _secret_policy(agent)
+        + f"""\
+
+  # Its own event source mapping (not a SAM SQS event, whose managed policy allows every queue): see SchedulerReplies.
+  {p}AgentRequests:
+    Type: AWS::Lambda::EventSourceMapping
+    DependsOn: {function}Role
+    Properties:
+      EventSourceArn: !GetAtt {p}RequestQueue.Arn
+      FunctionName: !Ref {function}
+      BatchSize: 10
+      # Gather up to 1 s of requests per invocation: fewer receives, deletes, replies and invocations (each
+      # billed) for at most 1 s more per step at low load.
+      MaximumBatchingWindowInSeconds: 1
+      FunctionResponseTypes: [ReportBatchItemFailures]
+      ScalingConfig:
+        MaximumConcurrency: !Ref AgentMaximumConcurrency
+
+  {p}AgentLogGroup:
+    Type: AWS::Logs::LogGroup
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_158
+            comment: CloudWatch Logs encrypts every log group at rest; step inputs and outputs are never logged.
+    Properties:
+      LogGroupName: !Sub "/sasflow/${{AWS::StackName}}/{function}"
+      RetentionInDays: !Ref LogRetentionDays
+
+"""
+        + _alarm(
+            f"{function}ErrorsAlarm",
+            f"{function} invocations failed (its log group has the errors).",
+            "AWS/Lambda",
+            "Errors",
+            "FunctionName",
+            f"!Ref {function}",
+        )
+        + "\n"
+        + _alarm(
+            f"{function}ThrottlesAlarm",
+            f"{function} invocations were throttled (its requests wait in {p}RequestQueue).",
+            "AWS/Lambda",
+            "Throttles",
+            "FunctionName",
+            f"!Ref {function}",
+        )
+        + "\n"
+        + _alarm(
+            f"{p}DeadLetterAlarm",
+            f'Step requests wait in {p}DeadLetterQueue (README, "Operate it", dead-letter redrive).',
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            "QueueName",
+            f"!GetAtt {p}DeadLetterQueue.QueueName",
+        )
+    )
+
+
+def _base_url_description(agent: AgentDeclaration) -> str:
+    when = " (used when DeploySampleServices is false)" if agent.base_url == "sample" else ""
+    return f"Base URL of the {agent.name} service{when}; https, or http on loopback only."
+
+
+def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
+    """The text of each generated part of ``template.yaml`` (without its markers), by part name."""
+    parameters = "".join(
+        f"""\
+  {agent.base_url_parameter}:
+    Type: String
+    Default: ""
+    Description: {json.dumps(_base_url_description(agent))}
+"""
+        for agent in agents
+        if agent.base_url_parameter
+    )
+    entries = ",\n          ".join(
+        f'"{agent.name}": {{"queue_url": "${{{agent.pascal}RequestQueue}}", '
+        f'"actions": {json.dumps(list(agent.actions))}}}'
+        for agent in agents
+    )
+    globals_part = f"""\
+        # Each agent's request queue and the actions it accepts (a definition naming another action is refused).
+        AGENTS: !Sub >-
+          {{{entries}}}
+"""
+    queues = "\n".join(f"              - !GetAtt {agent.pascal}RequestQueue.Arn" for agent in agents)
+    resources = f"""\
+  # The API, scheduler and supervisor send step requests to every agent's queue, and nowhere else.
+  AgentRequestQueuesSendPolicy:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      Description: Send step requests to the agents' request queues (API, scheduler and supervisor).
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: AgentRequestQueues
+            Effect: Allow
+            Action: sqs:SendMessage
+            Resource:
+{queues}
+
+""" + "\n".join(_agent_resources(agent) for agent in agents)
+    dead_letters = "\n".join(f"        - !Ref {agent.pascal}DeadLetterQueue" for agent in agents)
+    outputs = (
+        "".join(
+            f"""\
+  {agent.pascal}RequestQueueUrl:
+    Value: !Ref {agent.pascal}RequestQueue
+"""
+            for agent in agents
+        )
+        + f"""\
+  DeadLetterQueueUrls:
+    Description: Every dead-letter queue of the stack, comma-separated.
+    Value: !Join
+      - ","
+      - - !Ref ResponseDeadLetterQueue
+{dead_letters}
+"""
+    )
+    return {"parameters": parameters, "globals": globals_part, "resources": resources, "outputs": outputs}
+
+
+def _marker_re(part: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"(?P<open>^[ \t]*# >>> agents:{part}\b[^\n]*\n)(?P<body>.*?)(?P<close>^[ \t]*# <<< agents:{part}\b[^\n]*$)",
+        re.MULTILINE | re.DOTALL,
+    )
+
+
+def _replacer(body: str) -> Any:
+    def replace(match: re.Match[str]) -> str:
+        return match.group("open") + body + match.group("close")
+
+    return replace
+
+
+def render_template(template_text: str, agents: list[AgentDeclaration]) -> str:
+    """Return ``template_text`` with every generated part replaced by the one ``agents`` give.
+
+    Raises
+    ------
+    AgentsFileError
+        When a part's pair of markers is missing or appears twice.
+    """
+    parts = render_parts(agents)
+    text = template_text
+    for part in PARTS:
+        pattern = _marker_re(part)
+        found = pattern.findall(text)
+        if len(found) != 1:
+            raise AgentsFileError(f"template.yaml needs one '# >>> agents:{part}' ... '# <<< agents:{part}' pair")
+        text = pattern.sub(_replacer(parts[part]), text)
+    return text
+
+
+@dataclass(frozen=True)
+class TemplateCheck:
+    """Whether ``template.yaml`` holds the parts ``agents.yaml`` gives: ``current`` and the text it should have."""
+
+    current: bool
+    expected: str
+
+
+def check_template(template: Path = TEMPLATE_FILE, agents_file: Path = AGENTS_FILE) -> TemplateCheck:
+    """Compare ``template`` with what ``agents_file`` renders, without writing."""
+    text = template.read_text(encoding="utf-8")
+    expected = render_template(text, load_agents(agents_file))
+    return TemplateCheck(current=expected == text, expected=expected)
+
+
+def write_template(template: Path = TEMPLATE_FILE, agents_file: Path = AGENTS_FILE) -> bool:
+    """Render the generated parts into ``template``; return True when the file changed."""
+    check = check_template(template, agents_file)
+    if not check.current:
+        template.write_text(check.expected, encoding="utf-8")
+    return not check.current
+
+
+def agent_names(agents_file: Path = AGENTS_FILE) -> list[str]:
+    """The agents' names, in declaration order (for the demo, the tests and the alarms)."""
+    return [agent.name for agent in load_agents(agents_file)]
+
+
+def parameters_for_base_urls(base_urls: dict[str, str], agents_file: Path = AGENTS_FILE) -> dict[str, Any]:
+    """The template parameters that point each agent with a base-URL parameter at ``base_urls[agent]``."""
+    return {
+        agent.base_url_parameter: base_urls[agent.name]
+        for agent in load_agents(agents_file)
+        if agent.base_url_parameter and agent.name in base_urls
+    }

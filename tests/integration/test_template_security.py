@@ -1,0 +1,251 @@
+"""What would really deploy, checked on the template as SAM translates it (tools/translate_template.py).
+
+SAM adds roles, policies and permissions of its own; the checks read the CloudFormation it produces, with each
+condition decided for the parameters of the case:
+
+- every route of every API is authorized (AWS_IAM by default, JWT when chosen), and the template's routes are the
+  API function's routes;
+- each function's policies name exact actions on its own resources: no wildcard resource, no Scan, no DeleteItem on
+  the state table, no ``index/*``; the managed policies SAM attaches are AWS's logging and X-Ray ones, and nothing
+  polls a queue but through its own event source mapping;
+- every function logs to a log group of the template that has a retention;
+- every alarm notifies someone (AlarmActions), and the state table cannot be deleted by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.template import Stack
+from tests.support.lambdas import ROOT
+
+SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
+#: AWS managed policies SAM attaches to the roles it makes, and why they are allowed (their wildcards are AWS's).
+ALLOWED_MANAGED = {
+    # CloudWatch Logs for the function (SAM adds it to every role it generates; its log group is set explicitly).
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+    # X-Ray segments (the Tracing parameter); X-Ray has no resource-level permissions.
+    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+}
+ENGINE = ("ApiFunction", "SchedulerFunction", "SupervisorFunction")
+
+
+@cache
+def translated() -> dict[str, Any]:
+    assert SAM_PYTHON.is_file(), "make sam-venv builds the SAM environment this check translates the template with"
+    output = subprocess.run(
+        [str(SAM_PYTHON), str(ROOT / "tools" / "translate_template.py"), str(ROOT / "template.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    return json.loads(output)  # type: ignore[no-any-return]
+
+
+def resolved(parameters: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The translated resources whose condition holds, with every ``Fn::If`` decided for ``parameters``."""
+    conditions = Stack.from_file(ROOT / "template.yaml", parameters=parameters).conditions
+
+    def decide(value: Any) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {"Fn::If"}:
+                name, when_true, when_false = value["Fn::If"]
+                return decide(when_true if conditions[name] else when_false)
+            out = {key: decide(item) for key, item in value.items()}
+            return {key: item for key, item in out.items() if item != {"Ref": "AWS::NoValue"}}
+        if isinstance(value, list):
+            return [decide(item) for item in value if decide(item) != {"Ref": "AWS::NoValue"}]
+        return value
+
+    return {
+        logical_id: decide(resource)
+        for logical_id, resource in translated()["Resources"].items()
+        if conditions.get(resource.get("Condition", ""), True)
+    }
+
+
+CASES = {
+    "IAM, sample services": {"DeploySampleServices": "true"},
+    "JWT, own services": {
+        "DeploySampleServices": "false",
+        "ApiAuthorizer": "JWT",
+        "JwtIssuer": "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_example",
+        "JwtAudience": "client-1",
+    },
+}
+
+
+def of_type(resources: dict[str, dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {logical_id: r for logical_id, r in resources.items() if r["Type"] == kind}
+
+
+def statements(role: dict[str, Any], resources: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every statement a role grants: its inline policies and the managed policies of this template it names."""
+    found = [s for policy in role["Properties"].get("Policies", []) for s in policy["PolicyDocument"]["Statement"]]
+    for arn in role["Properties"].get("ManagedPolicyArns", []):
+        if isinstance(arn, dict):  # !Ref of an AWS::IAM::ManagedPolicy of the template
+            found += resources[arn["Ref"]]["Properties"]["PolicyDocument"]["Statement"]
+    return found
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_route_is_authorized(case: str) -> None:
+    resources = resolved(CASES[case])
+    routes = of_type(resources, "AWS::ApiGatewayV2::Route")
+    assert len(routes) >= 4
+    expected = "JWT" if CASES[case].get("ApiAuthorizer") == "JWT" else "AWS_IAM"
+    for logical_id, route in routes.items():
+        assert route["Properties"]["AuthorizationType"] == expected, logical_id
+        if expected == "JWT":
+            assert route["Properties"]["AuthorizerId"] == {"Ref": "HttpApiJwtAuthorizer"}, logical_id
+    for logical_id, api in of_type(resources, "AWS::ApiGatewayV2::Api").items():
+        body = api["Properties"].get("Body")
+        if body is None:
+            continue  # routes of their own, checked above
+        for path, methods in body["paths"].items():
+            for method, operation in methods.items():
+                assert operation["security"] == [{"AWS_IAM": []}], (logical_id, path, method)
+
+
+def test_the_template_routes_are_the_api_functions_routes() -> None:
+    from api_handler import app  # the deployed handler's resolver
+
+    template_routes = {
+        r["Properties"]["RouteKey"]
+        for r in of_type(resolved(CASES["IAM, sample services"]), "AWS::ApiGatewayV2::Route").values()
+    }
+    app_routes = {
+        f"{method} {route.openapi_path}"
+        for route in app._static_routes + app._dynamic_routes
+        for method in ([route.method] if isinstance(route.method, str) else route.method)
+    }
+    assert template_routes == app_routes
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(case: str) -> None:
+    resources = resolved(CASES[case])
+    roles = of_type(resources, "AWS::IAM::Role")
+    functions = of_type(resources, "AWS::Lambda::Function")
+    granted: dict[str, set[tuple[str, str]]] = {}
+    for logical_id in functions:
+        role = roles[f"{logical_id}Role"]
+        for arn in role["Properties"].get("ManagedPolicyArns", []):
+            assert isinstance(arn, dict) or arn in ALLOWED_MANAGED, (logical_id, arn)
+        pairs: set[tuple[str, str]] = set()
+        for statement in statements(role, resources):
+            assert statement["Effect"] == "Allow"
+            for resource in as_list(statement["Resource"]):
+                text = json.dumps(resource)
+                assert resource != "*" and '"*"' not in text, (logical_id, statement)
+                assert "index/*" not in text, (logical_id, statement)
+                for action in as_list(statement["Action"]):
+                    assert "*" not in action, (logical_id, action)
+                    pairs.add((action, text))
+        granted[logical_id] = pairs
+    table = json.dumps({"Fn::GetAtt": ["StateTable", "Arn"]})
+    index = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/deadline-index"})
+    for logical_id in ENGINE:
+        on_table = {action for action, resource in granted[logical_id] if resource == table}
+        expected = {"dynamodb:GetItem", "dynamodb:PutItem"}
+        if logical_id == "SupervisorFunction":
+            expected.add("dynamodb:UpdateItem")  # its lease
+            assert ("dynamodb:Query", index) in granted[logical_id]
+        assert on_table == expected, logical_id
+    for logical_id, pairs in granted.items():
+        assert not any(action in ("dynamodb:Scan", "dynamodb:BatchWriteItem") for action, _ in pairs), logical_id
+        assert ("dynamodb:DeleteItem", table) not in pairs, logical_id
+        if logical_id.endswith("AgentFunction"):
+            assert not any("StateTable" in resource for _, resource in pairs), logical_id
+    # an agent's idempotency rights stop at its own records and its own breaker
+    flights = roles["FlightsAgentFunctionRole"]
+    [own] = [s for s in statements(flights, resources) if s.get("Sid") == "OwnIdempotencyAndBreakerRecords"]
+    assert own["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == [
+        "agent#flights#*",
+        "circuit-breaker#flights",
+    ]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_function_polls_only_its_own_queue_through_its_own_event_source_mapping(case: str) -> None:
+    resources = resolved(CASES[case])
+    roles = of_type(resources, "AWS::IAM::Role")
+    mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
+    assert len(mappings) == 4  # the scheduler and the three sample agents
+    for logical_id, mapping in mappings.items():
+        function = mapping["Properties"]["FunctionName"]["Ref"]
+        queue = mapping["Properties"]["EventSourceArn"]
+        receive = [
+            s for s in statements(roles[f"{function}Role"], resources) if "sqs:ReceiveMessage" in as_list(s["Action"])
+        ]
+        assert [s["Resource"] for s in receive] == [queue], logical_id
+        if function.endswith("AgentFunction"):
+            assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "AgentMaximumConcurrency"}}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_function_logs_to_a_log_group_with_retention(case: str) -> None:
+    resources = resolved(CASES[case])
+    for logical_id, function in of_type(resources, "AWS::Lambda::Function").items():
+        group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        assert resources[group]["Type"] == "AWS::Logs::LogGroup", logical_id
+        assert resources[group]["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}, logical_id
+    stage = next(iter(of_type(resources, "AWS::ApiGatewayV2::Stage").values()))
+    access = stage["Properties"]["AccessLogSettings"]
+    assert access["DestinationArn"] == {"Fn::GetAtt": ["HttpApiAccessLogGroup", "Arn"]}
+    fields = json.loads(access["Format"])
+    assert {"requestId", "route", "status", "caller"} <= set(fields)
+    assert stage["Properties"]["DefaultRouteSettings"] == {
+        "ThrottlingBurstLimit": {"Ref": "ApiThrottlingBurstLimit"},
+        "ThrottlingRateLimit": {"Ref": "ApiThrottlingRateLimit"},
+    }
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_alarm_notifies_the_alarm_topic(case: str) -> None:
+    resources = resolved(CASES[case])
+    alarms = of_type(resources, "AWS::CloudWatch::Alarm")
+    functions = of_type(resources, "AWS::Lambda::Function")
+    # errors and throttles of every function, a dead-letter alarm per DLQ, COMPENSATION_FAILED, API 5xx
+    names = set(alarms)
+    for logical_id in functions:
+        if logical_id == "SampleServicesFunction":
+            continue  # the demo's own service
+        assert {f"{logical_id}ErrorsAlarm", f"{logical_id}ThrottlesAlarm"} <= names, logical_id
+    for queue in of_type(resources, "AWS::SQS::Queue"):
+        if queue.endswith("DeadLetterQueue"):
+            assert queue.replace("Queue", "Alarm") in names, queue
+    assert {"CompensationFailedAlarm", "ApiServerErrorsAlarm"} <= names
+    for logical_id, alarm in alarms.items():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": "AlarmTopic"}], logical_id
+
+
+def test_the_state_table_is_protected_and_responses_never_reach_traces() -> None:
+    resources = resolved(CASES["IAM, sample services"])
+    table = resources["StateTable"]
+    assert table["Properties"]["DeletionProtectionEnabled"] is True
+    assert table["DeletionPolicy"] == "Retain"
+    for logical_id, function in of_type(resources, "AWS::Lambda::Function").items():
+        if logical_id == "SampleServicesFunction":
+            continue
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false", logical_id
+        assert variables.get("POWERTOOLS_LOGGER_LOG_EVENT", "false") == "false", logical_id
+
+
+def test_the_translation_is_of_this_template() -> None:
+    # the check reads what SAM makes of today's file (a stale copy would pass anything)
+    assert Path(ROOT / "template.yaml").read_text().count("AWS::ApiGatewayV2::Route") == len(
+        of_type(resolved(CASES["IAM, sample services"]), "AWS::ApiGatewayV2::Route")
+    )
