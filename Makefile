@@ -2,7 +2,11 @@
 #
 #   make venv         .venv      (Python 3.11) with requirements-dev.txt
 #   make sam-venv     .venv-sam  (Python 3.12, the Lambda runtime) with aws-sam-cli + cfn-lint
-#   make test         lint, typecheck, cfn-lint, sam-validate, pytest, mutants-fast (all run; fails if any failed)
+#   make checkov-venv .venv-checkov (Python 3.11) with checkov
+#   make security     checkov on template.yaml, cfn-lint's serverless rules, bandit on layers/ + functions/ (offline;
+#                     0 unsuppressed findings, and it prints every suppression with its reason)
+#   make test         lint, typecheck, cfn-lint, sam-validate, security, pytest, mutants-fast (all run; fails on any)
+#   make template     render the agents' parts of template.yaml from agents.yaml (build, run and up do it first)
 #   make build        sam build (no container) -> .aws-sam/build
 #   make run | up     the local stack (python -m devstack run | up); pass extra args with ARGS="..."
 #   make load         1,000 trip bookings under faults on the local stack, checked (python -m devstack load)
@@ -48,6 +52,10 @@ PIPQ      := tools/pipq
 
 DEV_REQS  := requirements-dev.txt layers/sasflow/requirements.txt tools/constraints-dev.txt
 SAM_REQS  := tools/requirements-sam.txt tools/constraints-sam.txt
+CHECKOV_VENV := .venv-checkov
+CHECKOV      := $(CHECKOV_VENV)/bin/checkov
+CHECKOV_OK   := $(CHECKOV_VENV)/.requirements.stamp
+CHECKOV_REQS := tools/requirements-checkov.txt tools/constraints-checkov.txt
 
 # Imports exactly as on Lambda: `sasflow` from the layer (/opt/python), devstack/tests from the repo root.
 APP_PYTHONPATH := $(ROOT)/layers/sasflow:$(ROOT)
@@ -64,7 +72,8 @@ PYTEST_TIMEOUT ?= 1200
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: help venv sam-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up lock lock-dev lock-sam clean distclean
+.PHONY: help venv sam-venv checkov-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up lock \
+	lock-dev lock-sam lock-checkov clean distclean
 
 help:
 	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
@@ -94,6 +103,21 @@ $(SAM_OK): $(SAM_REQS)
 		-r tools/requirements-sam.txt -c tools/constraints-sam.txt
 	@touch $@
 
+# checkov alone: it pins an old boto3/botocore, networkx 2 and packaging 23 (tools/requirements-checkov.txt). The '*'
+# in its own .gitignore (what Python 3.13's venv writes) keeps it out of git status and out of ruff's scan.
+checkov-venv: $(CHECKOV_OK)
+
+$(CHECKOV_OK): $(CHECKOV_REQS)
+	@if [ -z "$(PYTHON311)" ]; then echo "error: no Python 3.11 found (python3.11 / python3)" >&2; exit 1; fi
+	@if [ -x $(CHECKOV_VENV)/bin/python ] && ! $(CHECKOV_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
+		echo "$(CHECKOV_VENV) is not Python 3.11: recreating it"; rm -rf $(CHECKOV_VENV); fi
+	@if [ ! -x $(CHECKOV_VENV)/bin/python ]; then echo "creating $(CHECKOV_VENV) with $(PYTHON311)"; $(PYTHON311) -m venv $(CHECKOV_VENV); fi
+	@echo '*' >$(CHECKOV_VENV)/.gitignore
+	@echo "installing tools/requirements-checkov.txt into $(CHECKOV_VENV)"
+	@$(PIPQ) $(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r tools/requirements-checkov.txt -c tools/constraints-checkov.txt
+	@touch $@
+
 # --------------------------------------------------------------------------------------------- checks
 lint: venv
 	$(VENV)/bin/ruff check --output-format=concise .
@@ -120,13 +144,71 @@ pytest: venv
 	exit $$rc
 
 # Runs every check even when an earlier one fails, then fails if any did.
-test: venv sam-venv
+test: venv sam-venv checkov-venv
 	@failed=""; \
-	for t in lint typecheck cfn-lint sam-validate pytest mutants-fast; do \
+	for t in lint typecheck cfn-lint sam-validate security pytest mutants-fast; do \
 		echo "==> make $$t"; \
 		$(MAKE) $$t || failed="$$failed $$t"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "make test FAILED:$$failed" >&2; exit 1; fi
+
+# --------------------------------------------------------------------------------------------- security scanners
+# Three scanners, all run even when one fails; a finding that is accepted is suppressed where it occurs, with its
+# reason, and each run prints those reasons:
+# - checkov on template.yaml (SAM resources included: it merges Globals into AWS::Serverless::* and has checks for
+#   them; the run fails if it evaluated no AWS::Serverless::Function, e.g. a template it could not parse). Skips:
+#   `Metadata: checkov: skip: [{id, comment}]` on the resource (the agents' resources: in devstack/agents.py).
+# - cfn-lint with the serverless rules of cfn-lint-serverless (0.3.6 works with cfn-lint 1.58). Skips: `Metadata:
+#   cfn-lint: config: ignore_checks` on the resource, the reason as a comment after each id.
+# - bandit on layers/ and functions/. Skips: `# nosec BXXX # reason` on the line. The second '#' matters: bandit
+#   reads every word between "nosec" and the next '#' as a test id or name (a reason saying "eval" would skip B307).
+# Offline: no API key (BC_API_KEY unset, HOME pointed at the venv so no ~/.bridgecrew/credentials or ~/.checkov.yaml
+# is read), --skip-download and BC_SKIP_MAPPING=TRUE (no guideline/severity download from the platform) and
+# CKV_SKIP_PACKAGE_UPDATE_CHECK=true (no version check); strace shows no network connect with these. `timeout` is
+# only the backstop.
+# No pip-audit: it needs its advisory databases (the PyPI JSON API's vulnerability data, OSV), which these machines
+# and CI cannot reach, so a scan here would check nothing.
+# What is scanned (another template or more code only to try the scanners, e.g. on a copy with a finding).
+SECURITY_TEMPLATE ?= template.yaml
+SECURITY_CODE ?= layers functions
+CHECKOV_ENV := env -u BC_API_KEY -u BC_API_URL -u PRISMA_API_URL HOME=$(ROOT)/$(CHECKOV_VENV) \
+	BC_SKIP_MAPPING=TRUE CKV_SKIP_PACKAGE_UPDATE_CHECK=true CKV_PARSE_ERROR_FAIL=true
+
+.PHONY: security security-checkov security-cfn-lint security-bandit
+security: venv checkov-venv
+	@failed=""; \
+	for t in checkov cfn-lint bandit; do \
+		echo "--> make security-$$t"; \
+		$(MAKE) security-$$t || failed="$$failed security-$$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make security FAILED:$$failed" >&2; exit 1; fi
+
+# checkov's CLI report without the passed checks: the summary, then every failed and skipped check (a skipped one
+# with its "Suppress comment").
+security-checkov: checkov-venv
+	@out="$$(mktemp)"; trap 'rm -f "$$out"' EXIT; rc=0; \
+	timeout --kill-after=10 300 $(CHECKOV_ENV) $(CHECKOV) --file $(SECURITY_TEMPLATE) --framework cloudformation \
+		--skip-download --compact >"$$out" 2>&1 || rc=$$?; \
+	awk 'function flush() { if (block !~ /\tPASSED for resource/) printf "%s", block; block = "" } \
+		/ scan results:$$/ { on = 1 } !on { next } /^Check: / { flush() } { block = block $$0 "\n" } END { flush() }' "$$out"; \
+	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then echo "checkov did not finish in 300 s (waiting for the network?)" >&2; fi; \
+	if ! grep -q 'for resource: AWS::Serverless::Function\.' "$$out"; then \
+		cat "$$out"; echo "checkov evaluated no AWS::Serverless::Function in $(SECURITY_TEMPLATE)" >&2; rc=1; fi; \
+	exit $$rc
+
+security-cfn-lint: venv
+	$(VENV)/bin/cfn-lint --append-rules cfn_lint_serverless.rules -- $(SECURITY_TEMPLATE)
+	@echo "cfn-lint serverless rules: no finding. Suppressed (resource: rule # reason):"
+	@awk '/^  [A-Za-z0-9]+:$$/ { resource = $$1 } /^ +- [A-Z]+[0-9]+ # / { sub(/^ +- /, ""); print "  " resource " " $$0 }' \
+		$(SECURITY_TEMPLATE)
+
+# bandit applies a line's nosec to every node of a multi-line literal and warns "nosec encountered ..., but no failed
+# test" for each clean one: those warnings are dropped, everything else it prints is kept (and its exit code).
+security-bandit: venv
+	$(VENV)/bin/bandit --quiet --recursive $(SECURITY_CODE) 2>&1 | { grep -v -e 'but no failed test on file' || true; }
+	@echo "bandit: no finding. Suppressed (file:line: nosec test # reason):"
+	@{ grep -rnE --include='*.py' '#[[:space:]]*nosec' $(SECURITY_CODE) || true; } \
+		| sed -E 's/^([^:]+:[0-9]+):.*#[[:space:]]*(nosec.*)$$/  \1: \2/'
 
 # Mutation check (tools/mutants.py): each entry of tools/mutations.toml breaks one core rule on a scratch copy of the
 # working tree and runs the tests that guard it; exits non-zero if any mutation survives. `make test` runs the
@@ -139,18 +221,25 @@ mutants-fast: venv
 	$(PY) tools/mutants.py --fast
 
 # --------------------------------------------------------------------------------------------- build / run
+# The agents' parts of template.yaml are rendered from agents.yaml (devstack/agents.py); build, run and up render
+# them first, so adding an agent is one edit of agents.yaml. `make test` does not: its test of the template fails
+# when the checked-in template.yaml is stale.
+.PHONY: template
+template: venv
+	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack template
+
 # No container: lambda-builders needs `python3.12` first on PATH, which .venv-sam/bin provides (the layer's
 # requirements are then fetched for python3.12/x86_64 by pip). Afterwards every built handler is imported under
 # Python 3.12 with only its code dir and the built layer on sys.path, as on Lambda.
-build: sam-venv
+build: sam-venv template
 	PATH="$(ROOT)/$(SAM_VENV)/bin:$$PATH" $(SAM_ENV) $(SAM) build --template-file template.yaml --cached
 	@echo "CoreLayer: $$(du -sh .aws-sam/build/CoreLayer | cut -f1) on disk ($$(find .aws-sam/build/CoreLayer -type f | wc -l) files; make bench reports its size in bytes, unzipped and zipped)"
 	$(SAM_VENV)/bin/python tools/smoke_build.py .aws-sam/build
 
-run: venv
+run: venv template
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack run $(ARGS)
 
-up: venv
+up: venv template
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack up $(ARGS)
 
 # 1,000 workflows under faults, checked (devstack/load.py). The run stops itself after LOAD_TIME_LIMIT seconds;
@@ -165,7 +254,7 @@ load: venv
 
 # --------------------------------------------------------------------------------------------- maintenance
 # Re-resolve requirements in throw-away venvs (no constraints) and record every transitive pin.
-lock: lock-dev lock-sam
+lock: lock-dev lock-sam lock-checkov
 
 lock-dev:
 	@tools/lock "$(PYTHON311)" requirements-dev.txt tools/constraints-dev.txt
@@ -173,12 +262,16 @@ lock-dev:
 lock-sam:
 	@tools/lock "$(PYTHON312)" tools/requirements-sam.txt tools/constraints-sam.txt
 
+lock-checkov:
+	@tools/lock "$(PYTHON311)" tools/requirements-checkov.txt tools/constraints-checkov.txt
+
 clean:
 	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack
-	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -path ./$(CHECKOV_VENV) -prune \
+		-o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(SAM_VENV)
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV)
 
 # --------------------------------------------------------------------------------------------- simulation
 # Deterministic fault-injection simulation (real handlers + moto): >= 10,000 workflows, 0 invariant violations.

@@ -1,7 +1,8 @@
-"""Command line of the local stack: ``python -m devstack run | load | up | resources``.
+"""Command line of the local stack: ``python -m devstack run | load | up | resources | template``.
 
 ``run`` is the main job (the demo in ``devstack/demo.py``), ``load`` the load run (``devstack/load.py``), ``up``
-keeps the stack running, ``resources`` lists how each template resource is realised locally.
+keeps the stack running, ``resources`` lists how each template resource is realised locally, ``template`` renders
+the agents' parts of template.yaml from agents.yaml (``devstack/agents.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from devstack.agents import AgentsFileError, write_template
+from devstack.identities import IDENTITIES, identity
 from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
 from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
 from devstack.template import HttpApiEventSpec, Stack, TemplateError
@@ -71,19 +74,28 @@ def resources_table(stack: Stack) -> Table:
     return table
 
 
-def example_requests(stack: Stack, api_url: str) -> list[str]:
-    """One curl command per HTTP route (path variables filled with ``example``), for the console."""
+def example_requests(stack: Stack, api_url: str, *, caller: str = "client-a") -> list[str]:
+    """One curl command per HTTP route (path variables filled with ``example``), for the console.
+
+    An ``AWS_IAM`` route is signed by curl's own SigV4 (``--aws-sigv4``) with a local identity's keys
+    (`devstack.identities`): the local stack refuses unsigned requests, as API Gateway does.
+    """
     commands: list[str] = []
+    who = identity(caller)
+    signing = f"--aws-sigv4 'aws:amz:{stack.region}:execute-api' --user '{who.access_key}:{who.secret_key}' "
     for spec in stack.functions():
         for event in spec.events:
             if not isinstance(event, HttpApiEventSpec) or event.path == "$default":
                 continue
             path = "/".join("example" if part.startswith("{") else part for part in event.path.split("/"))
             method = "GET" if event.method == "ANY" else event.method
+            sign = signing if event.authorization == "AWS_IAM" else ""
             if method in {"POST", "PUT", "PATCH"}:
-                commands.append(f"curl -sS -X {method} {api_url}{path} -H 'content-type: application/json' -d '{{}}'")
+                commands.append(
+                    f"curl -sS {sign}-X {method} {api_url}{path} -H 'content-type: application/json' -d '{{}}'"
+                )
             else:
-                commands.append(f"curl -sS -X {method} {api_url}{path}")
+                commands.append(f"curl -sS {sign}-X {method} {api_url}{path}")
     return commands
 
 
@@ -93,6 +105,17 @@ def _load_stack(template: Path, param: list[str] | None, stack_name: str) -> Sta
     except (TemplateError, OSError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(code=2) from None
+
+
+@app.command()
+def template() -> None:
+    """Render the agents' parts of template.yaml from agents.yaml (one entry per agent)."""
+    try:
+        changed = write_template()
+    except AgentsFileError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(code=2) from None
+    console.print("template.yaml updated from agents.yaml" if changed else "template.yaml is up to date")
 
 
 @app.command()
@@ -155,6 +178,9 @@ def up(
         console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
         for name, value in local.outputs.items():
             console.print(f"  [dim]{name}[/] {value}")
+        console.print("\n[bold]identities[/] (the API verifies SigV4 against these, as API Gateway against IAM)")
+        for who in IDENTITIES.values():
+            console.print(f"  {who.name:9} {who.access_key}:{who.secret_key}  {who.arn}", highlight=False)
         commands = example_requests(local.stack, local.api_url)
         if commands:
             console.print("\n[bold]try[/]")

@@ -258,7 +258,7 @@ def serve_all(
                 name,
                 InMemoryLedger(),
                 knobs_by_service.get(name, FaultKnobs()),
-                Random(f"{rng_seed}:{name}"),
+                Random(f"{rng_seed}:{name}"),  # nosec B311 # the demo services' seeded fault draws, replayable on purpose
                 clock,
             )
             running[name] = serve(service, host=host, port=ports.get(name, 0))

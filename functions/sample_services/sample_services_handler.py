@@ -53,7 +53,7 @@ def bootstrap() -> dict[str, TravelService]:
     ledger = DynamoDBLedger(env.sample_ledger_table)
     knobs = faults_from_json(env.sample_faults_json)
     clock = SystemClock()
-    return {name: TravelService(name, ledger, knobs[name], random.Random(), clock) for name in SERVICES}
+    return {name: TravelService(name, ledger, knobs[name], random.Random(), clock) for name in SERVICES}  # nosec B311 # the demo services' fault draws
 
 
 @app.post("/sample/<service>/<action>")

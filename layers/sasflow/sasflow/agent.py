@@ -119,7 +119,7 @@ class AgentRuntime:
         self.remote = remote
         self.breaker = breaker
         self.clock = clock
-        self.rng = rng or random.Random()
+        self.rng = rng or random.Random()  # nosec B311 # retry jitter only; remote tokens are uuid5 of the step
         self.metrics = metrics
         self._perform = idempotent(self._perform_action)
 

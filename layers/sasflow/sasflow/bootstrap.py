@@ -151,7 +151,7 @@ def build_agent(
     if config.remote_auth == "sigv4":
         auth = default_sigv4()
     elif config.remote_auth == "header":
-        assert config.remote_auth_header is not None and config.remote_auth_secret is not None  # validated
+        assert config.remote_auth_header is not None and config.remote_auth_secret is not None  # nosec B101 # narrows types: AgentConfig refuses header auth without both
         auth = HeaderAuth(
             config.remote_auth_header, secret_reader(config.remote_auth_secret, max_age=config.secret_max_age_seconds)
         )

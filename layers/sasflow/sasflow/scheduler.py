@@ -133,7 +133,7 @@ class SchedulerService:
         self.store = store
         self.clock = clock
         self.config = config
-        self.rng = rng or random.Random()
+        self.rng = rng or random.Random()  # nosec B311 # backoff jitter only; workflow ids are HMAC-SHA256 or uuid4
         self.metrics = metrics
         self.id_secret = id_secret
 
@@ -480,7 +480,7 @@ class _Transition:
 
     def _compensation_outcome(self, record: StepRecord, reply: StepReply) -> None:
         step = self.definition.step(record.step)
-        assert step.compensation is not None  # only steps with a compensation are ever COMPENSATING
+        assert step.compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are ever COMPENSATING
         policy = step.compensation.retry
         if reply.outcome is Outcome.SUCCEEDED:
             # The compensation happened; its output is informative only, so an oversized one is not kept.
@@ -542,7 +542,7 @@ class _Transition:
             )
 
     def _compensation_timed_out(self, record: StepRecord, step: StepDefinition) -> None:
-        assert step.compensation is not None
+        assert step.compensation is not None  # nosec B101 # narrows the type: only a step with a compensation is COMPENSATING
         if record.comp_attempt < step.compensation.retry.max_attempts:
             self._dispatch_compensation(record.evolve(resends=record.resends + 1), record.comp_attempt + 1, self.now)
             self.count("SupervisorResends")
@@ -682,7 +682,7 @@ class _Transition:
         """Put the compensation of ``record`` in flight; one that cannot be prepared is COMPENSATION_FAILED."""
         step = self.definition.step(record.step)
         compensation = step.compensation
-        assert compensation is not None
+        assert compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are compensated
         complete_by = start_at + compensation.timeout_seconds
         try:
             context = self.snapshot.context()

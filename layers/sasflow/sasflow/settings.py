@@ -107,7 +107,7 @@ class EngineConfig(BaseModel):
                 "max_overdue_per_sweep": "MAX_OVERDUE_PER_SWEEP",
                 "lease_seconds": "SUPERVISOR_LEASE_SECONDS",
                 "api_authorizer": "API_AUTHORIZER",
-                "workflow_id_secret": "WORKFLOW_ID_SECRET",
+                "workflow_id_secret": "WORKFLOW_ID_SECRET",  # nosec B105 # the variable's name; it holds the secret's ARN
             },
             required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
             json_fields=("agents",),
@@ -206,8 +206,8 @@ class AgentConfig(BaseModel):
                 "remote_base_url": "REMOTE_BASE_URL",
                 "remote_auth": "REMOTE_AUTH",
                 "remote_auth_header": "REMOTE_AUTH_HEADER",
-                "remote_auth_secret": "REMOTE_AUTH_SECRET",
-                "secret_max_age_seconds": "REMOTE_AUTH_SECRET_MAX_AGE_SECONDS",
+                "remote_auth_secret": "REMOTE_AUTH_SECRET",  # nosec B105 # the variable's name; it holds where the secret lives
+                "secret_max_age_seconds": "REMOTE_AUTH_SECRET_MAX_AGE_SECONDS",  # nosec B105 # a variable's name (a cache age)
                 "idempotency_table": "IDEMPOTENCY_TABLE",
                 "response_queue_url": "RESPONSE_QUEUE_URL",
                 "remote_timeout_seconds": "REMOTE_TIMEOUT_SECONDS",

@@ -1,0 +1,228 @@
+"""The history of a workflow: every change, with its time, kept in the workflow's item and written with it.
+
+Each transition appends its events to the snapshot it writes, so the events of a write are stored by that same
+conditional write (DESIGN "History": never by a second write that could disagree with the state). The alternative,
+deriving them from the table's stream, needs a consumer and a write per event; in the item they cost bytes only.
+
+They are kept compact, because every write of a workflow rewrites its item and DynamoDB bills a write per started
+1 KB: one event is one line of a few fields, its time in seconds since the workflow started and its step by its
+index in the definition, so the eight events of a three-step trip take about 90 bytes. `decode` turns them back
+into `HistoryEvent` records for the API and the CLI.
+
+Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b`` complete-by offset)::
+
+    <dt> S                      started
+    <dt> D i a b                the action dispatched (attempt a, complete-by created_at + b)
+    <dt> C i a b                the compensation dispatched
+    <dt> R i a o n [code]       a reply of the action applied: outcome o (s r f d), n calls, error code
+    <dt> r i a o n [code]       a reply of the compensation applied
+    <dt> T i a                  the action's attempt a timed out and was resent by the supervisor
+    <dt> t i a                  the compensation's attempt a timed out and was resent
+    <dt> O i a                  the action's attempt a timed out, no attempt left
+    <dt> o i a                  the compensation's attempt a timed out, no attempt left
+    <dt> N i p code             the request of phase p (a c) could not be prepared
+    <dt> U [code]               unwinding started (the workflow's reason says why)
+    <dt> H [code]               the workflow is held for a person
+    <dt> E STATUS               the workflow reached STATUS (terminal)
+    <dt> P {json}               an operator action: action, principal, reason, step, id
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .states import Outcome, Phase
+
+_OUTCOMES = {
+    Outcome.SUCCEEDED: "s",
+    Outcome.REJECTED: "r",
+    Outcome.FAILED: "f",
+    Outcome.DEFERRED: "d",
+}
+_OUTCOME_OF = {letter: outcome for outcome, letter in _OUTCOMES.items()}
+
+#: Event kinds as the API names them, by line code.
+KINDS = {
+    "S": "started",
+    "D": "dispatched",
+    "C": "compensation_dispatched",
+    "R": "reply_applied",
+    "r": "compensation_reply_applied",
+    "T": "resent",
+    "t": "compensation_resent",
+    "O": "timed_out",
+    "o": "compensation_timed_out",
+    "N": "not_prepared",
+    "U": "unwinding",
+    "H": "held",
+    "E": "finished",
+    "P": "operator_action",
+}
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of a workflow's history, as the API shows it.
+
+    Attributes
+    ----------
+    seq:
+        Its place in the history, from 1.
+    time:
+        When it happened (epoch seconds).
+    kind:
+        One of `KINDS`' values.
+    step, phase, attempt:
+        The step it is about (its name), the phase (``action`` or ``compensation``) and the attempt, when any.
+    complete_by:
+        The deadline of a dispatched attempt (epoch seconds).
+    outcome, calls, error_code:
+        For an applied reply: what the agent reported, how many remote calls it made, its error code.
+    status:
+        For ``finished``: the terminal status.
+    detail:
+        For an operator action: ``action``, ``principal``, ``reason`` and ``id``; for others, empty.
+    """
+
+    seq: int
+    time: int
+    kind: str
+    step: str | None = None
+    phase: str | None = None
+    attempt: int | None = None
+    complete_by: int | None = None
+    outcome: str | None = None
+    calls: int | None = None
+    error_code: str | None = None
+    status: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+class HistoryWriter:
+    """Builds the lines of one write's events for a workflow that started at ``created_at``, for ``now``.
+
+    Step names are encoded as their index in ``steps`` (the definition's order, which never changes).
+    """
+
+    def __init__(self, created_at: int, now: int, steps: list[str]) -> None:
+        self.base = created_at
+        self.dt = str(max(0, now - created_at))
+        self.index = {name: i for i, name in enumerate(steps)}
+        self.lines: list[str] = []
+
+    def _add(self, *fields: object) -> None:
+        self.lines.append(" ".join([self.dt, *(str(f) for f in fields if f is not None and f != "")]))
+
+    def started(self) -> None:
+        """The workflow was created."""
+        self._add("S")
+
+    def dispatched(self, step: str, phase: Phase, attempt: int, complete_by: int) -> None:
+        """An attempt of ``phase`` was put in flight, due by ``complete_by`` (epoch seconds)."""
+        self._add("C" if phase is Phase.COMPENSATION else "D", self.index[step], attempt, complete_by - self.base)
+
+    def reply(self, step: str, phase: Phase, attempt: int, outcome: Outcome, calls: int, code: str | None) -> None:
+        """A reply was applied."""
+        letter = "r" if phase is Phase.COMPENSATION else "R"
+        self._add(letter, self.index[step], attempt, _OUTCOMES[outcome], calls, _code(code))
+
+    def resent(self, step: str, phase: Phase, attempt: int) -> None:
+        """Attempt ``attempt`` passed its complete-by; the supervisor resends the step."""
+        self._add("t" if phase is Phase.COMPENSATION else "T", self.index[step], attempt)
+
+    def timed_out(self, step: str, phase: Phase, attempt: int) -> None:
+        """Attempt ``attempt`` passed its complete-by and was the last one."""
+        self._add("o" if phase is Phase.COMPENSATION else "O", self.index[step], attempt)
+
+    def not_prepared(self, step: str, phase: Phase, code: str) -> None:
+        """The request of ``phase`` could not be prepared (its error code)."""
+        self._add("N", self.index[step], "c" if phase is Phase.COMPENSATION else "a", _code(code))
+
+    def unwinding(self, code: str | None = None) -> None:
+        """The workflow started to unwind."""
+        self._add("U", _code(code))
+
+    def held(self, code: str | None = None) -> None:
+        """The workflow waits for a person."""
+        self._add("H", _code(code))
+
+    def finished(self, status: str) -> None:
+        """The workflow reached a terminal status."""
+        self._add("E", status)
+
+    def operator(self, action: str, principal: str, reason: str, *, step: str | None = None, id: str = "") -> None:
+        """An operator acted on the workflow (audited with who, why and the action's id)."""
+        document = {"action": action, "principal": principal, "reason": reason, "id": id}
+        if step is not None:
+            document["step"] = step
+        self._add("P", json.dumps(document, separators=(",", ":"), ensure_ascii=False))
+
+
+def _code(code: str | None) -> str:
+    return "" if not code else "".join(c if c.isalnum() or c in "_.-" else "_" for c in code)[:64]
+
+
+def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]) -> list[HistoryEvent]:
+    """Turn stored history lines back into events, oldest first.
+
+    Raises
+    ------
+    ValueError
+        When a line is not one `HistoryWriter` writes.
+    """
+    events: list[HistoryEvent] = []
+    for seq, line in enumerate(lines, start=1):
+        dt, _, rest = line.partition(" ")
+        code, _, tail = rest.partition(" ")
+        time = created_at + int(dt)
+        kind = KINDS.get(code)
+        if kind is None:
+            raise ValueError(f"history line {seq}: unknown event {code!r}")
+        fields = tail.split(" ") if tail else []
+        if code == "P":
+            events.append(HistoryEvent(seq, time, kind, step=json.loads(tail).get("step"), detail=json.loads(tail)))
+            continue
+        if code in "SUH":
+            events.append(HistoryEvent(seq, time, kind, error_code=fields[0] if fields else None))
+            continue
+        if code == "E":
+            events.append(HistoryEvent(seq, time, kind, status=fields[0]))
+            continue
+        step = steps[int(fields[0])]
+        if code == "N":
+            phase = Phase.COMPENSATION if fields[1] == "c" else Phase.ACTION
+            events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, error_code=fields[2]))
+            continue
+        phase = Phase.COMPENSATION if code in "Crto" else Phase.ACTION
+        attempt = int(fields[1])
+        if code in "DC":
+            events.append(
+                HistoryEvent(
+                    seq,
+                    time,
+                    kind,
+                    step=step,
+                    phase=phase.value,
+                    attempt=attempt,
+                    complete_by=created_at + int(fields[2]),
+                )
+            )
+        elif code in "Rr":
+            events.append(
+                HistoryEvent(
+                    seq,
+                    time,
+                    kind,
+                    step=step,
+                    phase=phase.value,
+                    attempt=attempt,
+                    outcome=_OUTCOME_OF[fields[2]].value,
+                    calls=int(fields[3]),
+                    error_code=fields[4] if len(fields) > 4 else None,
+                )
+            )
+        else:  # T t O o
+            events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, attempt=attempt))
+    return events

@@ -1,0 +1,92 @@
+"""agents.yaml is the one place an agent is declared; template.yaml's generated parts follow it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devstack.agents import (
+    AGENTS_FILE,
+    TEMPLATE_FILE,
+    AgentsFileError,
+    agent_names,
+    check_template,
+    load_agents,
+    render_template,
+)
+from devstack.template import SqsEventSpec, Stack, load_template
+
+
+def test_the_checked_in_template_holds_what_agents_yaml_renders() -> None:
+    # make template (python -m devstack template) rewrites it; a stale template.yaml fails here
+    assert check_template().current, "template.yaml is out of date: run `make template`"
+    assert agent_names() == ["flights", "hotels", "payments"]
+
+
+def test_one_entry_gives_an_agent_every_part_it_needs(tmp_path: Path) -> None:
+    # Given agents.yaml with one more entry
+    agents = tmp_path / "agents.yaml"
+    agents.write_text(
+        AGENTS_FILE.read_text()
+        + "\ntrains:\n  description: Agent for the trains service.\n  kind: http\n  base_url: parameter\n"
+        "  actions: [book_seat, release_seat]\n  auth: none\n"
+    )
+    # When the template is rendered from it
+    template = tmp_path / "template.yaml"
+    template.write_text(render_template(TEMPLATE_FILE.read_text(), load_agents(agents)))
+    # Then the agent has its queue, DLQ, function, mapping, log group, alarms, parameter, output and its place in
+    # the engine's list, and the functions that send step requests may send to its queue
+    resources = load_template(template)["Resources"]
+    for logical_id in (
+        "TrainsRequestQueue",
+        "TrainsDeadLetterQueue",
+        "TrainsAgentFunction",
+        "TrainsAgentRequests",
+        "TrainsAgentLogGroup",
+        "TrainsAgentFunctionErrorsAlarm",
+        "TrainsAgentFunctionThrottlesAlarm",
+        "TrainsDeadLetterAlarm",
+    ):
+        assert logical_id in resources
+    sends = resources["AgentRequestQueuesSendPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Resource"]
+    assert {"Fn::GetAtt": ["TrainsRequestQueue", "Arn"]} in sends
+    stack = Stack(
+        load_template(template),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false", "TrainsBaseUrl": "https://trains.example"},
+    )
+    engine = stack.function("SchedulerFunction").environment
+    assert (
+        '"trains": {"queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/sasflow-TrainsRequestQueue"'
+        in (engine["AGENTS"])
+    )
+    agent = stack.function("TrainsAgentFunction")
+    assert (agent.environment["AGENT_NAME"], agent.environment["AGENT_ACTIONS"]) == ("trains", "book_seat,release_seat")
+    assert agent.environment["REMOTE_BASE_URL"] == "https://trains.example"
+    [mapping] = [event for event in agent.events if isinstance(event, SqsEventSpec)]
+    assert mapping.queue_logical_id == "TrainsRequestQueue"
+    assert "TrainsRequestQueueUrl" in stack.outputs()
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("trains:\n  description: x\n  base_url: http://trains.example\n  actions: [a]\n", "https URL"),
+        ("trains:\n  description: x\n  base_url: parameter\n  actions: []\n", "at least 1 item"),
+        ("trains:\n  description: x\n  base_url: parameter\n  actions: [a, a]\n", "listed twice"),
+        ("trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  auth: header\n", "auth_header"),
+        ("Trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n", "should match pattern"),
+        ("trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  colour: red\n", "colour"),
+    ],
+)
+def test_a_bad_entry_is_refused_with_the_agent_and_the_reason(tmp_path: Path, entry: str, reason: str) -> None:
+    agents = tmp_path / "agents.yaml"
+    agents.write_text(entry)
+    with pytest.raises(AgentsFileError, match=reason):
+        load_agents(agents)
+
+
+def test_a_template_without_the_markers_is_refused() -> None:
+    with pytest.raises(AgentsFileError, match="agents:parameters"):
+        render_template("Resources: {}\n", load_agents())
