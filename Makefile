@@ -35,7 +35,7 @@ endif
 # SAM venv: Python 3.12 = the Lambda runtime (pyenv's 3.12.1 if present, else a working python3.12 on PATH;
 # a pyenv shim that is not activated does not count).
 ifndef PYTHON312
-PYTHON312 := $(shell for p in /root/.pyenv/versions/3.12.1/bin/python $${PYENV_ROOT:-/root/.pyenv}/versions/3.12.*/bin/python python3.12; do \
+PYTHON312 := $(shell for p in $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12.*/bin/python python3.12; do \
 	  if $$p -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then \
 	    $$p -c 'import sys; print(sys.executable)'; break; fi; \
 	done)
@@ -81,7 +81,7 @@ help:
 # --------------------------------------------------------------------------------------------- venvs
 venv: $(VENV_OK)
 
-$(VENV_OK): $(DEV_REQS)
+$(VENV_OK): $(DEV_REQS) cli/pyproject.toml
 	@if [ -z "$(PYTHON311)" ]; then echo "error: no Python 3.11 found (python3.11 / python3)" >&2; exit 1; fi
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
 		echo "$(VENV) is not Python 3.11: recreating it"; rm -rf $(VENV); fi
@@ -89,12 +89,14 @@ $(VENV_OK): $(DEV_REQS)
 	@echo "installing requirements-dev.txt into $(VENV)"
 	@$(PIPQ) $(PY) -m pip install --quiet --disable-pip-version-check \
 		-r requirements-dev.txt -c tools/constraints-dev.txt
+	@echo "installing the sasflow CLI (cli/, editable; its dependencies are pinned above)"
+	@$(PIPQ) $(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e cli
 	@touch $@
 
 sam-venv: $(SAM_OK)
 
 $(SAM_OK): $(SAM_REQS)
-	@if [ -z "$(PYTHON312)" ]; then echo "error: no Python 3.12 found (/root/.pyenv/versions/3.12.1/bin/python / python3.12)" >&2; exit 1; fi
+	@if [ -z "$(PYTHON312)" ]; then echo "error: no Python 3.12 found (pyenv: $$PYENV_ROOT/versions/3.12.*, or python3.12 on PATH)" >&2; exit 1; fi
 	@if [ -x $(SAM_VENV)/bin/python ] && ! $(SAM_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then \
 		echo "$(SAM_VENV) is not Python 3.12: recreating it"; rm -rf $(SAM_VENV); fi
 	@if [ ! -x $(SAM_VENV)/bin/python ]; then echo "creating $(SAM_VENV) with $(PYTHON312)"; $(PYTHON312) -m venv $(SAM_VENV); fi

@@ -108,6 +108,8 @@ class Usage:
     lambda_invocations: Counter[str] = field(default_factory=Counter)
     lambda_ms: Counter[str] = field(default_factory=Counter)
     api_requests: int = 0
+    #: Bytes each function wrote to its log (log lines and EMF metrics): what CloudWatch Logs ingests.
+    log_bytes: Counter[str] = field(default_factory=Counter)
 
     def requests(self, service: str | None = None) -> int:
         """AWS requests made (of one service, or all), each call counted once."""
@@ -127,6 +129,7 @@ class Usage:
         self.lambda_invocations.update(other.lambda_invocations)
         self.lambda_ms.update(other.lambda_ms)
         self.api_requests += other.api_requests
+        self.log_bytes.update(other.log_bytes)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +144,7 @@ class Usage:
             "lambda_invocations": dict(sorted(self.lambda_invocations.items())),
             "lambda_billed_ms": dict(sorted(self.lambda_ms.items())),
             "api_requests": self.api_requests,
+            "log_bytes": dict(sorted(self.log_bytes.items())),
         }
 
 
@@ -154,6 +158,7 @@ class Cost:
     dynamodb_reads: float
     sqs: float
     api: float
+    logs: float = 0.0
 
     @property
     def total(self) -> float:
@@ -164,6 +169,7 @@ class Cost:
             + self.dynamodb_reads
             + self.sqs
             + self.api
+            + self.logs
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -174,12 +180,14 @@ class Cost:
             "dynamodb_reads": self.dynamodb_reads,
             "sqs": self.sqs,
             "api": self.api,
+            "cloudwatch_logs": self.logs,
             "total": self.total,
         }
 
 
 def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = None) -> Cost:
-    """Price ``usage`` with `bench.prices`. ``lambdas`` limits the Lambda lines to these functions (logical ids)."""
+    """Price ``usage`` with `bench.prices`. ``lambdas`` limits the Lambda and log lines to these functions (logical
+    ids)."""
     functions = [f for f in usage.lambda_invocations if lambdas is None or f in lambdas]
     gb_seconds = sum(usage.lambda_ms[f] / 1000 * memory_mb[f] / 1024 for f in functions)
     return Cost(
@@ -189,6 +197,8 @@ def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = 
         dynamodb_reads=sum(usage.rru.values()) * prices.DYNAMODB_PER_RRU,
         sqs=usage.sqs_billed * prices.SQS_PER_REQUEST,
         api=usage.api_requests * prices.HTTP_API_PER_REQUEST,
+        logs=sum(n for f, n in usage.log_bytes.items() if lambdas is None or f in lambdas)
+        * prices.CLOUDWATCH_LOGS_PER_BYTE,
     )
 
 
@@ -286,6 +296,10 @@ class Meter:
             yield
         finally:
             self._local.paused = previous
+
+    def current_function(self) -> str | None:
+        """The function (logical id) whose invocation this thread is in, if any."""
+        return getattr(self._local, "function", None)
 
     @contextlib.contextmanager
     def lambda_invocation(self, function: str) -> Iterator[None]:

@@ -54,7 +54,13 @@ BUILT_LAYER = ROOT / ".aws-sam" / "build" / "CoreLayer"
 
 #: The handler modules timed, in table order. Each is found in the template by its ``Handler``; the three agent
 #: functions share ``agent_handler`` and differ only in variables, so the first of them stands for all.
-HANDLER_MODULES: tuple[str, ...] = ("api_handler", "scheduler_handler", "agent_handler", "supervisor_handler")
+HANDLER_MODULES: tuple[str, ...] = (
+    "api_handler",
+    "scheduler_handler",
+    "agent_handler",
+    "supervisor_handler",
+    "ops_handler",
+)
 BASELINE_MODULES: tuple[str, ...] = ("boto3", "pydantic")
 TARGET_RATIO = 1.3
 MB = 1_000_000

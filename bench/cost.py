@@ -7,8 +7,9 @@ Definitions (printed with the table, so a reader can recompute any figure from t
 - **Our orchestration cost** is every request the product makes, billed with `bench.prices`: DynamoDB WRU and RRU
   (state, idempotency records, circuit breaker, lease), SQS requests in 64 KB chunks (sends, the event source
   mappings' receives and deletes, and the modelled empty long polls), the HTTP API requests, and the Lambda requests
-  and GB-seconds of the API, scheduler and supervisor functions. Left out on both sides: the agents' own Lambda
-  invocations and compute.
+  and GB-seconds of the API, scheduler and supervisor functions, and the CloudWatch Logs they write (their log lines
+  at the template's LogLevel INFO, one per applied transition, and their metrics' EMF lines). Left out on both
+  sides: the agents' own Lambda invocations, compute and logs.
 - **Step Functions' cost** is the transitions of the ASL in `bench.asl` walked with the same outcomes, at
   $0.025 per 1,000.
 - **Minimal requests per step**: 2 state writes (dispatch, completion) + 2 idempotency writes (claim,
@@ -111,6 +112,8 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
         "ours_per_step": ours / steps,
         "anchor_per_step": anchor / steps,
         "ours_per_workflow": ours / result.workflows,
+        "log_bytes_per_workflow": sum(usage.log_bytes[f] for f in engine_functions()) / result.workflows,
+        "logs_share": cost.logs / ours if ours else 0.0,
         "anchor_per_workflow": anchor / result.workflows,
     }
 
@@ -138,6 +141,10 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
         Row(
             f"{name} fixed costs (supervisor schedule, idle long polls), share of ours",
             f"{data['fixed_share']:.1%} ({data['supervisor_runs']} supervisor runs)",
+        ),
+        Row(
+            f"{name} CloudWatch Logs per workflow (engine functions' lines and metrics, at LogLevel INFO)",
+            f"{data['log_bytes_per_workflow']:,.0f} bytes, {data['logs_share']:.1%} of ours",
         ),
         Row.with_ratio(
             f"{name} AWS requests per step (anchor: minimal)",

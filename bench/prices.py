@@ -9,6 +9,8 @@ Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29:
 - Amazon API Gateway pricing: HTTP APIs $1.00 per 1M requests (first 300M), REST APIs $3.50 per 1M.
 - AWS Step Functions pricing, Standard workflows: $0.025 per 1,000 state transitions (retries are transitions too).
 - Amazon EventBridge: scheduled rules invoke their targets at no charge (the supervisor's Lambda time is billed).
+- Amazon CloudWatch pricing, Logs: $0.50 per GB ingested (Standard log class; counted as 10^9 bytes, which can only
+  overstate it). Lambda's own START/END/REPORT lines are not written (template: SystemLogLevel WARN).
 
 Free tiers are left out on both sides: they would flatter whichever side uses less.
 """
@@ -30,3 +32,4 @@ HTTP_API_PER_REQUEST: Final = 1.00 / 1_000_000
 REST_API_PER_REQUEST: Final = 3.50 / 1_000_000
 STEP_FUNCTIONS_PER_TRANSITION: Final = 0.025 / 1_000
 EVENTBRIDGE_SCHEDULED_INVOCATION: Final = 0.0
+CLOUDWATCH_LOGS_PER_BYTE: Final = 0.50 / 1_000_000_000

@@ -32,9 +32,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import itertools
 import json
-import logging
 import math
 import random
 from collections import Counter
@@ -171,6 +171,30 @@ class ScenarioResult:
         return sum(self.statuses.values())
 
 
+class _LogSink(io.TextIOBase):
+    """Standard output of the functions under test: counts the bytes each function writes (``Usage.log_bytes``).
+
+    One sink for the process: powertools' Logger binds the stream when a function's module is first imported, and
+    the modules are imported once, so every run counts through the same sink, into the meter of the run going on.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meter: Meter | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if self.meter is not None:
+            function = self.meter.current_function() or "outside a function"
+            self.meter.usage.log_bytes[function] += len(text.encode("utf-8", "surrogatepass"))
+        return len(text)
+
+
+_LOG_SINK = _LogSink()
+
+
 class _CountingRemote(SimRemote):
     """A `SimRemote` that also counts calls by (workflow, step, phase): the Task attempts Step Functions would make."""
 
@@ -216,9 +240,12 @@ class ScenarioRun:
         import time
 
         started = time.perf_counter()
-        logging.disable(logging.CRITICAL)
+        # The functions log as deployed (the template's LogLevel), into a sink that counts what CloudWatch Logs
+        # would ingest, by the function that wrote it: their log lines and their metrics (EMF lines).
+        _LOG_SINK.meter = self.meter
         try:
             with (
+                contextlib.redirect_stdout(_LOG_SINK),
                 offline_aws(),
                 powertools_on_clock(self.clock),
                 _moto_sqs_on(self.clock),
@@ -228,7 +255,7 @@ class ScenarioRun:
                 self._loop()
                 result = self._result()
         finally:
-            logging.disable(logging.NOTSET)
+            _LOG_SINK.meter = None
         result.wall_seconds = time.perf_counter() - started
         return result
 
@@ -262,7 +289,8 @@ class ScenarioRun:
             module: Any = load_function_module(spec)
             env = function_environment(spec)
             rng = random.Random(self.rng.random())  # the scheduler's backoff jitter: seeded, so a run replays
-            module.engine = Lazy(functools.partial(build_engine, env, clock=self.clock, rng=rng))
+            correlate = module.logger.set_correlation_id  # as the handler wires it (its log lines name the workflow)
+            module.engine = Lazy(functools.partial(build_engine, env, clock=self.clock, rng=rng, correlate=correlate))
             self.modules[logical_id] = module
         for agent, logical_id in AGENT_FUNCTIONS.items():
             spec = self.specs[logical_id]

@@ -618,7 +618,7 @@ def measure_throughput(
     try:
         parameters = {
             **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
-            "LogLevel": "WARNING",
+            "LogLevel": "WARN",
         }
         extra_env = {INIT_HOOK_VARIABLE: WORKER_HOOK, CALLS_DIR_VARIABLE: str(calls_dir)}
         stack = LocalStack(parameters=parameters, extra_env=extra_env, log_dir=log_dir)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 AGENTS_FILE: Final = REPO_ROOT / "agents.yaml"
 TEMPLATE_FILE: Final = REPO_ROOT / "template.yaml"
-PARTS: Final = ("parameters", "globals", "resources", "outputs")
+PARTS: Final = ("parameters", "globals", "ops", "resources", "outputs")
 _NAME = r"^[a-z][a-z0-9]*$"
 _LOOPBACK = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
 
@@ -105,11 +105,13 @@ def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
 
 def _alarm(logical_id: str, description: str, namespace: str, metric: str, dimension: str, value: str) -> str:
     statistic = "Maximum" if namespace == "AWS/SQS" else "Sum"
+    # A description that names a CLI command names this stack in it (the command lists what the alarm is about).
+    tag = "!Sub " if "${AWS::StackName}" in description else ""
     return f"""\
   {logical_id}:
     Type: AWS::CloudWatch::Alarm
     Properties:
-      AlarmDescription: {json.dumps(description)}
+      AlarmDescription: {tag}{json.dumps(description)}
       Namespace: {namespace}
       MetricName: {metric}
       Dimensions:
@@ -348,7 +350,8 @@ def _agent_resources(agent: AgentDeclaration) -> str:
 """
         + _alarm(
             f"{function}ErrorsAlarm",
-            f"{function} invocations failed (its log group has the errors).",
+            f"{function} invocations failed (its log group has the errors); the steps they left overdue: "
+            "sasflow --stack ${AWS::StackName} overdue (README, Operate it).",
             "AWS/Lambda",
             "Errors",
             "FunctionName",
@@ -366,7 +369,9 @@ def _agent_resources(agent: AgentDeclaration) -> str:
         + "\n"
         + _alarm(
             f"{p}DeadLetterAlarm",
-            f'Step requests wait in {p}DeadLetterQueue (README, "Operate it", dead-letter redrive).',
+            f"Step requests wait in {p}DeadLetterQueue. List them: sasflow --stack ${{AWS::StackName}} dlq list "
+            f"{p}DeadLetterQueue; once the cause is fixed, move them back: sasflow --stack ${{AWS::StackName}} dlq "
+            f"redrive {p}DeadLetterQueue (README, Operate it).",
             "AWS/SQS",
             "ApproximateNumberOfMessagesVisible",
             "QueueName",
@@ -402,8 +407,21 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
         AGENTS: !Sub >-
           {{{entries}}}
 """
+    dead_letter_queues = ["ResponseDeadLetterQueue"] + [f"{agent.pascal}DeadLetterQueue" for agent in agents]
+    dlq_entries = ",\n            ".join(
+        f'"{queue}": {{"url": "${{{queue}}}", "arn": "${{{queue}.Arn}}"}}' for queue in dead_letter_queues
+    )
+    ops_part = f"""\
+          # Every dead-letter queue, for the operators' listing and redrive (/ops/dead-letters).
+          DEAD_LETTER_QUEUES: !Sub >-
+            {{{dlq_entries}}}
+"""
+    dlq_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in dead_letter_queues)
+    sources = ["ResponseQueue"] + [f"{agent.pascal}RequestQueue" for agent in agents]
+    source_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in sources)
     queues = "\n".join(f"              - !GetAtt {agent.pascal}RequestQueue.Arn" for agent in agents)
-    resources = f"""\
+    resources = (
+        f"""\
   # The API, scheduler and supervisor send step requests to every agent's queue, and nowhere else.
   AgentRequestQueuesSendPolicy:
     Type: AWS::IAM::ManagedPolicy
@@ -418,7 +436,38 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
             Resource:
 {queues}
 
-""" + "\n".join(_agent_resources(agent) for agent in agents)
+"""
+        + f"""\
+  # The operators' function lists dead letters and moves them back to the queues they came from
+  # (SQS StartMessageMoveTask: receive and delete on the dead-letter queue, send to the source queue).
+  DeadLetterRedrivePolicy:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      Description: List dead-letter queues and redrive them to their source queues (OpsFunction).
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: DeadLetterQueues
+            Effect: Allow
+            Action:
+              - sqs:ReceiveMessage
+              - sqs:ChangeMessageVisibility
+              - sqs:GetQueueAttributes
+              - sqs:DeleteMessage
+              - sqs:StartMessageMoveTask
+              - sqs:ListMessageMoveTasks
+              - sqs:CancelMessageMoveTask
+            Resource:
+{dlq_arns}
+          - Sid: SourceQueues
+            Effect: Allow
+            Action: sqs:SendMessage
+            Resource:
+{source_arns}
+
+"""
+        + "\n".join(_agent_resources(agent) for agent in agents)
+    )
     dead_letters = "\n".join(f"        - !Ref {agent.pascal}DeadLetterQueue" for agent in agents)
     outputs = (
         "".join(
@@ -437,7 +486,13 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
 {dead_letters}
 """
     )
-    return {"parameters": parameters, "globals": globals_part, "resources": resources, "outputs": outputs}
+    return {
+        "parameters": parameters,
+        "globals": globals_part,
+        "ops": ops_part,
+        "resources": resources,
+        "outputs": outputs,
+    }
 
 
 def _marker_re(part: str) -> re.Pattern[str]:

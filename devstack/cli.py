@@ -26,7 +26,7 @@ from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
 from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
 from devstack.template import HttpApiEventSpec, Stack, TemplateError
 
-__all__ = ["app", "example_requests", "main", "parse_parameters", "resources_table"]
+__all__ = ["app", "cli_examples", "example_requests", "main", "parse_parameters", "resources_table"]
 
 app = typer.Typer(
     name="devstack",
@@ -78,18 +78,24 @@ def example_requests(stack: Stack, api_url: str, *, caller: str = "client-a") ->
     """One curl command per HTTP route (path variables filled with ``example``), for the console.
 
     An ``AWS_IAM`` route is signed by curl's own SigV4 (``--aws-sigv4``) with a local identity's keys
-    (`devstack.identities`): the local stack refuses unsigned requests, as API Gateway does.
+    (`devstack.identities`): the local stack refuses unsigned requests, as API Gateway does. ``/ops`` routes are
+    signed by the operator, the only identity whose policy grants them.
     """
     commands: list[str] = []
-    who = identity(caller)
-    signing = f"--aws-sigv4 'aws:amz:{stack.region}:execute-api' --user '{who.access_key}:{who.secret_key}' "
+
+    def signing(name: str) -> str:
+        who = identity(name)
+        return f"--aws-sigv4 'aws:amz:{stack.region}:execute-api' --user '{who.access_key}:{who.secret_key}' "
+
     for spec in stack.functions():
         for event in spec.events:
             if not isinstance(event, HttpApiEventSpec) or event.path == "$default":
                 continue
             path = "/".join("example" if part.startswith("{") else part for part in event.path.split("/"))
             method = "GET" if event.method == "ANY" else event.method
-            sign = signing if event.authorization == "AWS_IAM" else ""
+            # The operators' routes are granted to the operator only (a client would get 403).
+            signer = "operator" if event.path.startswith("/ops") else caller
+            sign = signing(signer) if event.authorization == "AWS_IAM" else ""
             if method in {"POST", "PUT", "PATCH"}:
                 commands.append(
                     f"curl -sS {sign}-X {method} {api_url}{path} -H 'content-type: application/json' -d '{{}}'"
@@ -97,6 +103,21 @@ def example_requests(stack: Stack, api_url: str, *, caller: str = "client-a") ->
             else:
                 commands.append(f"curl -sS {sign}-X {method} {api_url}{path}")
     return commands
+
+
+def cli_examples(api_url: str) -> list[str]:
+    """The operator CLI's commands against the local stack at ``api_url`` (``sasflow``, installed by make venv)."""
+    cli = f".venv/bin/sasflow --url {api_url}"
+    return [
+        f"{cli} start events/trip_booking_request.json --watch",
+        f"{cli} list --status COMPENSATION_FAILED",
+        f"{cli} get <workflow_id>",
+        f"{cli} history <workflow_id>",
+        f"{cli} timeline <workflow_id> --out timeline.png",
+        f"{cli} retry-compensation <workflow_id> --reason 'flights is back'",
+        f"{cli} overdue",
+        f"{cli} dlq list",
+    ]
 
 
 def _load_stack(template: Path, param: list[str] | None, stack_name: str) -> Stack:
@@ -143,6 +164,9 @@ def up(
     ] = None,
     log_dir: Annotated[Path, typer.Option("--log-dir", help="Folder of the per-function logs.")] = DEFAULT_LOG_DIR,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the emulators' activity.")] = False,
+    swagger: Annotated[
+        bool, typer.Option("--swagger/--no-swagger", help="Serve Swagger UI at /swagger (local only, unauthenticated).")
+    ] = True,
 ) -> None:
     """Start the local stack and keep it running until Ctrl-C."""
     logging.basicConfig(
@@ -158,6 +182,7 @@ def up(
         api_port=port,
         stack_name=stack_name,
         sqs_visibility_timeout_seconds=visibility_timeout,
+        swagger=swagger,
     )
     with console.status("starting the local stack (moto, tables, queues, function workers)..."):
         try:
@@ -174,6 +199,12 @@ def up(
     try:
         console.print(resources_table(local.stack))
         console.print(f"\n[bold]HTTP API[/]      {local.api_url}")
+        if swagger:
+            console.print(
+                f"[bold]Swagger UI[/]    {local.api_url}/swagger  (local only and [bold]unauthenticated[/]: the page, "
+                "and its Try it out, which is taken as signed by the identity picked under Servers)",
+                soft_wrap=True,
+            )
         console.print(f"[bold]moto endpoint[/] {local.endpoint_url}  (AWS_ENDPOINT_URL for the aws cli / boto3)")
         console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
         for name, value in local.outputs.items():
@@ -186,6 +217,9 @@ def up(
             console.print("\n[bold]try[/]")
             for command in commands:
                 console.print(f"  {command}", soft_wrap=True, highlight=False)
+        console.print("\n[bold]sasflow CLI[/] (operator by default; --as client-a|client-b)")
+        for command in cli_examples(local.api_url):
+            console.print(f"  {command}", soft_wrap=True, highlight=False)
         console.print("\n[green]ready[/] - Ctrl-C to stop")
         while not stopping.wait(1.0):
             pass

@@ -37,6 +37,8 @@ def sample_services_importable() -> None:
         sys.path.append(str(SAMPLE_SERVICES_DIR))
 
 
+#: Where `make run` writes the timeline of one compensated workflow.
+TIMELINE_DIR = ROOT / ".devstack" / "timeline"
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 DEAD_LETTER_QUEUES = (
     "ResponseDeadLetterQueue",
@@ -173,7 +175,7 @@ def run_demo(
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
         "DeadlineGraceSeconds": "2",
         "MaxClockSkewSeconds": "1",
-        "LogLevel": "WARNING",
+        "LogLevel": "WARN",
     }
     extra_env = {
         "BREAKER_OPEN_SECONDS": "3",
@@ -248,11 +250,49 @@ def _drive(
         problems.append("the API and DynamoDB disagree")
     if sum(summary.dead_letters.values()):
         problems.append("messages are waiting in dead-letter queues")
+    try:
+        show_timeline(stack.api_url, store, console)
+    except Exception as error:  # the run's checks are reported all the same
+        problems.append(f"the timeline could not be drawn: {type(error).__name__}: {error}")
     for problem in problems:
         console.print(f"[red]FAILED: {problem}")
     if not problems:
         console.print(f"[green]OK[/]: {workflows} workflows terminal, 0 duplicate side effects, 0 dead letters.")
     return 1 if problems else 0
+
+
+def show_timeline(api_url: str, store: DynamoDBStateStore, console: Console) -> Path | None:
+    """Draw the timeline of one compensated workflow of the run (PNG, through the sasflow CLI's functions), print
+    where it is and the CLI commands to look further; None when no workflow of the run was compensated."""
+    from sasflow_cli.targets import build_client
+    from sasflow_cli.timeline import timeline, write_png
+
+    compensated = sorted(
+        (s.workflow.created_at, s.workflow.workflow_id)
+        for s in store.workflows()
+        if s.workflow.status.value == "COMPENSATED"
+    )
+    if not compensated:
+        console.print("no workflow was compensated in this run: no timeline drawn")
+        return None
+    workflow_id = compensated[0][1]
+    client = build_client(url=api_url, stack=None, caller="operator")
+    path = write_png(
+        timeline(client.history(workflow_id)["events"], client.get(workflow_id)), TIMELINE_DIR / f"{workflow_id}.png"
+    )
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    console.print(f"\n[bold]timeline[/] of compensated workflow {workflow_id}: {shown}")
+    console.print(
+        f"look further with the sasflow CLI, here while the run's stack was up ({api_url}); it stops with the run, "
+        "so on the stack of `make up` use the URL it prints:",
+        highlight=False,
+        soft_wrap=True,
+    )
+    cli = ".venv/bin/sasflow --url $URL"
+    for command in ("get", "history", "timeline"):
+        extra = f" --out {TIMELINE_DIR.relative_to(ROOT)}/{workflow_id}.html" if command == "timeline" else ""
+        console.print(f"  {cli} {command} {workflow_id}{extra}", highlight=False, soft_wrap=True)
+    return path
 
 
 def _log_to_file(path: Path) -> None:

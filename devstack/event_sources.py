@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import MessageTypeDef
 
+    from devstack.swagger import SwaggerPages
+
 __all__ = [
     "MAX_HTTP_BODY_BYTES",
     "HttpApiServer",
@@ -796,6 +798,7 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "devstack-httpapi"
+    sys_version = ""  # no Python version in the Server header (the trial found it there)
     timeout = 60  # seconds an idle keep-alive connection may hold its thread
     server: _ApiHttpServer
 
@@ -881,6 +884,15 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
         except (ValueError, ConnectionError):
             self._send_json(400, {"message": "Bad Request"}, close=True)
             return
+        taken_as: identities.Identity | None = None
+        if api.swagger is not None:  # local only (devstack.swagger): the page, and its "Try it out" prefix
+            page = api.swagger.page(self.command, raw_path, raw_query)
+            if page is not None:
+                self._send(*page)
+                return
+            unsigned = api.swagger.taken_as(raw_path)
+            if unsigned is not None:
+                taken_as, raw_path = unsigned
         selected = api.select_route(self.command, raw_path)
         if selected is None:
             self._send_json(404, {"message": "Not Found"})
@@ -891,7 +903,7 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
             # As API Gateway: a valid SigV4 signature of a known identity whose policy allows this route, or 403.
             headers = list(self.headers.items())
             try:
-                caller = identities.verify(
+                caller = taken_as or identities.verify(
                     self.command, identities.host_url(headers, raw_path, raw_query), headers, body, region=api.region
                 )
             except identities.SignatureError as error:
@@ -987,6 +999,8 @@ class HttpApiServer:
         self.region = region
         self.account_id = account_id
         self.max_body_bytes = max_body_bytes
+        #: Swagger UI pages (local only, `devstack.swagger`); None serves none.
+        self.swagger: SwaggerPages | None = None
         self._server: _ApiHttpServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -1026,6 +1040,41 @@ class HttpApiServer:
             if params is not None:
                 return route, params
         return None
+
+    def get_as(self, path: str, caller: str = "operator") -> Any:
+        """``GET path`` through its route's function as if signed by a local identity; its JSON body.
+
+        For the emulator's own pages (`devstack.swagger`), which read the API's OpenAPI documents.
+
+        Raises
+        ------
+        LookupError
+            No route takes ``GET path``, or its function did not answer 200.
+        """
+        selected = self.select_route("GET", path)
+        if selected is None:
+            raise LookupError(f"no route GET {path}")
+        route, path_parameters = selected
+        event = build_http_api_event(
+            route=route,
+            method="GET",
+            raw_path=path,
+            raw_query="",
+            headers=[("host", f"{self.host}:{self.port}"), ("accept", "application/json")],
+            body=b"",
+            path_parameters=path_parameters,
+            source_ip="127.0.0.1",
+            region=self.region,
+            account_id=self.account_id,
+            authorizer=identities.request_context_authorizer(identities.identity(caller)),
+        )
+        result = self.invokers[route.function_logical_id].invoke(event)
+        if not result.ok:
+            raise LookupError(f"GET {path}: {result.error}")
+        status, _, data = http_api_response(result.payload)
+        if status != 200:
+            raise LookupError(f"GET {path}: {status} {data[:200]!r}")
+        return json.loads(data)
 
     def bind(self) -> None:
         """Bind the socket now (so `url` is known before serving starts)."""

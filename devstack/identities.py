@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
+import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -165,7 +166,8 @@ def verify(
     ------
     SignatureError
         No or malformed Authorization header, an unknown access key, a scope of another region or service, a date
-        more than five minutes away, or a signature that does not match.
+        more than five minutes away, a session token with long-term keys, an ``X-Amz-Content-Sha256`` that is not the
+        body's hash, or a signature that does not match.
     """
     received = {name.lower(): value for name, value in headers}
     authorization = received.get("authorization", "")
@@ -195,6 +197,15 @@ def verify(
         raise SignatureError("signature expired or not yet valid")
     if "host" not in signed_headers or any(name not in received for name in signed_headers):
         raise SignatureError("a signed header is missing")
+    if "x-amz-security-token" in received:
+        # The local identities are long-term keys (an IAM user's, or a role's stand-in): a session token belongs to
+        # temporary credentials only, and AWS refuses one that is not theirs.
+        raise SignatureError("the security token is not valid for these credentials")
+    claimed = received.get("x-amz-content-sha256")
+    if claimed is not None and claimed != hashlib.sha256(body).hexdigest():
+        # botocore (as any signer) takes the payload's hash from this header when it is there: a request must not
+        # pass with a body other than the one hashed (nor with UNSIGNED-PAYLOAD, which execute-api does not take).
+        raise SignatureError("X-Amz-Content-Sha256 does not match the body")
     # Rebuild the request with exactly the headers it signed, and let botocore compute the signature it should have.
     request = AWSRequest(method=method, url=url, data=body, headers={name: received[name] for name in signed_headers})
     request.context["timestamp"] = amz_date

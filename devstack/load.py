@@ -603,7 +603,7 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
             "DeadlineShards": str(profile.deadline_shards),
             "DeadlineGraceSeconds": str(profile.deadline_grace_seconds),
             "MaxClockSkewSeconds": str(profile.max_clock_skew_seconds),
-            "LogLevel": "WARNING",
+            "LogLevel": "WARN",
         }
         extra_env = {
             "BREAKER_OPEN_SECONDS": str(profile.breaker_open_seconds),

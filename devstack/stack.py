@@ -103,6 +103,9 @@ class LocalStack:
     rewrite_api_urls
         Replace ``https://<api id>.execute-api.<region>.amazonaws.com`` in the functions' environment and in
         `outputs` by the emulator's URL, so functions that call a stack's own API reach it offline.
+    swagger
+        Serve Swagger UI at ``/swagger`` for the clients' and the operators' routes, unauthenticated, with its "Try
+        it out" taken as signed by a local identity (`devstack.swagger`; local only, not in template.yaml).
 
     Examples
     --------
@@ -126,6 +129,7 @@ class LocalStack:
         sqs_visibility_timeout_seconds: int | None = None,
         start_schedules: bool = True,
         rewrite_api_urls: bool = True,
+        swagger: bool = False,
     ) -> None:
         self.template_path = Path(template_path)
         self.parameters = dict(parameters or {})
@@ -140,6 +144,7 @@ class LocalStack:
         self.sqs_visibility_timeout_seconds = sqs_visibility_timeout_seconds
         self.start_schedules = start_schedules
         self.rewrite_api_urls = rewrite_api_urls
+        self.swagger = swagger
 
         self.pools: dict[str, FunctionPool] = {}
         self.pollers: list[SqsPoller] = []
@@ -218,6 +223,9 @@ class LocalStack:
     def _start(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        from devstack import moto_sqs
+
+        moto_sqs.install()  # DLQ redrive (StartMessageMoveTask...), which moto lacks, before the server serves
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._moto.start()
@@ -261,6 +269,10 @@ class LocalStack:
             pool.wait_ready()
 
         self._http.set_routes(HttpApiServer.routes_from_functions(functions), self.pools)
+        if self.swagger:
+            from devstack.swagger import SwaggerPages
+
+            self._http.swagger = SwaggerPages(self._http.get_as)
         self._http.start()
 
         for spec in functions:

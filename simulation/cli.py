@@ -64,6 +64,15 @@ def _print_tables(reports: list[RunReport]) -> None:
     for kind, count in sorted(faults.items()):
         injected.add_row(kind, str(count))
     console.print(injected)
+    actions: Counter[str] = Counter()
+    for report in reports:
+        actions.update(report.operator_actions)
+    operator = Table(title="Operator actions, by action and answer (interleaved at supervisor ticks)")
+    operator.add_column("action answer")
+    operator.add_column("count", justify="right")
+    for kind, count in sorted(actions.items()):
+        operator.add_row(kind, str(count))
+    console.print(operator)
     violations = Table(title="Invariant violations")
     violations.add_column("invariant")
     violations.add_column("count", justify="right")

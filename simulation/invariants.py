@@ -6,9 +6,10 @@
 4. COMPENSATED / CANCELLED: every step whose action happened was compensated exactly once, in reverse dependency
    order (no step before the later steps that depend on it); nothing we recorded as "did not happen" happened.
 5. COMPENSATION_FAILED: only after a step's compensation retries were exhausted (or its compensation refused).
-6. The sparse deadline index: a workflow item carries ``dl_shard`` and ``complete_by`` iff it is not terminal, and
-   ``complete_by`` is then the earliest complete-by of its steps in flight; a step has a complete-by iff it is in
-   flight; a terminal workflow has no step in flight.
+6. The sparse deadline index: a workflow item carries ``dl_shard`` and ``complete_by`` iff it is not terminal (and
+   not waiting for a person with no timeout), and ``complete_by`` is then no later than the earliest complete-by of
+   its steps in flight (DESIGN Rule 3: a lower bound, so the supervisor never finds a step overdue late); a step
+   has a complete-by iff it is in flight; a terminal workflow has no step in flight.
 7. Every message is consumed or in a dead-letter queue, and each dead-letter entry belongs to a terminal workflow,
    so it was not needed (nothing was silently dropped).
 8. The safety net (the supervisor advancing a workflow that is not terminal with nothing in flight) never had to
@@ -25,6 +26,12 @@
 11. A reply applies only to the attempt it answers: in a write of the scheduler, a step in flight changes only when
     the batch holds a reply to its current attempt of its current phase (a late reply of an earlier attempt is
     acknowledged and changes nothing). Checked on every write as it happens (``Simulation.stale_applied``).
+12. While a workflow stays paused nothing new starts: no step leaves PENDING and no compensation begins (checked
+    on every write, ``Simulation.paused_moved``).
+13. Operators: what a person did is accounted for. A step an operator skipped is COMPLETED without needing its
+    effect; a compensation an operator resolved by hand needs no undo; an unwind an operator asked for
+    ("compensation requested by an operator") has its audited event; a workflow under the hold policy unwinds
+    after a step failure only once its hold timeout has passed (or an operator asked), never at once.
 """
 
 from __future__ import annotations
@@ -35,8 +42,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
+from sasflow.api_models import events_of
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
+from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
@@ -91,12 +100,9 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         for name, record in snapshot.steps.items():
             if record.in_flight != (record.complete_by is not None):
                 violations.append(Violation("complete-by out of step", workflow_id, f"{name} {record.status.value}"))
-        if index_keys.get(workflow_id) != snapshot.deadline:
-            violations.append(
-                Violation(
-                    "deadline index out of step", workflow_id, f"{index_keys.get(workflow_id)} {snapshot.deadline}"
-                )
-            )
+        key = index_keys.get(workflow_id)
+        if (key is None) != (snapshot.deadline is None) or (key is not None and key > (snapshot.deadline or 0)):
+            violations.append(Violation("deadline index out of step", workflow_id, f"{key} {snapshot.deadline}"))
         if status not in TERMINAL:
             violations.append(Violation("not terminal", workflow_id, status))
             continue
@@ -104,8 +110,13 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if record.in_flight:
                 violations.append(Violation("step in flight in a terminal workflow", workflow_id, name))
 
-        happened = {
-            step.name: effects.get(remote_token(workflow_id, step.name, step.action)) for step in definition.steps
+        happened = {step.name: _effect_of(effects, workflow_id, step, snapshot) for step in definition.steps}
+        audited = [e.detail or {} for e in events_of(snapshot) if e.kind == "operator_action"]
+        skipped = {d.get("step") for d in audited if d.get("action") == "skip"}
+        resolved = {
+            name
+            for name, record in snapshot.steps.items()
+            if isinstance(record.comp_output, dict) and "resolved_by" in record.comp_output
         }
         if status == "COMPLETED":
             for step in definition.steps:
@@ -114,7 +125,8 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                     violations.append(Violation("COMPLETED with an unfinished step", workflow_id, step.name))
                 applied = happened[step.name]
                 if applied is None:
-                    violations.append(Violation("COMPLETED step without its effect", workflow_id, step.name))
+                    if step.name not in skipped:
+                        violations.append(Violation("COMPLETED step without its effect", workflow_id, step.name))
                 elif applied.undone_by:
                     violations.append(Violation("COMPLETED workflow was compensated", workflow_id, step.name))
             continue
@@ -125,12 +137,14 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if done is not None and stored.get("status") == "FAILED" and not stored.get("may_have_happened"):
                 violations.append(Violation("effect happened but was recorded as not", workflow_id, step.name))
 
-        violations.extend(_unexplained_unwind(sim, snapshot))
+        violations.extend(_unexplained_unwind(sim, snapshot, audited))
 
         if status in ("COMPENSATED", "CANCELLED"):
             for step in definition.steps:
                 done = happened[step.name]
-                if done is not None and step.compensation is not None and len(done.undone_by) != 1:
+                if done is None or step.compensation is None:
+                    continue
+                if len(done.undone_by) > 1 or (not done.undone_by and step.name not in resolved):
                     violations.append(Violation("happened but not compensated exactly once", workflow_id, step.name))
         if status == "COMPENSATION_FAILED":
             exhausted = []
@@ -139,8 +153,8 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 if stored.get("status") != "COMPENSATION_FAILED":
                     continue
                 assert step.compensation is not None
-                error = stored.get("error") or {}
-                if stored.get("comp_attempt", 0) >= step.compensation.retry.max_attempts or error.get("code") in (
+                error = stored.get("comp_error") or {}
+                if stored.get("comp_attempts_used", 0) >= step.compensation.retry.max_attempts or error.get("code") in (
                     "REJECTED",
                     "ALREADY_COMPENSATED",
                 ):
@@ -172,6 +186,8 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     for workflow_id in sorted(sim.rescued - dead_lettered):
         violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
     violations.extend(sim.stale_applied)
+    violations.extend(sim.paused_moved)
+    violations.extend(sim.operator_failed)
     for (workflow_id, version), writes in sorted(sim.committed.items()):
         if writes > 1:
             violations.append(Violation("lost update", workflow_id, f"{writes} writes stored version {version}"))
@@ -189,12 +205,21 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     return violations
 
 
-def _unexplained_unwind(sim: Simulation, snapshot: Snapshot) -> list[Violation]:
-    """Invariant 10 for one unwound workflow (see the module's docstring)."""
+def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[str, Any]]) -> list[Violation]:
+    """Invariants 10 and 13 for one unwound workflow (see the module's docstring)."""
     workflow_id = snapshot.workflow.workflow_id
     if snapshot.workflow.status.value == "CANCELLED":
-        return []  # a client asked for it
-    match = _UNWIND_REASON.match(snapshot.workflow.reason or "")
+        return []  # a client or an operator asked for it
+    reason = snapshot.workflow.reason or ""
+    if reason == "compensation requested by an operator":
+        asked = any(d.get("action") == "compensate" for d in audited)
+        return [] if asked else [Violation("operator unwind without its audit", workflow_id, reason)]
+    definition = snapshot.workflow.definition
+    match = _UNWIND_REASON.match(reason)
+    # Read from the definition itself, not through the engine's failure_policy: that is what a mutation breaks.
+    held = match is not None and (definition.step(match.group("step")).on_failure or definition.on_failure) == "hold"
+    if held and not reason.endswith(HOLD_TIMEOUT_SUFFIX):
+        return [Violation("unwound instead of held", workflow_id, reason)]
     if match is None:
         return [Violation("unwind without a reason", workflow_id, repr(snapshot.workflow.reason))]
     step = match.group("step")
@@ -215,12 +240,27 @@ def _unexplained_unwind(sim: Simulation, snapshot: Snapshot) -> list[Violation]:
     return []
 
 
+def _effect_of(effects: dict[str, Any], workflow_id: str, step: Any, snapshot: Snapshot) -> Any:
+    """The effect of a step's action under any of its tokens (an operator's retry of a refused step takes a new
+    one, ``StepRecord.token_action``), or None when it never happened."""
+    record = snapshot.steps.get(step.name)
+    generations = range((record.generation if record else 0) + 1)
+    for generation in generations:
+        action = step.action if generation == 0 else f"{step.action}#{generation}"
+        effect = effects.get(remote_token(workflow_id, step.name, action))
+        if effect is not None:
+            return effect
+    return None
+
+
 def _fields(record: StepRecord) -> dict[str, Any]:
     return {
         "status": record.status.value,
         "may_have_happened": record.may_have_happened,
         "comp_attempt": record.comp_attempt,
+        "comp_attempts_used": record.comp_attempts_used,
         "error": record.error,
+        "comp_error": record.comp_error,
     }
 
 

@@ -41,7 +41,7 @@ from devstack.inprocess import (
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
-from sasflow.bootstrap import Lazy, build_agent, build_engine
+from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.records import Snapshot
 from simulation.invariants import Violation, check_invariants
@@ -101,6 +101,8 @@ class RunReport:
     simulated_seconds: float = 0.0
     wall_seconds: float = 0.0
     dead_letters: int = 0
+    #: The operator's actions by "action status" (200 applied or repeated, 409 did not apply any more).
+    operator_actions: Counter[str] = field(default_factory=Counter)
 
     def replay_command(self) -> str:
         return f"make sim ARGS='--seed {self.seed} --workflows {self.workflows} --runs 1'"
@@ -127,6 +129,12 @@ class Simulation:
         self._holders: dict[tuple[str, str, str], list[list[Any]]] = {}
         #: Writes of the scheduler that moved a step in flight without a reply to its current attempt (invariant 11).
         self.stale_applied: list[Violation] = []
+        #: Writes that started a step of a workflow that stayed paused (invariant 12).
+        self.paused_moved: list[Violation] = []
+        #: The operator's actions by (action, HTTP status), and the tick each paused workflow was paused at.
+        self.operator_actions: Counter[str] = Counter()
+        self.operator_failed: list[Violation] = []
+        self.paused_at: dict[str, int] = {}
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -163,6 +171,7 @@ class Simulation:
         self.modules: dict[str, Any] = {}
         for logical_id in ("ApiFunction", "SchedulerFunction", "SupervisorFunction"):
             self.modules[logical_id] = self._load_engine_function(specs[logical_id])
+        self.modules["OpsFunction"] = self._load_ops_function(specs["OpsFunction"])
         for agent, logical_id in AGENT_FUNCTIONS.items():
             self.modules[logical_id] = self._load_agent_function(specs[logical_id], agent)
         self.consumers: list[tuple[str, SqsEventSpec]] = [
@@ -222,6 +231,18 @@ class Simulation:
         )
         return module
 
+    def _load_ops_function(self, spec: FunctionSpec) -> Any:
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        rng = random.Random(self.rng.random())
+
+        def build() -> OpsServices:
+            engine = build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
+            return OpsServices(engine, engine.store, dead_letters=None)  # type: ignore[arg-type]
+
+        module.ops = Lazy(build)
+        return module
+
     def _watch_rescues(self, engine: Any) -> Any:
         """Record the workflows the safety net had to repair (invariant 8 checks each against the DLQs).
 
@@ -237,6 +258,7 @@ class Simulation:
             stuck = (
                 before is not None
                 and before.workflow.status.value not in _TERMINAL
+                and before.workflow.status.value != "HELD"  # its hold timeout, not the safety net
                 and not any(r.in_flight for r in before.steps.values())
             )
             pending = any(
@@ -263,6 +285,7 @@ class Simulation:
         if http_response.status_code == 200 and key.startswith("WF#") and "version" in item:
             self.committed[(key[3:], int(item["version"]["N"]))] += 1
             self._check_replies_applied(key[3:], self.stale.latest(key), item)
+            self._check_paused(key[3:], self.stale.latest(key), item)
             self.stale.committed(key, item)
 
     def _check_replies_applied(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
@@ -284,6 +307,22 @@ class Simulation:
                         workflow_id,
                         f"{name} {phase} attempt {attempt} changed by replies of attempts {answered}",
                     )
+                )
+
+    def _check_paused(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
+        """Invariant 12, checked on every write: while a workflow stays paused, nothing new starts. No step leaves
+        PENDING and no compensation begins (a step in flight may finish, be resent or time out)."""
+        if before is None or not before.get("paused") or not after.get("paused"):
+            return
+        old_steps = before.get("steps", {}).get("M", {})
+        for name, doc in after.get("steps", {}).get("M", {}).items():
+            new = doc["M"]["status"]["S"]
+            old = old_steps.get(name, {}).get("M", {}).get("status", {}).get("S", "PENDING")
+            if (old == "PENDING" and new not in ("PENDING", "SKIPPED")) or (
+                new == "COMPENSATING" and old != "COMPENSATING"
+            ):
+                self.paused_moved.append(
+                    Violation("paused workflow started a step", workflow_id, f"{name} {old}->{new}")
                 )
 
     def state_store(self) -> DynamoDBStateStore:
@@ -465,8 +504,13 @@ class Simulation:
 
     def _start(self, index: int) -> None:
         shape = "dag" if index % 2 == 1 else "chain"
+        definition = trip_definition(shape)
+        if self.rng.random() < self.faults.hold_policy:
+            # A step that fails for good holds the workflow for a person; unless one acts, the timeout compensates.
+            definition["on_failure"] = "hold"
+            definition["hold_timeout_seconds"] = self.rng.choice([300, 900])
         body = {
-            "definition": trip_definition(shape),
+            "definition": definition,
             "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
         }
         event = start_event(body, key=f"sim-{self.seed}-{index}")
@@ -496,6 +540,62 @@ class Simulation:
             self.crashes.on_call = interleave
         self._invoke("SupervisorFunction", event)
         self.crashes.on_call = None
+        self._operate()
+
+    # ------------------------------------------------------------------ the operator
+    def _operate(self) -> None:
+        """The person on call: resumes what it paused two ticks ago, and sometimes acts on one workflow.
+
+        Actions go through the operators' function (its real handler), each with an Idempotency-Key retried until
+        the function answers, as the CLI does. A 409 (the workflow moved on meanwhile) is a valid answer.
+        """
+        for workflow_id, tick in sorted(self.paused_at.items()):
+            if self.report.ticks - tick >= 2:
+                self._act(workflow_id, "resume")
+                del self.paused_at[workflow_id]
+        if self.rng.random() >= self.faults.operator_action:
+            return
+        snapshots = sorted(self.stored_workflows(), key=lambda s: s.workflow.workflow_id)
+        choices: list[tuple[str, str, dict[str, Any]]] = []
+        for snapshot in snapshots:
+            workflow = snapshot.workflow
+            wid, status = workflow.workflow_id, workflow.status.value
+            if wid in self.paused_at:
+                continue
+            if status == "HELD":
+                failed = next((n for n, r in snapshot.steps.items() if r.status.value == "FAILED"), None)
+                choices += [(wid, "retry", {"step": failed}), (wid, "retry", {"step": failed})]
+                choices += [(wid, "skip", {"step": failed, "output": {"confirmation": f"BY-HAND-{wid[:8]}"}})]
+                choices += [(wid, "compensate", {}), (wid, "cancel", {})]
+            elif status == "COMPENSATION_FAILED":
+                choices += [(wid, "retry-compensation", {}), (wid, "retry-compensation", {}), (wid, "resolve", {})]
+            elif status in ("RUNNING", "COMPENSATING", "CANCELLING") and not workflow.paused:
+                # A pause matters while something is still to start: a step not dispatched, or an unwind.
+                waiting = len(snapshot.steps) < len(workflow.definition.steps) or status != "RUNNING"
+                choices += [(wid, "pause", {})] * (3 if waiting else 1)
+                if status == "RUNNING" and self.rng.random() < 0.1:
+                    choices += [(wid, "compensate", {}), (wid, "cancel", {})]
+        if not choices:
+            return
+        workflow_id, action, extra = self.rng.choice(choices)
+        if self._act(workflow_id, action, **extra) == 200 and action == "pause":
+            self.paused_at[workflow_id] = self.report.ticks
+
+    def _act(self, workflow_id: str, action: str, **extra: Any) -> int:
+        body = {"reason": f"sim operator: {action}", **{k: v for k, v in extra.items() if v is not None}}
+        key = f"op-{self.seed}-{self.report.ticks}-{workflow_id[:8]}-{action}"
+        event = ops_event(f"/ops/workflows/{workflow_id}/{action}", body, key=key)
+        for _ in range(20):
+            ok, response = self._invoke("OpsFunction", event)
+            if ok and response["statusCode"] < 500:
+                self.operator_actions[f"{action} {response['statusCode']}"] += 1
+                return int(response["statusCode"])
+            self.clock.advance(1)
+        # Crashes are injected at random, so 20 tries in a row fail only when the action itself fails: a 500 that an
+        # on-call engineer would meet. It is a violation, and the person gives up on this workflow.
+        self.operator_actions[f"{action} failed"] += 1
+        self.operator_failed.append(Violation("operator action failed", workflow_id, action))
+        return 500
 
     def _second_supervisor(self) -> None:
         engine = self.modules["SupervisorFunction"].engine()
@@ -571,6 +671,7 @@ class Simulation:
     def _collect(self) -> None:
         self.report.statuses = Counter(s.workflow.status.value for s in self.stored_workflows())
         self.report.faults = self.log.counts
+        self.report.operator_actions = self.operator_actions
         self.report.simulated_seconds = self.clock.now() - START
         self.report.dead_letters = sum(
             len(self.queues.messages[spec.dead_letter_url])
@@ -671,6 +772,27 @@ def start_event(body: Any, *, key: str) -> dict[str, Any]:
             "routeKey": "POST /workflows",
             "stage": "$default",
         },
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
+    """An HTTP API (payload 2.0) ``POST /ops/...`` event of the local operator, with an ``Idempotency-Key``."""
+    return {
+        "version": "2.0",
+        "routeKey": "POST /ops/workflows/{workflow_id}/{action}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json", "idempotency-key": key},
+        "requestContext": {
+            "authorizer": request_context_authorizer(identity("operator")),
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
+            "requestId": key,
+            "routeKey": "POST /ops/workflows/{workflow_id}/{action}",
+            "stage": "$default",
+        },
+        "pathParameters": {"workflow_id": path.split("/")[3], "action": path.split("/")[4]},
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }

@@ -63,6 +63,10 @@ class Faults:
     concurrent_sibling: float = 0.5
     stale_read: float = 0.2
     agent_killed_after_effect: float = 0.01
+    #: Share of workflows started under the hold policy (a step that fails for good waits for a person, then its
+    #: hold timeout compensates it), and the chance per supervisor tick that the operator acts on a workflow.
+    hold_policy: float = 0.25
+    operator_action: float = 0.6
 
     @classmethod
     def none(cls) -> Faults:

@@ -234,7 +234,7 @@ def local_api(log_dir: Path | None = None) -> Iterator[str]:
     try:
         parameters = {
             **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
-            "LogLevel": "WARNING",
+            "LogLevel": "WARN",
         }
         logs = log_dir or ROOT / ".devstack" / "logs" / "fuzz"
         with (

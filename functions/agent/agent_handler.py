@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from sasflow.batch import OutboxBatchProcessor
 from sasflow.bootstrap import Lazy, build_agent
 from sasflow.ports import Outgoing
-from sasflow.tracing import build_tracer
+from sasflow.tracing import build_tracer, lean_log_keys
 
 logger = Logger()
 tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
@@ -38,6 +38,7 @@ def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Out
 
 
 @logger.inject_lambda_context
+@lean_log_keys(logger)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

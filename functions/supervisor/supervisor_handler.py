@@ -11,7 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from sasflow.bootstrap import Lazy, build_engine
-from sasflow.tracing import build_tracer
+from sasflow.tracing import build_tracer, lean_log_keys
 
 logger = Logger()
 tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
@@ -23,10 +23,11 @@ def _count(name: str, value: int = 1) -> None:
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
 
-engine = Lazy(lambda: build_engine(metrics=_count))
+engine = Lazy(lambda: build_engine(metrics=_count, correlate=logger.set_correlation_id))
 
 
 @logger.inject_lambda_context
+@lean_log_keys(logger)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

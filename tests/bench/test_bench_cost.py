@@ -201,13 +201,13 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     assert by_function["SchedulerFunction dynamodb.PutItem"] == 12
     assert by_function["FlightsAgentFunction dynamodb.PutItem"] == 4
     assert by_function["FlightsAgentFunction dynamodb.UpdateItem"] == 4
-    # Write units: 1 per write (every item is under 1 KB), plus the index: in at the start, moved by the first two
-    # replies (a delete and a put each), out at the end: 2 per step
+    # Write units: 1 per write (every item is under 1 KB), plus the index: in at the start and out at the end; the
+    # two replies between keep the key (a lower bound of the next complete-by, not yet overdue: index_key_for)
     wru = data["usage"]["dynamodb_wru"]
-    assert wru["PutItem:index"] == 4 * (1 + 2 + 2 + 1)
+    assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
     assert wru["UpdateItem"] == 3 * 4
-    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1", "S1", "S1", "S1"]
+    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 5
     # (the figures derived from such counts are checked against a hand count in the next test)
 
 
@@ -226,13 +226,15 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
 # | each agent (3) | SendMessageBatch: its reply                          |  3 |                 |     |
 # | scheduler      | GetItem of the definition (strong, once)             |  1 |                 | 1   |
 # | scheduler      | GetItem of the workflow per reply (eventually)       |  3 |                 | 1.5 |
-# | scheduler      | PutItem of the workflow per reply                    |  3 | 3 + index 2+2+1 |     |
+# | scheduler      | PutItem of the workflow per reply                    |  3 | 3 + index 0+0+1 |     |
 # | scheduler      | SendMessageBatch: the next request (none at the end) |  2 |                 |     |
 # | mappings       | ReceiveMessage + DeleteMessageBatch per delivery     |  6 + 6 |           |     |
 #
-# The index key moves on replies 1 and 2 (a delete and a put: 2 each) and leaves on reply 3 (1).
-# DynamoDB: 19 requests (GetItem 8, PutItem 8, UpdateItem 3); 17 WRU (PutItem 8, index 6, UpdateItem 3) = the
-# README's 16 per workflow (3 x 5 + 1) + 1 for the definition; 4.5 RRU.
+# The index key stays on replies 1 and 2 (the first step's complete-by, a lower bound of the next ones, not yet
+# overdue: records.index_key_for) and leaves on reply 3 (1).
+# DynamoDB: 19 requests (GetItem 8, PutItem 8, UpdateItem 3); 13 WRU (PutItem 8, index 2, UpdateItem 3) = the
+# README's 12 per workflow + 1 for the definition; 4.5 RRU.
+# CloudWatch Logs: what the API and the scheduler wrote (their JSON lines and metrics), counted by the byte.
 # SQS: 18 requests (6 sends, 6 receives, 6 deletes), each under 64 KB: 18 billed.
 # Idle mappings: 4 queues, 3 of them idle in each of the 3 simulated seconds: 9 queue-seconds, 5 long polls per
 # 20 s: 2.25 modelled empty polls. Requests per step: (19 + 18 + 2.25) / 3; the minimum with batches of one:
@@ -254,8 +256,8 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
         "sqs.ReceiveMessage": 6,
         "sqs.SendMessageBatch": 1 + 3 + 2,
     }
-    assert usage["dynamodb_wru"] == {"PutItem": 8, "PutItem:index": 6, "UpdateItem": 3, "UpdateItem:index": 0}
-    assert sum(usage["dynamodb_wru"].values()) == 16 + 1
+    assert usage["dynamodb_wru"] == {"PutItem": 8, "PutItem:index": 2, "UpdateItem": 3, "UpdateItem:index": 0}
+    assert sum(usage["dynamodb_wru"].values()) == 12 + 1
     assert usage["dynamodb_rru"] == {"GetItem": 0.5 + 1.5 + 1 + 1.5}
     assert usage["sqs_billed_requests"] == 18
     assert usage["sqs_messages"] == {"sent": 6, "received": 6, "deleted": 6}
@@ -272,16 +274,20 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert data["step_functions_transitions"] == 3
     # And the dollars are those counts at the list prices (only Lambda's GB-seconds are timed, not counted)
     dollars = data["ours_dollars"]
-    assert dollars["dynamodb_writes"] == pytest.approx(17 * prices.DYNAMODB_PER_WRU)
+    assert dollars["dynamodb_writes"] == pytest.approx(13 * prices.DYNAMODB_PER_WRU)
     assert dollars["dynamodb_reads"] == pytest.approx(4.5 * prices.DYNAMODB_PER_RRU)
     assert dollars["sqs"] == pytest.approx(18 * prices.SQS_PER_REQUEST)
     assert dollars["sqs_empty_polls"] == pytest.approx(2.25 * prices.SQS_PER_REQUEST)
     assert dollars["api"] == pytest.approx(1 * prices.HTTP_API_PER_REQUEST)
     assert dollars["lambda_requests"] == pytest.approx(4 * prices.LAMBDA_PER_REQUEST)
-    counted = (17 * 0.625 + 4.5 * 0.125 + (18 + 2.25) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
-    assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"])
+    # The engine's log (its transition lines and its metrics), priced by the byte
+    logged = usage["log_bytes"]["ApiFunction"] + usage["log_bytes"]["SchedulerFunction"]
+    assert data["log_bytes_per_workflow"] == logged
+    assert dollars["cloudwatch_logs"] == pytest.approx(logged * 0.50 / 1_000_000_000)
+    counted = (13 * 0.625 + 4.5 * 0.125 + (18 + 2.25) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
+    assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"] + dollars["cloudwatch_logs"])
     assert data["anchor_per_step"] == pytest.approx(0.025 / 1000)  # one transition per step
-    assert data["ours_per_step"] == pytest.approx((counted + dollars["lambda_compute"]) / 3)
+    assert data["ours_per_step"] == pytest.approx(dollars["total"] / 3)
 
 
 def _cost_row(name: str, ours: float, anchor: float) -> Row:
@@ -295,6 +301,8 @@ def _cost_row(name: str, ours: float, anchor: float) -> Row:
         "supervisor_runs": 0,
         "actual_requests_per_step": 7.0,
         "minimal_requests_per_step": 7.0,
+        "log_bytes_per_workflow": 0.0,
+        "logs_share": 0.0,
     }
     return rows(SimpleNamespace(scenario=Scenario(name, "t", 3, 1)), data)[0]  # type: ignore[arg-type]
 

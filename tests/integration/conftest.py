@@ -14,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from devstack.identities import identity, request_context_authorizer
+from devstack.moto_sqs import install as install_sqs_redrive
 from devstack.provision import provision
 from devstack.template import SqsEventSpec, Stack, remote_service_parameters
 from http_server import RunningServer, serve_all
@@ -59,6 +60,8 @@ class Deployed:
         headers: dict[str, str] | None = None,
         raw_body: str | None = None,
         caller: str | None = "client-a",
+        function: str = "ApiFunction",
+        query: str = "",
     ) -> tuple[int, Any]:
         """Invoke the API function with an HTTP API v2 event; return (status, parsed JSON body).
 
@@ -73,7 +76,7 @@ class Deployed:
             "version": "2.0",
             "routeKey": f"{method} {route}",
             "rawPath": path,
-            "rawQueryString": "",
+            "rawQueryString": query,
             "headers": {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}},
             "requestContext": {
                 "accountId": "123456789012",
@@ -94,9 +97,17 @@ class Deployed:
             event["body"] = raw_body
         elif body is not None:
             event["body"] = json.dumps(body)
-        response = self.fn("ApiFunction").invoke(event)
+        if query:
+            event["queryStringParameters"] = dict(part.split("=", 1) for part in query.split("&"))
+        response = self.fn(function).invoke(event)
         text = response.get("body") or "null"
         return response["statusCode"], json.loads(text)
+
+    def ops(
+        self, method: str, path: str, body: Any = None, *, query: str = "", headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
+        """Invoke the operators' function (the /ops routes) as the local operator identity."""
+        return self.api(method, path, body, caller="operator", function="OpsFunction", query=query, headers=headers)
 
     def queue_url(self, logical_id: str) -> str:
         return self.physical[logical_id]
@@ -127,6 +138,7 @@ def remote() -> Iterator[dict[str, RunningServer]]:
 @pytest.fixture
 def deployed(remote: dict[str, RunningServer]) -> Iterator[Deployed]:
     with mock_aws():
+        install_sqs_redrive()
         parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
         stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         physical = provision(stack)

@@ -23,8 +23,11 @@ TRIP = load_event("trip_booking_request.json")
 ERROR_STATUSES = {"400", "403", "404", "409", "413", "415", "422"}
 
 
-def post_raw(deployed: Deployed, body: bytes, content_type: str | None = "application/json") -> tuple[int, Any]:
-    """POST /workflows with exactly these bytes, as API Gateway sends them (base64 when not UTF-8 text)."""
+def post_raw(
+    deployed: Deployed, body: bytes, content_type: str | None = "application/json", *, path: str = "/workflows"
+) -> tuple[int, Any]:
+    """POST ``path`` with exactly these bytes, as API Gateway sends them (base64 when not UTF-8 text)."""
+    route = "POST /workflows" if path == "/workflows" else "POST /workflows/{workflow_id}/cancel"
     try:
         text, encoded = body.decode("utf-8"), False
     except UnicodeDecodeError:
@@ -32,17 +35,17 @@ def post_raw(deployed: Deployed, body: bytes, content_type: str | None = "applic
     headers = {"content-type": content_type} if content_type is not None else {}
     event = {
         "version": "2.0",
-        "routeKey": "POST /workflows",
-        "rawPath": "/workflows",
+        "routeKey": route,
+        "rawPath": path,
         "rawQueryString": "",
         "headers": headers,
         "requestContext": {
             "accountId": "123456789012",
             "apiId": "local",
             "authorizer": request_context_authorizer(identity("client-a")),
-            "http": {"method": "POST", "path": "/workflows", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
             "requestId": f"fuzz-regression-{time.monotonic_ns()}",
-            "routeKey": "POST /workflows",
+            "routeKey": route,
             "stage": "$default",
             "timeEpoch": int(time.time() * 1000),
         },
@@ -144,6 +147,42 @@ def test_input_that_is_not_strict_json_is_400_and_stores_nothing(
     # Then 400 (was: NaN/inf stored and shown back as null; a lone surrogate -> UnicodeEncodeError -> 500)
     assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
     assert body["details"][0]["msg"] == f"JSON decode error: {reason}"
+
+
+def test_an_object_that_repeats_a_key_is_400_and_stores_nothing(deployed: Deployed) -> None:
+    # Found by the security trial: {"amount": 1, "amount": 999999} was accepted, the last key winning; parsers differ
+    # on which duplicate they keep, so a proxy and the API could read two different requests.
+    text = json.dumps({"definition": TRIP["definition"]})[:-1] + ', "input": {"amount": 1, "amount": 999999}}'
+    status, body = post_raw(deployed, text.encode())
+    assert_refused(deployed, status, body, (400, "MALFORMED_JSON"))
+    assert body["details"][0]["msg"] == "JSON decode error: duplicate key 'amount'"
+
+
+def test_a_definition_version_too_large_for_a_dynamodb_number_is_422_not_500(deployed: Deployed) -> None:
+    # Found by the security trial: a version of 10**38 failed boto3's number serialiser (decimal.Rounded) -> 500.
+    trip = json.loads(json.dumps(TRIP))
+    trip["definition"]["version"] = 10**38
+    status, body = post_raw(deployed, json.dumps(trip).encode())
+    assert_refused(deployed, status, body, (422, "VALIDATION_ERROR"))
+    assert body["details"][0]["loc"] == ["body", "definition", "version"]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "size", "expected"),
+    [
+        ("text/plain", 2_000_000, (415, "UNSUPPORTED_MEDIA_TYPE")),
+        ("application/json", 2_000_000, (413, "PAYLOAD_TOO_LARGE")),
+    ],
+)
+def test_a_body_on_a_route_that_takes_none_obeys_the_same_rules(
+    deployed: Deployed, content_type: str, size: int, expected: tuple[int, str]
+) -> None:
+    # Found by the security trial: a cancel with 2 MB of text/plain was 202 (only routes with a body checked it).
+    body_bytes = json.dumps({"pad": "x" * size}).encode()
+    status, body = post_raw(
+        deployed, body_bytes, content_type, path="/workflows/00000000-0000-4000-8000-000000000000/cancel"
+    )
+    assert_refused(deployed, status, body, expected)
 
 
 def test_an_integer_beyond_pythons_digit_limit_is_400_not_500(deployed: Deployed) -> None:

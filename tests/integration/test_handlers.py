@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
@@ -177,8 +178,10 @@ def test_cancel_a_running_workflow_compensates_and_ends_cancelled(deployed: Depl
     _, view = deployed.api("GET", f"/workflows/{started['workflow_id']}")
     assert view["status"] == "CANCELLED"
     assert [s["status"] for s in view["steps"]] == ["COMPENSATED", "COMPENSATED", "SKIPPED"]
+    # A second cancel (a client retrying) answers the same and changes nothing
+    events = view["events"]
     status, again = deployed.api("POST", f"/workflows/{started['workflow_id']}/cancel")
-    assert (status, again["error"]) == (409, "CONFLICT")
+    assert (status, again["status"], again["events"]) == (202, "CANCELLED", events)
 
 
 def test_batch_with_malformed_records_fails_only_those_records(deployed: Deployed) -> None:
@@ -293,3 +296,31 @@ def test_a_batch_that_runs_out_of_time_after_six_records_retries_only_the_last_f
     assert retry == {"batchItemFailures": []}
     assert flights.stats()["calls"] == 10
     assert sorted(flights.effects().values()) == [1] * 10
+
+
+def test_each_transition_logs_one_lean_line_whose_correlation_id_is_the_workflow(deployed: Deployed) -> None:
+    # Given the scheduler's log stream captured (powertools' handler, as Lambda would ship it)
+    _, started = deployed.api("POST", "/workflows", TRIP)
+    deployed.driver("FlightsAgentFunction").deliver()
+    scheduler = deployed.fn("SchedulerFunction")
+    handler = scheduler.module.logger.registered_handler
+    buffer = io.StringIO()
+    previous = handler.setStream(buffer)
+    try:
+        deployed.driver("SchedulerFunction").deliver()
+    finally:
+        handler.setStream(previous)
+    lines = [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
+    moves = [line for line in lines if line.get("message") == "step moved"]
+    # Then the flight's reply and the hotel's dispatch are one line each, naming the workflow, step, attempt, move
+    wid = started["workflow_id"]
+    assert [(m["step"], m["phase"], m["attempt"], m["from"], m["to"]) for m in moves] == [
+        ("reserve_flight", "action", 1, "PROCESSING", "COMPLETED"),
+        ("book_hotel", "action", 1, "PENDING", "PROCESSING"),
+    ]
+    assert {(m["workflow_id"], m["correlation_id"], m["level"]) for m in moves} == {(wid, wid, "INFO")}
+    # without what CloudWatch already knows, and without any input or output
+    for line in moves:
+        assert not set(line) & {"function_arn", "function_memory_size", "function_name", "location", "cold_start"}
+        assert "function_request_id" in line
+        assert "Ada" not in json.dumps(line)

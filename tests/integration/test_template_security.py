@@ -118,19 +118,25 @@ def test_every_route_is_authorized(case: str) -> None:
                 assert operation["security"] == [{"AWS_IAM": []}], (logical_id, path, method)
 
 
-def test_the_template_routes_are_the_api_functions_routes() -> None:
-    from api_handler import app  # the deployed handler's resolver
-
-    template_routes = {
-        r["Properties"]["RouteKey"]
-        for r in of_type(resolved(CASES["IAM, sample services"]), "AWS::ApiGatewayV2::Route").values()
-    }
-    app_routes = {
+def app_routes(app: Any) -> set[str]:
+    return {
         f"{method} {route.openapi_path}"
         for route in app._static_routes + app._dynamic_routes
         for method in ([route.method] if isinstance(route.method, str) else route.method)
     }
-    assert template_routes == app_routes
+
+
+def test_the_template_routes_are_the_functions_routes_each_to_its_own_function() -> None:
+    from api_handler import app  # the deployed handlers' resolvers
+    from ops_handler import app as ops_app
+
+    by_target: dict[str, set[str]] = {}
+    for route in of_type(resolved(CASES["IAM, sample services"]), "AWS::ApiGatewayV2::Route").values():
+        target = json.dumps(route["Properties"]["Target"], sort_keys=True)
+        by_target.setdefault(target, set()).add(route["Properties"]["RouteKey"])
+    ops_routes = app_routes(ops_app)
+    assert all(route.split(" ", 1)[1].startswith("/ops/") for route in ops_routes)
+    assert sorted(by_target.values(), key=len) == sorted([app_routes(app), ops_routes], key=len)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -163,8 +169,21 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
             expected.add("dynamodb:UpdateItem")  # its lease
             assert ("dynamodb:Query", index) in granted[logical_id]
         assert on_table == expected, logical_id
+    # The operators' function reads any workflow, writes its actions, queries both indexes, and scans only to list
+    # finished workflows (an operator's occasional request, README "Operate it").
+    attention = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/attention-index"})
+    on_state = {(a, r) for a, r in granted["OpsFunction"] if "StateTable" in r}
+    assert on_state == {
+        ("dynamodb:GetItem", table),
+        ("dynamodb:PutItem", table),
+        ("dynamodb:Query", index),
+        ("dynamodb:Query", attention),
+        ("dynamodb:Scan", table),
+    }
     for logical_id, pairs in granted.items():
-        assert not any(action in ("dynamodb:Scan", "dynamodb:BatchWriteItem") for action, _ in pairs), logical_id
+        assert not any(action == "dynamodb:BatchWriteItem" for action, _ in pairs), logical_id
+        if logical_id != "OpsFunction":
+            assert not any(action == "dynamodb:Scan" for action, _ in pairs), logical_id
         assert ("dynamodb:DeleteItem", table) not in pairs, logical_id
         if logical_id.endswith("AgentFunction"):
             assert not any("StateTable" in resource for _, resource in pairs), logical_id
@@ -249,3 +268,25 @@ def test_the_translation_is_of_this_template() -> None:
     assert Path(ROOT / "template.yaml").read_text().count("AWS::ApiGatewayV2::Route") == len(
         of_type(resolved(CASES["IAM, sample services"]), "AWS::ApiGatewayV2::Route")
     )
+
+
+def test_every_alarm_about_workflows_or_dead_letters_names_the_cli_command_that_lists_them() -> None:
+    from devstack.template import load_template
+
+    resources = load_template(ROOT / "template.yaml")["Resources"]
+    alarms = {k: v["Properties"] for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"}
+    expected = {
+        "CompensationFailedAlarm": "list --status COMPENSATION_FAILED",
+        "WorkflowsHeldAlarm": "list --status HELD",
+        "ResponseDeadLetterAlarm": "dlq list ResponseDeadLetterQueue",
+        "FlightsDeadLetterAlarm": "dlq list FlightsDeadLetterQueue",
+        "SupervisorFunctionErrorsAlarm": "overdue",
+    }
+    for logical_id, command in expected.items():
+        description = alarms[logical_id]["AlarmDescription"]
+        assert isinstance(description, dict), logical_id  # !Sub: the command names this stack
+        assert f"sasflow --stack ${{AWS::StackName}} {command}" in " ".join(description["Fn::Sub"].split()), logical_id
+    # every dead-letter queue's alarm tells how to redrive it
+    for logical_id, alarm in alarms.items():
+        if alarm["Namespace"] == "AWS/SQS":
+            assert "dlq redrive" in json.dumps(alarm["AlarmDescription"]), logical_id

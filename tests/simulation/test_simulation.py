@@ -9,11 +9,16 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from boto3.dynamodb.types import TypeSerializer
 
+import simulation.run
 from devstack.inprocess import offline_aws
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
+from sasflow.definition import WorkflowDefinition
 from sasflow.messages import StepReply
 from sasflow.records import Snapshot
-from sasflow.scheduler import _Transition
+from sasflow.states import WorkflowStatus
+from sasflow.transitions import Transition, TransitionBase
+from sasflow.transitions.forward import ForwardTransitions
+from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
 
@@ -108,15 +113,15 @@ def test_an_agent_whose_in_progress_record_never_expires_is_an_unexplained_unwin
 def test_a_reply_of_an_earlier_attempt_that_moves_a_step_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 11: a scheduler that applies every reply as if it answered the step's current
     attempt (the attempt check of DESIGN Rule 5 gone) lets a late reply of attempt 1 settle attempt 2."""
-    original = _Transition.apply_reply
+    original = Transition.apply_reply
 
-    def apply_any_reply(self: _Transition, reply: StepReply) -> None:
+    def apply_any_reply(self: Transition, reply: StepReply) -> None:
         record = self.snapshot.steps.get(reply.step)
         if record is not None and record.in_flight:
             reply = reply.model_copy(update={"attempt": record.attempt_for(record.phase), "phase": record.phase})
         original(self, reply)
 
-    monkeypatch.setattr(_Transition, "apply_reply", apply_any_reply)
+    monkeypatch.setattr(Transition, "apply_reply", apply_any_reply)
     report = run_one(1, 60)
     stale = [v for v in report.violations if v.kind == "stale reply applied"]
     assert len(stale) >= 1
@@ -158,3 +163,77 @@ def random_always() -> Any:
             return 0.0
 
     return _Zero()
+
+
+# ---------------------------------------------------------------------------------------- operators (issue 11)
+OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0)
+
+
+def caught_within(kind: str, faults: Faults, workflows: int, seeds: range = range(21, 25)) -> list[str]:
+    """Run seeds in turn until one reports a violation of ``kind``; return every kind the last run reported.
+
+    The operator acts on one workflow per tick, chosen at random, so whether a run meets the broken rule depends on
+    the seed; a few seeds make the check independent of which one.
+    """
+    kinds: list[str] = []
+    for seed in seeds:
+        kinds = sorted({v.kind for v in run_one(seed, workflows, faults).violations})
+        if kind in kinds:
+            break
+    return kinds
+
+
+def test_operator_actions_interleaved_with_every_fault_break_no_invariant() -> None:
+    report = run_one(21, 60, OPERATOR_HEAVY)
+    assert report.violations == [], report.replay_command()
+    applied = {kind.split(" ")[0] for kind, n in report.operator_actions.items() if kind.endswith(" 200") and n}
+    assert {"pause", "resume", "retry"} <= applied
+    assert sum(report.statuses.values()) == 60
+
+
+def test_a_dispatch_while_paused_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 12: forward dispatch that ignores the pause starts steps of a paused workflow."""
+    original = ForwardTransitions._dispatch_ready
+
+    def ignore_pause(self: Transition) -> None:
+        workflow = self.snapshot.workflow
+        if not workflow.paused:
+            original(self)
+            return
+        self.snapshot = self.snapshot.with_workflow(workflow.evolve(paused=False))
+        original(self)
+        self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(paused=True))
+
+    monkeypatch.setattr(ForwardTransitions, "_dispatch_ready", ignore_pause)
+    # No held workflows, so the operator's choices are mostly pauses of workflows with steps still to start.
+    pausing = Faults(hold_policy=0.0, operator_action=1.0)
+    assert "paused workflow started a step" in caught_within("paused workflow started a step", pausing, 60)
+
+
+def test_a_failure_that_unwinds_at_once_under_the_hold_policy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 13: a failure policy that always compensates unwinds held workflows at once."""
+    monkeypatch.setattr(WorkflowDefinition, "failure_policy", lambda self, name: "compensate")
+    report = run_one(21, 40, Faults(hold_policy=1.0, remote_reject=0.15, operator_action=0.0))
+    kinds = {v.kind for v in report.violations}
+    assert "unwound instead of held" in kinds
+
+
+def test_an_operator_unwind_without_its_audit_event_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 13: an operator action that writes no audit event leaves an unexplained unwind."""
+    monkeypatch.setattr(OperatorTransitions, "_audit", lambda self, *args, **kwargs: None)
+    kind = "operator unwind without its audit"
+    assert kind in caught_within(kind, OPERATOR_HEAVY, 60)
+
+
+def test_a_hold_timeout_that_never_fires_leaves_workflows_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 1 for held workflows: without the hold timeout, a held workflow waits forever."""
+    original = TransitionBase._advance_once
+
+    def never_release(self: TransitionBase) -> None:
+        if self.snapshot.workflow.status is not WorkflowStatus.HELD:
+            original(self)
+
+    monkeypatch.setattr(TransitionBase, "_advance_once", never_release)
+    monkeypatch.setattr(simulation.run, "MAX_TICKS_AFTER_LAST_START", 20)  # 20 minutes: past every hold timeout
+    report = run_one(21, 30, Faults(hold_policy=1.0, remote_reject=0.3, operator_action=0.0))
+    assert any(v.kind == "not terminal" and v.detail == "HELD" for v in report.violations)

@@ -18,7 +18,7 @@ import boto3
 
 from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
 from devstack.template import FunctionSpec, SqsEventSpec
-from sasflow.bootstrap import Lazy, build_agent, build_engine
+from sasflow.bootstrap import Lazy, build_agent, build_engine, build_ops
 from sasflow.clock import Clock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +46,12 @@ class FunctionUnderTest:
     def load(cls, spec: FunctionSpec, clock: Clock) -> FunctionUnderTest:
         module = load_function_module(spec)
         # Inject the test clock into the cold-start wiring (the handler code itself is unchanged).
+        # As the handlers wire it: the scheduler names each workflow it works on as the log's correlation id.
+        correlate = module.logger.set_correlation_id if hasattr(module, "logger") else None
         if hasattr(module, "engine"):
-            module.engine = Lazy(lambda: build_engine(clock=clock))
+            module.engine = Lazy(lambda: build_engine(clock=clock, correlate=correlate))
+        if hasattr(module, "ops"):
+            module.ops = Lazy(lambda: build_ops(clock=clock, correlate=correlate))
         if hasattr(module, "agent"):
             module.agent = Lazy(lambda: build_agent(clock=clock))
         return cls(spec, module, clock)

@@ -175,7 +175,7 @@ class Pipeline:
         )
         persistence = self.persistence[agent]
         idempotency_config = IdempotencyConfig(
-            event_key_jmespath="[workflow_id, step, phase, action]", raise_on_no_idempotency_key=True
+            event_key_jmespath="[workflow_id, step, phase, action, token]", raise_on_no_idempotency_key=True
         )
         idempotency_config.register_lambda_context(FakeLambdaContext())  # type: ignore[arg-type]
 

@@ -42,7 +42,7 @@ def api() -> Iterator[Api]:
     servers = serve_all(rng_seed=3)
     parameters = {
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
-        "LogLevel": "WARNING",
+        "LogLevel": "WARN",
     }
     try:
         with LocalStack(parameters=parameters) as stack:  # 2 concurrent batches per queue, as by default

@@ -73,7 +73,7 @@ def system() -> Iterator[tuple[Api, dict[str, RunningServer]]]:
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
         "DeadlineGraceSeconds": str(GRACE_SECONDS),
         "MaxClockSkewSeconds": "0",
-        "LogLevel": "WARNING",
+        "LogLevel": "WARN",
     }
     extra_env = {
         "DEVSTACK_WORKER_INIT": "devstack.chaos:install",

@@ -26,7 +26,7 @@ def stack() -> Iterator[LocalStack]:
     servers = serve_all(rng_seed=9)
     parameters = {
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
-        "LogLevel": "WARNING",
+        "LogLevel": "WARN",
     }
     try:
         with LocalStack(parameters=parameters) as running:

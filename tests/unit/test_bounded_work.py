@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jmespath
 import pytest
 
 from sasflow.cache import BoundedCache
-from sasflow.definition import parse_definition
+from sasflow.definition import parse_definition, render
 from sasflow.errors import InvalidDefinitionError, PayloadTooLargeError
+from sasflow.expressions import MAX_BUILT_BYTES, MAX_RENDER_BUILT_BYTES
 from sasflow.limits import MAX_EXPRESSION_CHARS, MAX_EXPRESSIONS, MAX_STEP_INPUT_BYTES, json_size
 from sasflow.states import StepStatus, WorkflowStatus
 from tests.support.pipeline import TRIP_INPUT, Pipeline, trip_definition
@@ -113,7 +115,7 @@ def test_a_compensation_that_cannot_be_prepared_ends_compensation_failed_with_th
     flight = snapshot.steps["reserve_flight"]
     assert snapshot.workflow.status is WorkflowStatus.COMPENSATION_FAILED
     assert flight.status is StepStatus.COMPENSATION_FAILED
-    assert flight.error is not None and flight.error["code"] == "INPUT_TOO_LARGE"
+    assert flight.comp_error is not None and flight.comp_error["code"] == "INPUT_TOO_LARGE"
     assert snapshot.steps["book_hotel"].status is StepStatus.COMPENSATED
     assert "cancel_reservation" not in p.services["flights"].actions()
 
@@ -150,3 +152,69 @@ def test_the_cache_is_bounded_by_bytes_and_keeps_the_most_recently_used() -> Non
     assert (cache.get("b"), cache.get("a"), cache.get("c"), cache.bytes) == (None, "A", "C", 80)
     cache.put("huge", "H", 101)  # heavier than the whole cache: not kept, nothing else evicted
     assert (len(cache), cache.get("huge"), cache.bytes) == (2, None, 80)
+
+
+def _tripling(times: int, wrap: str = "length") -> str:
+    # join(@, [@, @]) makes a string three times as long as @ (the trial's memory attack on the API: 2 KB of body).
+    return f"{wrap}(input.pad" + " | join(@, [@, @])" * times + ")"
+
+
+@pytest.mark.parametrize(
+    ("expression", "what"),
+    [
+        (_tripling(12), "join"),  # 1,000 * 3**12 characters: 531 MB if built
+        ("length(input.items" + " | [@, @][]" * 40 + ")", "flatten"),  # 2**40 list elements if built
+        ("length(to_string(input" + "".join(" | [@, @]" for _ in range(40)) + "))", "to_string"),
+    ],
+)
+def test_an_expression_that_builds_more_than_a_record_holds_is_refused_before_it_builds_it(
+    expression: str, what: str
+) -> None:
+    # Given a first step whose input expression grows its operand exponentially (a result that is only a number)
+    p = Pipeline()
+    definition = trip_definition()
+    definition["steps"][0]["input"] = {"x.$": expression}
+    # When it is started
+    with pytest.raises(PayloadTooLargeError) as refused:
+        p.start(definition, {**TRIP_INPUT, "pad": "x" * 1000, "items": list(range(10))})
+    # Then it is refused (413) naming the primitive, with the limit of one built value, and nothing is written
+    assert refused.value.what == f"a value an input expression builds ({what})"
+    assert refused.value.limit == MAX_BUILT_BYTES
+    assert refused.value.size > MAX_BUILT_BYTES
+    assert p.store.writes == {}
+
+
+def test_an_expression_that_builds_within_the_limits_renders_as_jmespath_does() -> None:
+    # Given expressions that join, flatten and serialise within the limits
+    context = {"input": {"pad": "ab", "items": [[1, 2], [3]], "doc": {"k": [1, "é"]}}}
+    # Then they render exactly as plain JMESPath renders them
+    template = {
+        "j.$": "join('-', [input.pad, input.pad])",
+        "f.$": "input.items[]",
+        "s.$": "to_string(input.doc)",
+        "n.$": "length(input.pad | join(@, [@, @]))",
+    }
+    assert render(template, context) == {"j": "ab-ab", "f": [1, 2, 3], "s": '{"k":[1,"\\u00e9"]}', "n": 6}
+    assert render(template, context)["s"] == jmespath.search("to_string(input.doc)", context)
+
+
+def test_the_values_one_rendering_builds_are_bounded_in_all() -> None:
+    # Given an input whose 5 expressions each build 200 KB (each under the limit of one value, 1 MB in all)
+    template = {f"k{i}.$": "join('', [input.pad, input.pad])" for i in range(5)}
+    # When it is rendered
+    with pytest.raises(PayloadTooLargeError) as refused:
+        render(template, {"input": {"pad": "x" * 100_000}})
+    # Then the fifth is refused: the total passed the rendering's budget
+    assert refused.value.what == "the values one input's expressions build"
+    assert refused.value.limit == MAX_RENDER_BUILT_BYTES
+    assert refused.value.size == 5 * 200_000
+
+
+def test_a_definition_version_beyond_a_signed_32_bit_integer_is_refused() -> None:
+    # The trial's 500: a version of 10**38 could not be written as a DynamoDB number. It is a validation error now.
+    definition = trip_definition()
+    definition["version"] = 2_147_483_648
+    with pytest.raises(InvalidDefinitionError, match="less than or equal to 2147483647"):
+        parse_definition(definition)
+    definition["version"] = 2_147_483_647
+    assert parse_definition(definition).version == 2_147_483_647

@@ -673,7 +673,7 @@ def test_a_workflow_that_changes_under_every_write_fails_the_reply_for_redeliver
     assert [m.queue_url for m in p.scheduler.on_reply(reply)] == ["queue/hotels"]
 
 
-def test_the_index_key_is_the_earliest_complete_by_of_the_parallel_steps_in_flight() -> None:
+def test_the_index_key_is_never_later_than_the_earliest_complete_by_and_moves_only_when_it_must() -> None:
     # Given flight (timeout 30 s) and hotel (timeout 60 s) in parallel, the payment after both
     definition = trip_definition(
         book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}, "timeout_seconds": 60},
@@ -689,11 +689,19 @@ def test_the_index_key_is_the_earliest_complete_by_of_the_parallel_steps_in_flig
     p.run_agent("hotels")
     p.run_scheduler()
     assert p.store.index_entries() == [DeadlineEntry(wid, start + 30)]
-    # When the flight completes, the payment is dispatched and the key moves to its complete-by
+    # When the flight completes, the payment is dispatched, and the key stays where it is: a lower bound of the
+    # payment's complete-by, not yet overdue, so this write moves no index entry (records.index_key_for)
     p.clock.advance(5)
     p.run_agent("flights")
     p.run_scheduler()
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 30)]
+    assert p.snapshot(wid).deadline == start + 10 + 30
+    # When that lower bound falls overdue, the supervisor finds nothing overdue, resends nothing, and stores the key
+    p.clock.set(start + 30 + 31)
+    report = p.sweep()
     assert p.store.index_entries() == [DeadlineEntry(wid, start + 10 + 30)]
+    assert (p.metrics["DeadlineKeysRefreshed"], p.metrics["SupervisorResends"], report.messages) == (1, 0, 0)
+    assert p.snapshot(wid).steps["charge_card"].attempt == 1
     # And once the workflow is terminal it leaves the index
     p.pump()
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
@@ -715,3 +723,18 @@ def test_the_replies_of_parallel_steps_applied_together_take_one_write_and_start
     assert p.snapshot(wid).status_of("charge_card") is StepStatus.PROCESSING
     with pytest.raises(ValueError, match="replies of one workflow"):
         p.scheduler.on_replies([replies[0], replies[0].model_copy(update={"workflow_id": "other"})])
+
+
+def test_the_index_key_moves_down_when_a_step_is_due_earlier_than_the_key() -> None:
+    # Given a chain whose first step may take 300 s and whose second only 30 s
+    definition = trip_definition(reserve_flight={"timeout_seconds": 300}, book_hotel={"timeout_seconds": 30})
+    p = Pipeline()
+    start = int(p.clock.now())
+    wid = p.start(definition)
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 300)]
+    # When the flight completes after 5 s and the hotel is dispatched, due at start + 35
+    p.clock.advance(5)
+    p.run_agent("flights")
+    p.run_scheduler()
+    # Then the key moves down to it: a key later than a complete-by would let the supervisor find it late
+    assert p.store.index_entries() == [DeadlineEntry(wid, start + 5 + 30)]

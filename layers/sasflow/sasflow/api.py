@@ -3,8 +3,12 @@
 Routes
 ------
 - ``POST /workflows``: start a workflow (201), or return the one an ``Idempotency-Key`` already started (200).
-- ``GET /workflows/{workflow_id}``: the workflow and its steps.
-- ``POST /workflows/{workflow_id}/cancel``: stop a running workflow and compensate what may have happened (202).
+- ``GET /workflows/{workflow_id}``: the workflow and its steps (with their times).
+- ``GET /workflows/{workflow_id}/history``: its history, oldest event first, a page at a time (``cursor``).
+- ``POST /workflows/{workflow_id}/cancel``: stop a running workflow and compensate what may have happened (202;
+  again on a cancelling or cancelled workflow, the same answer and nothing changes).
+
+The operators' routes (``/ops``) are another function's: ``ops_api``.
 - ``GET /openapi.json``: the OpenAPI 3 document.
 
 Who may call: API Gateway authorizes every route (IAM or JWT, template ``ApiAuthorizer``); the function reads the
@@ -34,13 +38,15 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
-from aws_lambda_powertools.event_handler.openapi.params import Header, Path
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
-from .api_models import ErrorResponse, StartWorkflowRequest, WorkflowView
+from .api_models import ErrorResponse, HistoryPage, StartWorkflowRequest, WorkflowView
 from .errors import (
     ConditionFailedError,
+    DeadLetterQueueNotFoundError,
     IdempotencyKeyConflictError,
+    InvalidCursorError,
     InvalidDefinitionError,
     PayloadTooLargeError,
     UnauthenticatedError,
@@ -59,6 +65,8 @@ logger = logging.getLogger("sasflow.api")
 #: The body's own envelope takes five levels (body, definition, steps, step, input); deeper documents would reach
 #: pydantic's serialisation depth and Python's recursion limit further down the line and fail there as 500s.
 MAX_JSON_DEPTH = 64
+#: Most events one history page holds.
+MAX_HISTORY_PAGE = 500
 
 
 # ------------------------------------------------------------------------------------------ refusals (one place)
@@ -80,6 +88,8 @@ def _validation_message(exc: Exception) -> str:
 _REFUSALS: dict[type[Exception], _Refusal] = {
     NotFoundError: _Refusal(404, "NOT_FOUND", "No such route", lambda exc: "no such route"),
     WorkflowNotFoundError: _Refusal(404, "WORKFLOW_NOT_FOUND", "No such workflow", lambda exc: f"no workflow {exc}"),
+    DeadLetterQueueNotFoundError: _Refusal(404, "QUEUE_NOT_FOUND", "No such dead-letter queue"),
+    InvalidCursorError: _Refusal(400, "INVALID_CURSOR", "A cursor this API did not give"),
     IdempotencyKeyConflictError: _Refusal(409, "IDEMPOTENCY_KEY_REUSED", "Idempotency-Key used with another body"),
     ConditionFailedError: _Refusal(409, "CONFLICT", "The workflow is not in a state that allows this"),
     UnauthenticatedError: _Refusal(403, "FORBIDDEN", "No verified caller identity"),
@@ -131,19 +141,30 @@ def _documented_errors() -> dict[int, OpenAPIResponse]:
     descriptions: dict[int, list[str]] = {}
     for refusal in (_MALFORMED_JSON, *_REFUSALS.values()):
         descriptions.setdefault(refusal.status, []).append(refusal.description)
-    return {status: _doc(ErrorResponse, "; ".join(texts)) for status, texts in sorted(descriptions.items())}
+    return {status: doc(ErrorResponse, "; ".join(texts)) for status, texts in sorted(descriptions.items())}
 
 
-def _doc(model: type[Any], description: str) -> OpenAPIResponse:
+def doc(model: type[Any], description: str) -> OpenAPIResponse:
+    """A documented JSON response of ``model`` (for a route's ``responses``)."""
     return {"description": description, "content": {"application/json": {"model": model}}}
 
 
-_ERRORS = _documented_errors()
+ERROR_RESPONSES = _documented_errors()
 
 
 # ------------------------------------------------------------------------------------------ request bodies
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # RFC 8259 section 4: names SHOULD be unique, and parsers differ on which duplicate wins; refuse them instead.
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {duplicate[:64]!r}")
+    return document
 
 
 def _finite_float(text: str) -> float:
@@ -158,7 +179,8 @@ def parse_json_body(text: str) -> Any:
 
     Python's ``json`` also reads ``NaN`` and ``Infinity``, numbers beyond a double (as ``inf``) and lone UTF-16
     surrogates; none of them survives the way back out (JSON responses, UTF-8 in DynamoDB and SQS), so they are
-    refused here rather than stored. Nesting is capped at `MAX_JSON_DEPTH` levels.
+    refused here rather than stored. Nesting is capped at `MAX_JSON_DEPTH` levels, and an object may not repeat a
+    key (which of two duplicates a reader keeps differs between parsers).
 
     Parameters
     ----------
@@ -176,7 +198,9 @@ def parse_json_body(text: str) -> Any:
         When the body is not strict JSON; powertools reports it as a ``json_invalid`` validation error (400).
     """
     try:
-        document = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        document = json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError:
         raise
     except RecursionError as exc:
@@ -226,28 +250,51 @@ class _JsonBodyValidation(OpenAPIRequestValidationMiddleware):
     first is refused as 415 and the second as 400, through the refusals table.
     """
 
+    def handler(self, app: Any, next_middleware: Any) -> Any:
+        # Every request's body obeys the same rules, a route that takes none included (a cancel with 2 MB of
+        # text/plain was accepted): checked here, before the route's own parameters.
+        if app.current_event.body:
+            _checked_body(app)
+        return super().handler(app, next_middleware)
+
     def _get_body(self, app: Any) -> dict[str, Any]:
-        content_type = app.current_event.headers.get("content-type", "")
-        media_type = content_type.partition(";")[0].strip().lower()
-        if media_type not in ("", content_types.APPLICATION_JSON):
-            raise RequestUnsupportedContentType(
-                f"the request body must be application/json, not {media_type}",
-                errors=[{"type": "unsupported_content_type", "loc": ("header", "content-type"), "msg": media_type}],
-            )
-        raw = app.current_event.body or ""
-        # A base64 body decodes to 3/4 of its length: refuse what cannot fit before decoding or parsing it.
-        if len(raw) * (3 if app.current_event.is_base64_encoded else 4) > 4 * MAX_REQUEST_BYTES:
-            raise PayloadTooLargeError("the request body", len(raw), MAX_REQUEST_BYTES)
-        try:
-            text = app.current_event.decoded_body  # decodes (and caches) base64 + UTF-8
-        except (UnicodeDecodeError, binascii.Error) as exc:
-            raise RequestValidationError(
-                [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
-            ) from exc
-        size = len(text.encode("utf-8", "surrogatepass")) if text else 0
-        if size > MAX_REQUEST_BYTES:
-            raise PayloadTooLargeError("the request body", size, MAX_REQUEST_BYTES)
+        _checked_body(app)
         return self._parse_json_data(app)
+
+
+def _checked_body(app: Any) -> str:
+    """The request body as text, once it is known to be JSON's media type, UTF-8 and within `MAX_REQUEST_BYTES`.
+
+    Raises
+    ------
+    RequestUnsupportedContentType
+        When the body is sent as another media type (415).
+    PayloadTooLargeError
+        When it is larger than `MAX_REQUEST_BYTES` (413).
+    RequestValidationError
+        When it is not UTF-8, or not base64 where it says it is (400).
+    """
+    content_type = app.current_event.headers.get("content-type", "")
+    media_type = content_type.partition(";")[0].strip().lower()
+    if media_type not in ("", content_types.APPLICATION_JSON):
+        raise RequestUnsupportedContentType(
+            f"the request body must be application/json, not {media_type}",
+            errors=[{"type": "unsupported_content_type", "loc": ("header", "content-type"), "msg": media_type}],
+        )
+    raw = app.current_event.body or ""
+    # A base64 body decodes to 3/4 of its length: refuse what cannot fit before decoding or parsing it.
+    if len(raw) * (3 if app.current_event.is_base64_encoded else 4) > 4 * MAX_REQUEST_BYTES:
+        raise PayloadTooLargeError("the request body", len(raw), MAX_REQUEST_BYTES)
+    try:
+        text: str = app.current_event.decoded_body  # decodes (and caches) base64 + UTF-8
+    except (UnicodeDecodeError, binascii.Error) as exc:
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
+        ) from exc
+    size = len(text.encode("utf-8", "surrogatepass")) if text else 0
+    if size > MAX_REQUEST_BYTES:
+        raise PayloadTooLargeError("the request body", size, MAX_REQUEST_BYTES)
+    return text or ""
 
 
 def _document_agents(document: dict[str, Any], agents: list[str]) -> None:
@@ -258,7 +305,8 @@ def _document_agents(document: dict[str, Any], agents: list[str]) -> None:
     agent["description"] = "The agent (remote service) that does the step: one of this deployment's agents."
 
 
-def _api_resolver() -> APIGatewayHttpResolver:
+def api_resolver() -> APIGatewayHttpResolver:
+    """A resolver with validation, strict JSON bodies and the body rules of `_JsonBodyValidation` (both APIs')."""
     app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=parse_json_body)
     # The request validation middleware is created by the resolver and run before any user middleware, so the
     # body rules above can only take its place. Fail at cold start, not per request, if powertools renames it.
@@ -276,7 +324,7 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     APIGatewayHttpResolver
         Resolve HTTP API (payload v2) events with ``app.resolve(event, context)``.
     """
-    app = _api_resolver()
+    app = api_resolver()
 
     def caller() -> str:
         scheduler, _ = services()
@@ -291,9 +339,9 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         "/workflows",
         summary="Start a workflow",
         responses={
-            200: _doc(WorkflowView, "Already started with this Idempotency-Key"),
-            201: _doc(WorkflowView, "Started"),
-            **_ERRORS,
+            200: doc(WorkflowView, "Already started with this Idempotency-Key"),
+            201: doc(WorkflowView, "Started"),
+            **ERROR_RESPONSES,
         },
     )
     def start_workflow(
@@ -327,17 +375,33 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     @app.get(
         "/workflows/<workflow_id>",
         summary="Read a workflow and its steps",
-        responses={200: _doc(WorkflowView, "The workflow"), **_ERRORS},
+        responses={200: doc(WorkflowView, "The workflow"), **ERROR_RESPONSES},
     )
     def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
         principal = caller()
         scheduler, _ = services()
         return WorkflowView.from_snapshot(owned(scheduler.store.load(workflow_id), workflow_id, principal))
 
+    @app.get(
+        "/workflows/<workflow_id>/history",
+        summary="Read a workflow's history, oldest event first",
+        responses={200: doc(HistoryPage, "One page of events; next_cursor continues it"), **ERROR_RESPONSES},
+    )
+    def get_history(
+        workflow_id: Annotated[WorkflowId, Path()],
+        cursor: Annotated[str | None, Query(max_length=16, description="next_cursor of the previous page")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = MAX_HISTORY_PAGE,
+    ) -> HistoryPage:
+        principal = caller()
+        scheduler, _ = services()
+        after = history_cursor(cursor)
+        snapshot = owned(scheduler.store.load(workflow_id), workflow_id, principal)
+        return HistoryPage.of(snapshot, after=after, limit=limit)
+
     @app.post(
         "/workflows/<workflow_id>/cancel",
         summary="Cancel a running workflow (it compensates what may have happened)",
-        responses={202: _doc(WorkflowView, "Cancelling"), **_ERRORS},
+        responses={202: doc(WorkflowView, "Cancelling"), **ERROR_RESPONSES},
     )
     def cancel_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> Response[WorkflowView]:
         principal = caller()
@@ -355,6 +419,12 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         _document_agents(document, sorted(scheduler.config.agent_queue_urls))
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(document))
 
+    install_error_handlers(app)
+    return app
+
+
+def install_error_handlers(app: APIGatewayHttpResolver) -> None:
+    """Register the refusals table's handler and the catch-all that answers 500 with the request id only."""
     app.exception_handler(list(_REFUSALS))(_refuse)
 
     @app.exception_handler(Exception)
@@ -367,4 +437,17 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             status_code=500, content_type=content_types.APPLICATION_JSON, body=body.model_dump_json(exclude_none=True)
         )
 
-    return app
+
+def history_cursor(cursor: str | None) -> int:
+    """The history position a ``cursor`` of `HistoryPage` stands for (0 for the first page).
+
+    Raises
+    ------
+    InvalidCursorError
+        When the cursor is not one a history page gave.
+    """
+    if cursor is None:
+        return 0
+    if not cursor.isdigit() or len(cursor) > 9:
+        raise InvalidCursorError("the cursor is not one this API gave")
+    return int(cursor)

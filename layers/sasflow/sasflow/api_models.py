@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .definition import WorkflowDefinition
-from .records import Snapshot
-from .states import StepStatus, WorkflowStatus
+from .history import HistoryEvent, StepTimes, decode, step_times
+from .records import Snapshot, StepRecord
+from .states import Phase, StepStatus, WorkflowStatus
 
 #: The sample saga of the README (events/trip_booking_request.json, shortened): the document's example request.
 _TRIP_EXAMPLE: dict[str, Any] = {
@@ -51,7 +53,7 @@ class StartWorkflowRequest(BaseModel):
 
 
 class StepView(BaseModel):
-    """One step as the API shows it. Times are epoch seconds."""
+    """One step as the API shows it. Times are epoch seconds, from the workflow's history."""
 
     name: str
     agent: str
@@ -61,9 +63,20 @@ class StepView(BaseModel):
     compensation_attempt: int = Field(description="Dispatches of the compensation so far.")
     complete_by: int | None = Field(default=None, description="Deadline of the attempt in flight (epoch seconds).")
     resends: int = Field(description="Times the supervisor resent this step after its complete-by.")
+    deferrals: int = Field(default=0, description="Dispatches an open circuit deferred (action and compensation).")
+    started_at: int | None = Field(default=None, description="First dispatch of the action (epoch seconds).")
+    finished_at: int | None = Field(
+        default=None, description="When the action's last attempt ended: its reply applied, or timed out."
+    )
     output: Any = None
-    error: dict[str, Any] | None = None
+    error: dict[str, Any] | None = Field(default=None, description="The action's last error (code, message).")
+    compensation_status: str | None = Field(
+        default=None, description="COMPENSATING, COMPENSATED or COMPENSATION_FAILED once the step is being undone."
+    )
+    compensation_started_at: int | None = Field(default=None, description="First dispatch of the compensation.")
+    compensation_finished_at: int | None = Field(default=None, description="When the compensation ended.")
     compensation_output: Any = None
+    compensation_error: dict[str, Any] | None = Field(default=None, description="The compensation's last error.")
 
 
 class WorkflowView(BaseModel):
@@ -77,6 +90,11 @@ class WorkflowView(BaseModel):
     updated_at: int = Field(description="Epoch seconds.")
     reason: str | None = None
     owner: str | None = Field(default=None, description="The principal that started it.")
+    paused: bool = Field(default=False, description="An operator paused it: nothing new is dispatched.")
+    hold_until: int | None = Field(
+        default=None, description="HELD under a hold timeout: when it is compensated (epoch seconds)."
+    )
+    events: int = Field(default=0, description="Events in its history (GET /workflows/{id}/history).")
     input: dict[str, Any]
     steps: list[StepView]
 
@@ -84,9 +102,12 @@ class WorkflowView(BaseModel):
     def from_snapshot(cls, snapshot: Snapshot) -> WorkflowView:
         """Build the view of a store snapshot; steps never dispatched show as PENDING."""
         workflow = snapshot.workflow
+        times = step_times(events_of(snapshot))
         steps = []
         for step in workflow.definition.steps:
             record = snapshot.steps.get(step.name)
+            when = times.get(step.name, StepTimes())
+            compensating = record is not None and record.phase is Phase.COMPENSATION
             steps.append(
                 StepView(
                     name=step.name,
@@ -97,9 +118,18 @@ class WorkflowView(BaseModel):
                     compensation_attempt=record.comp_attempt if record else 0,
                     complete_by=record.complete_by if record else None,
                     resends=record.resends if record else 0,
+                    deferrals=(record.deferrals + record.comp_deferrals) if record else 0,
+                    started_at=when.started_at,
+                    finished_at=when.finished_at if record is not None and not _action_in_flight(record) else None,
                     output=record.output if record else None,
                     error=record.error if record else None,
+                    compensation_status=record.status.value if compensating and record else None,
+                    compensation_started_at=when.compensation_started_at,
+                    compensation_finished_at=when.compensation_finished_at
+                    if record is not None and record.status is not StepStatus.COMPENSATING
+                    else None,
                     compensation_output=record.comp_output if record else None,
+                    compensation_error=record.comp_error if record else None,
                 )
             )
         return cls(
@@ -111,8 +141,62 @@ class WorkflowView(BaseModel):
             updated_at=workflow.updated_at,
             reason=workflow.reason,
             owner=workflow.owner,
+            paused=workflow.paused,
+            hold_until=workflow.hold_until,
+            events=len(snapshot.history),
             input=workflow.input,
             steps=steps,
+        )
+
+
+def _action_in_flight(record: StepRecord) -> bool:
+    return record.status is StepStatus.PROCESSING
+
+
+def events_of(snapshot: Snapshot) -> list[HistoryEvent]:
+    """The workflow's history, decoded, oldest first."""
+    workflow = snapshot.workflow
+    return decode(snapshot.history, workflow.created_at, [s.name for s in workflow.definition.steps])
+
+
+class HistoryEventView(BaseModel):
+    """One event of a workflow's history (see ``history.HistoryEvent``). Times are epoch seconds."""
+
+    seq: int = Field(description="Its place in the history, from 1.")
+    time: int = Field(description="When it happened (epoch seconds).")
+    kind: str = Field(description="started, dispatched, reply_applied, resent, timed_out, operator_action, ...")
+    step: str | None = None
+    phase: str | None = Field(default=None, description="action or compensation")
+    attempt: int | None = None
+    complete_by: int | None = Field(default=None, description="A dispatched attempt's deadline (epoch seconds).")
+    outcome: str | None = Field(default=None, description="An applied reply's outcome.")
+    calls: int | None = Field(default=None, description="Remote calls the attempt made.")
+    error_code: str | None = None
+    status: str | None = Field(default=None, description="The terminal status of a finished event.")
+    detail: dict[str, Any] | None = Field(
+        default=None, description="An operator action's action, principal, reason, step and id."
+    )
+
+
+class HistoryPage(BaseModel):
+    """One page of a workflow's history, oldest first; ``next_cursor`` continues it (null on the last page)."""
+
+    workflow_id: str
+    status: WorkflowStatus
+    events: list[HistoryEventView]
+    next_cursor: str | None = None
+
+    @classmethod
+    def of(cls, snapshot: Snapshot, *, after: int, limit: int) -> HistoryPage:
+        """The events with ``seq > after``, at most ``limit`` of them."""
+        events = events_of(snapshot)
+        page = [e for e in events if e.seq > after][:limit]
+        more = bool(page) and page[-1].seq < len(events)
+        return cls(
+            workflow_id=snapshot.workflow.workflow_id,
+            status=snapshot.workflow.status,
+            events=[HistoryEventView.model_validate(asdict(e)) for e in page],
+            next_cursor=str(page[-1].seq) if more else None,
         )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .clock import Clock, SystemClock
-from .ports import Counter, MessageBus, StateStore, no_metrics
+from .ports import Counter, MessageBus, StateStore, WorkflowIndex, no_metrics
 from .scheduler import SchedulerService
 from .settings import AgentConfig, EngineConfig
 from .supervisor import SupervisorService
@@ -55,10 +55,13 @@ def build_engine(
     bus: MessageBus | None = None,
     dynamodb: Any = None,
     rng: random.Random | None = None,
+    correlate: Callable[[str], None] | None = None,
 ) -> EngineServices:
     """Build the engine's services over DynamoDB and SQS from the environment.
 
     Every collaborator can be injected (simulations and tests); the defaults are the real AWS clients.
+    ``correlate`` is powertools' ``Logger.set_correlation_id`` in a handler: the scheduler calls it with the id of
+    each workflow it works on.
 
     Raises
     ------
@@ -73,9 +76,47 @@ def build_engine(
     store = DynamoDBStateStore(config.state_table, dynamodb or dynamodb_client(), shards=config.deadline_shards)
     bus = bus or SqsMessageBus(sqs_client())
     id_secret = _workflow_id_key(config.workflow_id_secret) if config.workflow_id_secret else None
-    scheduler = SchedulerService(store, clock, config, metrics=metrics, rng=rng, id_secret=id_secret)
+    scheduler = SchedulerService(
+        store, clock, config, metrics=metrics, rng=rng, id_secret=id_secret, correlate=correlate
+    )
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
+
+
+@dataclass(frozen=True)
+class OpsServices:
+    """What the operators' handler uses: the engine, the store's indexes and the dead-letter queues."""
+
+    engine: EngineServices
+    index: WorkflowIndex
+    dead_letters: Any  # adapters.sqs_dead_letters.DeadLetterQueues
+
+
+def build_ops(
+    environ: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    metrics: Counter = no_metrics,
+    dynamodb: Any = None,
+    sqs: Any = None,
+    correlate: Callable[[str], None] | None = None,
+) -> OpsServices:
+    """Build the operators' services: the engine (its store is also the index) and the dead-letter queues.
+
+    Raises
+    ------
+    ConfigurationError
+        When an environment variable is missing or invalid.
+    """
+    from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .adapters.sqs_dead_letters import DeadLetterQueues
+
+    client = sqs or sqs_client()
+    engine = build_engine(
+        environ, clock=clock, metrics=metrics, bus=SqsMessageBus(client), dynamodb=dynamodb, correlate=correlate
+    )
+    index: WorkflowIndex = engine.store  # type: ignore[assignment]
+    return OpsServices(engine, index, DeadLetterQueues(client, engine.config.dead_letter_queues))
 
 
 def _workflow_id_key(secret_id: str) -> Callable[[], bytes]:
@@ -132,7 +173,7 @@ def build_agent(
     # One persistence layer per IdempotencyConfig. The key is the business identity taken from the message body.
     persistence = DynamoDBPersistenceLayer(table_name=config.idempotency_table, boto3_client=client)
     idempotency_config = IdempotencyConfig(
-        event_key_jmespath="[workflow_id, step, phase, action]",
+        event_key_jmespath="[workflow_id, step, phase, action, token]",
         raise_on_no_idempotency_key=True,
         expires_after_seconds=config.idempotency_expiry_seconds,
     )

@@ -16,15 +16,14 @@ import hashlib
 import json
 import re
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
-import jmespath
 from jmespath.exceptions import JMESPathError
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from .cache import BoundedCache
 from .errors import InvalidDefinitionError
-from .limits import EXPRESSION_CACHE_BYTES, MAX_EXPRESSION_CHARS, MAX_EXPRESSION_NESTING, MAX_EXPRESSIONS, nesting_depth
+from .expressions import RenderBudget, compiled, evaluate
+from .limits import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_NESTING, MAX_EXPRESSIONS, nesting_depth
 from .types import ActionName, AgentName, StepName
 
 _REF_SUFFIX = ".$"
@@ -91,6 +90,11 @@ class StepDefinition(BaseModel):
     depends_on: list[StepName] | None = Field(
         default=None, description="Steps that must complete first; null means the previous step."
     )
+    on_failure: Literal["compensate", "hold"] | None = Field(
+        default=None,
+        description="When the step fails for good: compensate (unwind) or hold (wait for a person); null: the "
+        "definition's policy.",
+    )
 
 
 class WorkflowDefinition(BaseModel):
@@ -99,8 +103,21 @@ class WorkflowDefinition(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    version: StrictInt = Field(default=1, ge=1)
+    version: StrictInt = Field(default=1, ge=1, le=2_147_483_647)
     steps: list[StepDefinition] = Field(min_length=1, max_length=MAX_STEPS)
+    on_failure: Literal["compensate", "hold"] = Field(
+        default="compensate",
+        description="When a step fails for good (attempts used up, or refused): compensate what may have happened "
+        "(the default), or hold the workflow for a person (HELD: retry, skip or compensate it through the operator "
+        "routes).",
+    )
+    hold_timeout_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=31_536_000,
+        description="Under the hold policy: compensate a workflow held for longer than this (seconds); null holds "
+        "until a person acts.",
+    )
 
     @field_validator("steps")
     @classmethod
@@ -191,6 +208,10 @@ class WorkflowDefinition(BaseModel):
         """Step names in a topological order that keeps the written order where dependencies allow."""
         return tuple(_topological_order([s.name for s in self.steps], self.dependencies))
 
+    def failure_policy(self, name: str) -> str:
+        """``compensate`` or ``hold``: what the failure of step ``name`` does (its own policy, or the definition's)."""
+        return self.step(name).on_failure or self.on_failure
+
     def step(self, name: str) -> StepDefinition:
         """Return the step called ``name``.
 
@@ -237,31 +258,30 @@ def render(template: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     -------
     dict
         A new dict where each ``key.$`` became ``key`` with the expression's value (null when nothing matches).
+
+    Raises
+    ------
+    PayloadTooLargeError
+        When an expression would build a value over its limit (``expressions.MAX_BUILT_BYTES``, or
+        ``MAX_RENDER_BUILT_BYTES`` for all of them): it is refused before it is built.
+    jmespath.exceptions.JMESPathError
+        When a function is given a value of the wrong type.
     """
-    return _render_value(template, context)  # type: ignore[no-any-return]
+    return _render_value(template, context, RenderBudget())  # type: ignore[no-any-return]
 
 
-def _render_value(value: Any, context: dict[str, Any]) -> Any:
+def _render_value(value: Any, context: dict[str, Any], budget: RenderBudget) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if isinstance(key, str) and key.endswith(_REF_SUFFIX) and isinstance(item, str):
-                out[key[: -len(_REF_SUFFIX)]] = _compiled(item).search(context)
+                out[key[: -len(_REF_SUFFIX)]] = evaluate(item, context, budget)
             else:
-                out[key] = _render_value(item, context)
+                out[key] = _render_value(item, context, budget)
         return out
     if isinstance(value, list):
-        return [_render_value(v, context) for v in value]
+        return [_render_value(v, context, budget) for v in value]
     return value
-
-
-#: Compiled expressions, kept per sandbox; an entry is weighed at 64 bytes per character of its expression (the
-#: parsed tree and its nodes), so the cache stays within `EXPRESSION_CACHE_BYTES` whatever the expressions.
-_COMPILED: BoundedCache[str, Any] = BoundedCache(EXPRESSION_CACHE_BYTES)
-
-
-def _compiled(expression: str) -> Any:
-    return _COMPILED.get_or_build(expression, lambda: jmespath.compile(expression), lambda _: 64 * len(expression))
 
 
 def _expressions(value: Any) -> list[str]:
@@ -296,7 +316,7 @@ def _check_template(template: dict[str, Any], where: str, ancestors: set[str], *
         if nesting_depth(expression) > MAX_EXPRESSION_NESTING:
             raise ValueError(f"{where}: a JMESPath expression nested deeper than {MAX_EXPRESSION_NESTING} levels")
         try:
-            parsed = _compiled(expression).parsed
+            parsed = compiled(expression).parsed
         except JMESPathError as exc:
             raise ValueError(f"{where}: invalid JMESPath {expression[:80]!r}: {exc}") from exc
         except RecursionError:

@@ -27,6 +27,14 @@ class WorkflowNotFoundError(PermanentError):
     """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
 
 
+class InvalidCursorError(PermanentError):
+    """A page cursor that this API did not give (HTTP 400)."""
+
+
+class DeadLetterQueueNotFoundError(PermanentError):
+    """No dead-letter queue of that name in this stack (template ``DEAD_LETTER_QUEUES``; HTTP 404)."""
+
+
 class UnauthenticatedError(PermanentError):
     """The request carries no verified identity (HTTP 403, as API Gateway answers an unsigned request)."""
 

@@ -30,6 +30,7 @@ Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,19 +102,20 @@ class HistoryEvent:
 
 
 class HistoryWriter:
-    """Builds the lines of one write's events for a workflow that started at ``created_at``, for ``now``.
+    """Encodes the events of one write for a workflow that started at ``created_at``, happening ``now``.
 
-    Step names are encoded as their index in ``steps`` (the definition's order, which never changes).
+    Step names are encoded as their index in ``steps`` (the definition's list of steps, which never changes). Each
+    line goes to ``emit`` (the transition appends it to the snapshot it writes).
     """
 
-    def __init__(self, created_at: int, now: int, steps: list[str]) -> None:
+    def __init__(self, created_at: int, now: int, steps: list[str], emit: Callable[[str], None]) -> None:
         self.base = created_at
         self.dt = str(max(0, now - created_at))
         self.index = {name: i for i, name in enumerate(steps)}
-        self.lines: list[str] = []
+        self.emit = emit
 
     def _add(self, *fields: object) -> None:
-        self.lines.append(" ".join([self.dt, *(str(f) for f in fields if f is not None and f != "")]))
+        self.emit(" ".join([self.dt, *(str(f) for f in fields if f is not None and f != "")]))
 
     def started(self) -> None:
         """The workflow was created."""
@@ -226,3 +228,48 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
         else:  # T t O o
             events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, attempt=attempt))
     return events
+
+
+@dataclass
+class StepTimes:
+    """When a step's phases ran, derived from the history (epoch seconds; None while not yet)."""
+
+    started_at: int | None = None
+    finished_at: int | None = None
+    compensation_started_at: int | None = None
+    compensation_finished_at: int | None = None
+
+
+#: Events that end a phase's attempt for good, or settle it by hand.
+_SETTLING = {"reply_applied", "timed_out", "not_prepared"}
+_COMP_SETTLING = {"compensation_reply_applied", "compensation_timed_out"}
+
+
+def step_times(events: list[HistoryEvent]) -> dict[str, StepTimes]:
+    """Each step's start (its first dispatch) and end (the last event that settled an attempt of it), per phase.
+
+    An end is the time of the last applied reply, final timeout or refusal of the phase; a step still in flight
+    may show the end of an earlier attempt, which the step's status tells apart. An operator's ``skip`` ends the
+    action and a ``resolve`` the compensation.
+    """
+    times: dict[str, StepTimes] = {}
+    for event in events:
+        if event.step is None:
+            continue
+        entry = times.setdefault(event.step, StepTimes())
+        compensation = event.phase == Phase.COMPENSATION.value
+        if event.kind == "dispatched" and entry.started_at is None:
+            entry.started_at = event.time
+        elif event.kind == "compensation_dispatched" and entry.compensation_started_at is None:
+            entry.compensation_started_at = event.time
+        elif event.kind in _SETTLING and not compensation:
+            entry.finished_at = event.time
+        elif event.kind in _COMP_SETTLING or (event.kind == "not_prepared" and compensation):
+            entry.compensation_finished_at = event.time
+        elif event.kind == "operator_action":
+            action = (event.detail or {}).get("action")
+            if action == "skip":
+                entry.finished_at = event.time
+            elif action == "resolve":
+                entry.compensation_finished_at = event.time
+    return times

@@ -32,7 +32,7 @@ def normalise_arn(arn: str) -> str:
     return match.group(1) if match else arn
 
 
-def principal_of(request_context: dict[str, Any], mode: AuthorizerMode) -> str:
+def principal_of(request_context: dict[str, Any], mode: AuthorizerMode, *, keep_session: bool = False) -> str:
     """The principal of a request, from its ``requestContext`` (payload 2.0), for the deployment's authorizer.
 
     Parameters
@@ -41,6 +41,9 @@ def principal_of(request_context: dict[str, Any], mode: AuthorizerMode) -> str:
         The event's ``requestContext`` as Lambda received it.
     mode:
         The deployment's authorizer (environment ``API_AUTHORIZER``).
+    keep_session:
+        Keep an assumed role's session name: an operator's audit names the person (``.../sasflow-operator/ada``),
+        where ownership needs the role.
 
     Returns
     -------
@@ -57,7 +60,7 @@ def principal_of(request_context: dict[str, Any], mode: AuthorizerMode) -> str:
         arn = str(((authorizer.get("iam") or {}).get("userArn")) or "")
         if not arn.startswith("arn:"):
             raise UnauthenticatedError("the request carries no verified IAM identity")
-        principal = normalise_arn(arn)
+        principal = arn if keep_session else normalise_arn(arn)
     else:
         claims = (authorizer.get("jwt") or {}).get("claims") or {}
         issuer, subject = str(claims.get("iss") or ""), str(claims.get("sub") or "")

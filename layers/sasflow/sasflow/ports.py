@@ -82,6 +82,63 @@ class StateStore(Protocol):
 
 
 @dataclass(frozen=True)
+class WorkflowSummary:
+    """What an index holds of a workflow (the operator routes list these).
+
+    Attributes
+    ----------
+    workflow_id, status, definition_name:
+        Identity, status and the definition's name.
+    created_at:
+        When it started (epoch seconds).
+    complete_by:
+        Its deadline-index key (the earliest complete-by in flight), when it has one.
+    trouble:
+        Resends and deferrals of its steps, in all.
+    attention, attention_since:
+        What a person is to act on (HELD, COMPENSATION_FAILED, PAUSED) and since when, for those that wait.
+    reason:
+        Why it unwinds or waits, when the index projects it.
+    """
+
+    workflow_id: str
+    status: str
+    definition_name: str = ""
+    created_at: int = 0
+    complete_by: int | None = None
+    trouble: int = 0
+    attention: str | None = None
+    attention_since: int | None = None
+    reason: str | None = None
+
+
+class WorkflowIndex(Protocol):
+    """The store's indexes, read by ``finding.WorkflowFinder``; ``start`` and the returned key continue a page."""
+
+    def attention(self, kind: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """Workflows waiting for a person for ``kind``, the longest waiting last."""
+        ...
+
+    def count_attention(self, kind: str) -> int:
+        """How many workflows wait for a person for ``kind``."""
+        ...
+
+    def in_flight(
+        self, shard: str, limit: int, start: Any | None, before: int | None
+    ) -> tuple[list[WorkflowSummary], Any | None]:
+        """Workflows of deadline-index ``shard`` (with ``complete_by < before`` when given), in deadline order."""
+        ...
+
+    def count_in_flight(self, shard: str) -> dict[str, int]:
+        """Workflows of deadline-index ``shard`` by status."""
+        ...
+
+    def finished(self, status: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """Workflows of a finished ``status`` (a scan: its cost grows with the table)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Outgoing:
     """One message to send: its queue URL, its body, and an SQS delay in seconds (0..900)."""
 

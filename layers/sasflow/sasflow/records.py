@@ -16,6 +16,8 @@ from typing import Any
 from .definition import WorkflowDefinition, render
 from .states import (
     IN_FLIGHT_STEP,
+    NEEDS_A_PERSON,
+    OPERATOR_WORKFLOW_TRANSITIONS,
     TERMINAL_WORKFLOW,
     Phase,
     StepStatus,
@@ -45,6 +47,13 @@ class WorkflowRecord:
         Once terminal: when DynamoDB's TTL may delete the workflow (epoch seconds).
     owner:
         The principal that started it (``identity.principal_of``); only it, and operators, may see or change it.
+    paused:
+        An operator paused it: no new dispatches until resumed (replies and timeouts of steps in flight still count).
+    hold_until:
+        While HELD under a hold timeout: when the supervisor compensates it (epoch seconds); None holds forever.
+    attention, attention_since:
+        Whether it waits for a person (``HELD``, ``COMPENSATION_FAILED``, ``PAUSED``), and since when (epoch
+        seconds): the keys of the sparse attention index, so those workflows are listed at any table size.
     """
 
     workflow_id: str
@@ -58,6 +67,19 @@ class WorkflowRecord:
     reason: str | None = None
     expires_at: int | None = None
     owner: str | None = None
+    paused: bool = False
+    hold_until: int | None = None
+    attention: str | None = None
+    attention_since: int | None = None
+
+    @property
+    def needs_attention(self) -> str | None:
+        """What makes this workflow wait for a person now: its status (HELD, COMPENSATION_FAILED), or PAUSED."""
+        if self.status in NEEDS_A_PERSON:
+            return self.status.value
+        if self.paused and self.status not in TERMINAL_WORKFLOW:
+            return "PAUSED"
+        return None
 
     def evolve(self, **changes: Any) -> WorkflowRecord:
         """Return a copy with ``changes`` applied."""
@@ -73,8 +95,14 @@ class StepRecord:
     ``may_have_happened`` is true once an attempt may have reached the service without a definitive answer
     (timeouts, transient errors, a probe of a half-open circuit that failed), so the step must be compensated if the
     workflow unwinds (Rule 6). ``deferrals`` and ``comp_deferrals`` count the dispatches an open
-    circuit deferred without using an attempt, of the action and of its compensation. A step with no record is
-    PENDING.
+    circuit deferred without using an attempt, of the action and of its compensation. ``error`` is the action's last
+    error, ``comp_error`` the compensation's. The times of a step are in the workflow's history. A step with no
+    record is PENDING.
+
+    An operator's retry gives the step a new budget of attempts (``attempt_base``: the attempts before it do not
+    count; ``comp_attempt_base`` likewise for a retried compensation), may give it an edited input
+    (``input_override``), and, when nothing can have happened under the old token (a refusal), a new token
+    (``generation``, `token_action`).
     """
 
     step: str
@@ -88,8 +116,26 @@ class StepRecord:
     resends: int = 0
     deferrals: int = 0
     comp_output: Any = None
-    updated_at: int = 0
     comp_deferrals: int = 0
+    comp_error: dict[str, Any] | None = None
+    attempt_base: int = 0
+    comp_attempt_base: int = 0
+    generation: int = 0
+    input_override: dict[str, Any] | None = None
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts of the action that count against its retry policy (those since the last operator retry)."""
+        return self.attempt - self.attempt_base
+
+    @property
+    def comp_attempts_used(self) -> int:
+        """Attempts of the compensation that count against its retry policy."""
+        return self.comp_attempt - self.comp_attempt_base
+
+    def token_action(self, action: str) -> str:
+        """The action name the remote token is derived from: the action itself, or ``action#<generation>``."""
+        return action if self.generation == 0 else f"{action}#{self.generation}"
 
     @property
     def in_flight(self) -> bool:
@@ -116,12 +162,18 @@ class StepRecord:
 class Snapshot:
     """A workflow and all its steps, read and written together (one item).
 
-    ``version`` is 0 for a snapshot that has not been stored yet, then 1, 2, ... with every write.
+    ``version`` is 0 for a snapshot that has not been stored yet, then 1, 2, ... with every write. ``history`` holds
+    the workflow's events, oldest first, encoded by ``history.HistoryWriter``: the events of a write are stored by
+    that same write.
     """
 
     workflow: WorkflowRecord
     steps: dict[str, StepRecord] = field(default_factory=dict)
     version: int = 0
+    history: tuple[str, ...] = ()
+    #: The key the workflow is stored under in the deadline index (epoch seconds), when it differs from
+    #: ``deadline``: a lower bound kept from an earlier write (see `index_key_for`). None: the key is ``deadline``.
+    index_key: int | None = None
 
     def with_step(self, record: StepRecord) -> Snapshot:
         """Return a snapshot where ``record`` replaces the step of the same name."""
@@ -131,10 +183,35 @@ class Snapshot:
         """Return a snapshot with ``workflow`` replaced."""
         return replace(self, workflow=workflow)
 
+    def with_events(self, lines: list[str]) -> Snapshot:
+        """Return a snapshot with the history ``lines`` appended."""
+        return replace(self, history=self.history + tuple(lines)) if lines else self
+
+    def stored_as(self, version: int) -> Snapshot:
+        """Return this snapshot as stored at ``version``."""
+        return replace(self, version=version)
+
+    def with_index_key(self, key: int | None) -> Snapshot:
+        """Return this snapshot keyed ``key`` in the deadline index (None: keyed at its ``deadline``)."""
+        return replace(self, index_key=None if key == self.deadline else key)
+
+    @property
+    def stored_key(self) -> int | None:
+        """The workflow's key in the deadline index as stored: ``index_key`` when set, else ``deadline``."""
+        deadline = self.deadline
+        if deadline is None:
+            return None
+        return self.index_key if self.index_key is not None else deadline
+
     def status_of(self, step: str) -> StepStatus:
         """Return the status of ``step``; a step with no record is PENDING."""
         record = self.steps.get(step)
         return record.status if record else StepStatus.PENDING
+
+    @property
+    def trouble(self) -> int:
+        """Resends and deferrals of all its steps: how stuck it looks (``/ops/overdue`` lists those above a bar)."""
+        return sum(r.resends + r.deferrals + r.comp_deferrals for r in self.steps.values())
 
     @property
     def deadline(self) -> int | None:
@@ -148,7 +225,13 @@ class Snapshot:
         if self.workflow.status in TERMINAL_WORKFLOW:
             return None
         in_flight = [r.complete_by for r in self.steps.values() if r.in_flight and r.complete_by is not None]
-        return min(in_flight) if in_flight else self.workflow.updated_at
+        if in_flight:
+            return min(in_flight)
+        if self.workflow.status is WorkflowStatus.HELD:
+            return self.workflow.hold_until  # waits for a person: supervised only under a hold timeout
+        if self.workflow.paused:
+            return None  # nothing moves until a person resumes it
+        return self.workflow.updated_at
 
     def context(self) -> dict[str, Any]:
         """The JMESPath context of step inputs: ``{"input": ..., "steps": {name: {"output": ...}}}``."""
@@ -164,6 +247,9 @@ class Snapshot:
         it is dispatched and whose outputs never change afterwards. So the input is rendered again whenever it is
         needed (a resend, a compensation's ``step.input``) instead of being stored with every write.
         """
+        record = self.steps.get(step)
+        if record is not None and record.input_override is not None:
+            return record.input_override  # an operator's edited input, given with a retry
         return render(self.workflow.definition.step(step).input, self.context())
 
 
@@ -186,6 +272,33 @@ def deadline_shard(workflow_id: str, shards: int) -> str:
     return f"{zlib.crc32(workflow_id.encode()) % shards:02d}"
 
 
+def index_key_for(previous: int | None, deadline: int | None, now: int, grace: int) -> int | None:
+    """The deadline-index key a write stores: the earliest complete-by, or a lower bound of it already stored.
+
+    DESIGN Rule 3 keys a workflow *no later than* its earliest complete-by. Moving the key costs two index writes
+    (a delete and a put), and a chain moves it at every dispatch although its steps finish long before any
+    complete-by. So a key already stored is kept while it is still a lower bound (``previous <= deadline``) and not
+    yet overdue (``now <= previous + grace``); otherwise the key is the earliest complete-by. A kept key that later
+    falls overdue brings the supervisor early: it finds nothing overdue and stores the true key (`Snapshot.stored_key`
+    is then refreshed by ``TransitionBase.handle_overdue``), one read and one write per such window, where moving the
+    key at each dispatch costs two index writes every time.
+
+    Parameters
+    ----------
+    previous:
+        The key stored now (None: not in the index).
+    deadline:
+        The earliest complete-by of what the write leaves in flight (``Snapshot.deadline``; None: leaves the index).
+    now, grace:
+        The write's time and the deadline grace (epoch seconds, seconds).
+    """
+    if deadline is None:
+        return None
+    if previous is not None and previous <= deadline and now <= previous + grace:
+        return previous
+    return deadline
+
+
 def check_deadlines(snapshot: Snapshot) -> None:
     """Raise unless every complete-by of ``snapshot`` (its steps' and its index key) is an int of epoch seconds.
 
@@ -198,12 +311,16 @@ def check_deadlines(snapshot: Snapshot) -> None:
     TypeError
         When a complete-by is not an int (a bool is not one).
     ValueError
-        When a complete-by looks like milliseconds (over 10,000,000,000).
+        When a complete-by looks like milliseconds (over 10,000,000,000), or the index key is later than the
+        earliest complete-by.
     """
     values = [(f"complete_by of {r.step}", r.complete_by) for r in snapshot.steps.values() if r.complete_by is not None]
-    deadline = snapshot.deadline
+    deadline = snapshot.stored_key
     if deadline is not None:
         values.append(("complete_by", deadline))
+        if snapshot.deadline is not None and deadline > snapshot.deadline:
+            # A key later than the earliest complete-by would let the supervisor miss an overdue step (Rule 3).
+            raise ValueError(f"index key {deadline} is later than the earliest complete-by {snapshot.deadline}")
     for what, value in values:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{what} must be int epoch seconds, got {type(value).__name__}")
@@ -217,15 +334,19 @@ def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
     Enforced at the store boundary, so no writer can store a move the state machine does not allow: a terminal
     workflow never changes again, a step record is never removed, and each changed step moves along
     ``STEP_TRANSITIONS`` (from PENDING when it had no record). One write may carry several transitions of a step
-    (a failed reply that starts the compensation at once), so the target must be reachable, not adjacent.
+    (a failed reply that starts the compensation at once), so the target must be reachable, not adjacent. The history
+    only grows; a write that carries an operator's event (an audited action) may make the operator's moves too.
     """
     old, new = before.workflow, after.workflow
     if old.workflow_id != new.workflow_id:
         raise ValueError("a snapshot cannot change its workflow id")
-    if old.status in TERMINAL_WORKFLOW:
+    if after.history[: len(before.history)] != before.history:
+        raise ValueError(f"workflow {old.workflow_id}: history is append-only")
+    audited = any(line.split(" ", 2)[1:2] == ["P"] for line in after.history[len(before.history) :])
+    if old.status in TERMINAL_WORKFLOW and not (audited and old.status in OPERATOR_WORKFLOW_TRANSITIONS):
         raise ValueError(f"workflow {old.workflow_id} is {old.status.value}: terminal states never change")
     if old.status is not new.status:
-        check_workflow_move(old.status, new.status)
+        check_workflow_move(old.status, new.status, audited=audited)
     removed = set(before.steps) - set(after.steps)
     if removed:
         raise ValueError(f"step records cannot be removed: {sorted(removed)}")
@@ -233,6 +354,6 @@ def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
         previous = before.steps.get(name)
         if previous == record:
             continue
-        check_step_move(previous.status if previous else StepStatus.PENDING, record.status)
+        check_step_move(previous.status if previous else StepStatus.PENDING, record.status, audited=audited)
         if record.in_flight != (record.complete_by is not None):
             raise ValueError(f"step {name} is {record.status.value} but complete_by is {record.complete_by}")

@@ -20,6 +20,15 @@ M = TypeVar("M", bound=BaseModel)
 _LOOPBACK_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
 
 
+class DeadLetterQueue(BaseModel):
+    """A dead-letter queue of the stack (template ``DEAD_LETTER_QUEUES``, for the operators' redrive)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(min_length=1)
+    arn: str = Field(min_length=1)
+
+
 class AgentRoute(BaseModel):
     """How the engine reaches one agent: its request queue, and the actions it accepts (template ``AGENTS``)."""
 
@@ -55,6 +64,10 @@ class EngineConfig(BaseModel):
         The deployment's API authorizer (``AWS_IAM`` or ``JWT``): which verified identity a request must carry.
     workflow_id_secret:
         The Secrets Manager secret (ARN or name) whose value keys the workflow ids of Idempotency-Key starts.
+    dead_letter_queues:
+        Logical name → URL and ARN of every dead-letter queue (the operators' function only).
+    stuck_after:
+        Resends and deferrals of a workflow's steps, in all, from which ``/ops/overdue`` calls it stuck.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -71,6 +84,8 @@ class EngineConfig(BaseModel):
     lease_seconds: int = Field(default=50, ge=1)
     api_authorizer: Literal["AWS_IAM", "JWT"] = "AWS_IAM"
     workflow_id_secret: str = ""
+    dead_letter_queues: dict[str, DeadLetterQueue] = Field(default_factory=dict)
+    stuck_after: int = Field(default=5, ge=1)
 
     @model_validator(mode="after")
     def _grace_covers_skew(self) -> EngineConfig:
@@ -108,9 +123,11 @@ class EngineConfig(BaseModel):
                 "lease_seconds": "SUPERVISOR_LEASE_SECONDS",
                 "api_authorizer": "API_AUTHORIZER",
                 "workflow_id_secret": "WORKFLOW_ID_SECRET",  # nosec B105 # the variable's name; it holds the secret's ARN
+                "dead_letter_queues": "DEAD_LETTER_QUEUES",
+                "stuck_after": "STUCK_AFTER",
             },
             required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
-            json_fields=("agents",),
+            json_fields=("agents", "dead_letter_queues"),
         )
 
 

@@ -5,7 +5,10 @@ attempt n+1 while attempts remain. During compensation: ``COMPENSATING → COMPE
 A step never dispatched when compensation starts is sealed as ``SKIPPED`` so that it can never start later.
 
 Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COMPENSATION_FAILED``, or on cancel
-``→ CANCELLING → CANCELLED`` (CANCELLING compensates like COMPENSATING). Terminal states never change again.
+``→ CANCELLING → CANCELLED`` (CANCELLING compensates like COMPENSATING). A step that runs out of attempts under the
+``hold`` failure policy puts the workflow ``HELD`` instead of unwinding: it waits for a person (or its hold timeout).
+Terminal states never change again, except through an audited operator action (``OPERATOR_*_TRANSITIONS``: a write
+that makes one carries the operator's event in the workflow's history, which the store checks).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class WorkflowStatus(StrEnum):
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     CANCELLING = "CANCELLING"
     CANCELLED = "CANCELLED"
+    HELD = "HELD"
 
 
 class Phase(StrEnum):
@@ -71,6 +75,8 @@ TERMINAL_WORKFLOW = frozenset(
     }
 )
 UNWINDING_WORKFLOW = frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING})
+#: The states in which a workflow waits for a person (listed by the operator routes at any table size).
+NEEDS_A_PERSON = frozenset({WorkflowStatus.COMPENSATION_FAILED, WorkflowStatus.HELD})
 IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
 
 #: Allowed step transitions; the store checks every write against them (`check_step_move`, at the store boundary).
@@ -91,8 +97,10 @@ STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
 
 WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
     WorkflowStatus.RUNNING: frozenset(
-        {WorkflowStatus.COMPLETED, WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING}
+        {WorkflowStatus.COMPLETED, WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING, WorkflowStatus.HELD}
     ),
+    # A held workflow's hold timeout passes (the supervisor compensates), or it is cancelled.
+    WorkflowStatus.HELD: frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING}),
     WorkflowStatus.COMPENSATING: frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED}),
     WorkflowStatus.CANCELLING: frozenset({WorkflowStatus.CANCELLED, WorkflowStatus.COMPENSATION_FAILED}),
     WorkflowStatus.COMPLETED: frozenset(),
@@ -117,6 +125,22 @@ def _closure(table: dict[StatusT, frozenset[StatusT]]) -> dict[StatusT, frozense
     return result
 
 
+#: Moves only an operator makes, each audited in the history of the write that makes it (``retry``, ``skip``,
+#: ``retry-compensation``, ``resolve``): a failed step is tried again or marked done; a failed compensation is tried
+#: again or marked done by hand.
+OPERATOR_STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.FAILED: frozenset({StepStatus.PROCESSING, StepStatus.COMPLETED}),
+    StepStatus.COMPENSATION_FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),
+}
+#: A held workflow goes on (``retry``, ``skip``); a COMPENSATION_FAILED one unwinds again (``retry-compensation``,
+#: ``resolve``), which may end it COMPENSATED in the same write.
+OPERATOR_WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
+    WorkflowStatus.HELD: frozenset({WorkflowStatus.RUNNING}),
+    WorkflowStatus.COMPENSATION_FAILED: frozenset(
+        {WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING, WorkflowStatus.COMPENSATED, WorkflowStatus.CANCELLED}
+    ),
+}
+
 #: Moves the scheduler makes by itself right after a step's own transition, in the same write: a step that completed
 #: or failed while its workflow unwinds starts its compensation at once.
 STEP_FOLLOW_UPS: dict[StepStatus, frozenset[StepStatus]] = {
@@ -128,7 +152,7 @@ STEP_FOLLOW_UPS: dict[StepStatus, frozenset[StepStatus]] = {
 WORKFLOW_REACHABLE = _closure(WORKFLOW_TRANSITIONS)
 
 
-def check_step_move(current: StepStatus, target: StepStatus) -> None:
+def check_step_move(current: StepStatus, target: StepStatus, *, audited: bool = False) -> None:
     """Raise ``ValueError`` unless one write may take a step from ``current`` to ``target``.
 
     One write applies at most one event to a step (a dispatch, a reply, a timeout: one allowed transition), then,
@@ -139,12 +163,24 @@ def check_step_move(current: StepStatus, target: StepStatus) -> None:
     allowed = STEP_TRANSITIONS[current]
     if target in allowed:
         return
+    if audited and target in OPERATOR_STEP_TRANSITIONS.get(current, frozenset()):
+        return
     if current in IN_FLIGHT_STEP and any(target in STEP_FOLLOW_UPS.get(step, frozenset()) for step in allowed):
         return
     raise ValueError(f"step transition {current.value} -> {target.value} is not allowed")
 
 
-def check_workflow_move(current: WorkflowStatus, target: WorkflowStatus) -> None:
-    """Raise ``ValueError`` unless ``target`` is reachable from ``current`` through allowed workflow transitions."""
+def check_workflow_move(current: WorkflowStatus, target: WorkflowStatus, *, audited: bool = False) -> None:
+    """Raise ``ValueError`` unless ``target`` is reachable from ``current`` through allowed workflow transitions.
+
+    With ``audited`` (the write carries an operator's event), an operator's move is allowed too, and what is reachable
+    from where it leads (a held workflow resumed may complete in the same write).
+    """
+    if target in WORKFLOW_REACHABLE[current]:
+        return
+    if audited and any(
+        target == via or target in WORKFLOW_REACHABLE[via] for via in OPERATOR_WORKFLOW_TRANSITIONS.get(current, ())
+    ):
+        return
     if target not in WORKFLOW_REACHABLE[current]:
         raise ValueError(f"workflow transition {current.value} -> {target.value} is not allowed")

@@ -34,6 +34,7 @@ from botocore.exceptions import ClientError
 
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
+from ..ports import WorkflowSummary
 from ..records import (
     DeadlineEntry,
     Snapshot,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 #: (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/ServiceQuotas.html).
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 DEADLINE_INDEX = "deadline-index"
+ATTENTION_INDEX = "attention-index"
 WORKFLOW_PREFIX = "WF#"
 _WF_SK = "#WF"
 _DEF_PREFIX = "DEF#"
@@ -152,7 +154,7 @@ def _check_size(item: dict[str, Any], what: str) -> None:
 
 def _step_doc(record: StepRecord) -> dict[str, Any]:
     """A step's entry in the ``steps`` map; attributes at their default are left out (they cost bytes)."""
-    doc: dict[str, Any] = {"status": record.status.value, "attempt": record.attempt, "updated_at": record.updated_at}
+    doc: dict[str, Any] = {"status": record.status.value, "attempt": record.attempt}
     if record.comp_attempt:
         doc["comp_attempt"] = record.comp_attempt
     if record.complete_by is not None:
@@ -165,9 +167,14 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
         doc["deferrals"] = record.deferrals
     if record.comp_deferrals:
         doc["comp_deferrals"] = record.comp_deferrals
+    for name in ("attempt_base", "comp_attempt_base", "generation"):
+        if getattr(record, name):
+            doc[name] = getattr(record, name)
+    doc["input_override"] = _doc(record.input_override)
     doc["output"] = _doc(record.output)
     doc["error"] = _doc(record.error)
     doc["comp_output"] = _doc(record.comp_output)
+    doc["comp_error"] = _doc(record.comp_error)
     return {k: v for k, v in doc.items() if v is not None}
 
 
@@ -185,7 +192,11 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         deferrals=doc.get("deferrals", 0),
         comp_deferrals=doc.get("comp_deferrals", 0),
         comp_output=_undoc(doc.get("comp_output")),
-        updated_at=doc.get("updated_at", 0),
+        comp_error=_undoc(doc.get("comp_error")),
+        attempt_base=doc.get("attempt_base", 0),
+        comp_attempt_base=doc.get("comp_attempt_base", 0),
+        generation=doc.get("generation", 0),
+        input_override=_undoc(doc.get("input_override")),
     )
 
 
@@ -215,10 +226,20 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "idempotency_key": workflow.idempotency_key,
         "owner": workflow.owner,
         "reason": workflow.reason,
+        "paused": True if workflow.paused else None,
+        "hold_until": workflow.hold_until,
+        # Projected into the deadline index, so /ops lists and counts workflows in flight from it.
+        "dname": workflow.definition.name,
+        "trouble": snapshot.trouble or None,
+        # The sparse attention index: present only while the workflow waits for a person.
+        "attn": workflow.attention,
+        "attn_since": workflow.attention_since,
         "expires_at": workflow.expires_at,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
+        # The history, one event a line (history.py): written by the same conditional write as the state.
+        "h": "\n".join(snapshot.history) or None,
     }
-    deadline = snapshot.deadline
+    deadline = snapshot.stored_key
     if deadline is not None:
         item["complete_by"] = deadline
         item["dl_shard"] = deadline_shard(workflow.workflow_id, shards)
@@ -238,10 +259,32 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         idempotency_key=item.get("idempotency_key"),
         owner=item.get("owner"),
         reason=item.get("reason"),
+        paused=bool(item.get("paused", False)),
+        hold_until=item.get("hold_until"),
+        attention=item.get("attn"),
+        attention_since=item.get("attn_since"),
         expires_at=item.get("expires_at"),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
-    return Snapshot(workflow, steps, version=item["version"])
+    history = tuple(item["h"].split("\n")) if item.get("h") else ()
+    snapshot = Snapshot(workflow, steps, version=item["version"], history=history)
+    key = item.get("complete_by")
+    return snapshot.with_index_key(int(key)) if key is not None and snapshot.deadline is not None else snapshot
+
+
+def _summary(item: dict[str, Any]) -> WorkflowSummary:
+    """A workflow summary from an index entry or a projected item (plain values)."""
+    return WorkflowSummary(
+        workflow_id=item["pk"][len(WORKFLOW_PREFIX) :],
+        status=item.get("status", ""),
+        definition_name=item.get("dname", ""),
+        created_at=item.get("created_at", 0),
+        complete_by=item.get("complete_by"),
+        trouble=item.get("trouble", 0),
+        attention=item.get("attn"),
+        attention_since=item.get("attn_since"),
+        reason=item.get("reason"),
+    )
 
 
 def _is_condition_failure(exc: ClientError) -> bool:
@@ -346,7 +389,7 @@ class DynamoDBStateStore:
         # A repeated start with the same Idempotency-Key (the same workflow id) fails here and writes nothing.
         if not self._put_new(item):
             raise ConditionFailedError(f"workflow {snapshot.workflow.workflow_id} exists")
-        return Snapshot(snapshot.workflow, snapshot.steps, version=1)
+        return snapshot.stored_as(1)
 
     def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
         """Read the workflow's item with one GetItem, strongly consistent unless asked (see ``StateStore``)."""
@@ -376,7 +419,7 @@ class DynamoDBStateStore:
                     f"workflow {snapshot.workflow.workflow_id} changed since version {expect.version}"
                 ) from exc
             raise
-        return Snapshot(snapshot.workflow, snapshot.steps, version=version)
+        return snapshot.stored_as(version)
 
     def workflows(self) -> Iterator[Snapshot]:
         """Every stored workflow, by a strongly consistent Scan of the whole table (every page).
@@ -412,6 +455,88 @@ class DynamoDBStateStore:
             if item["pk"].startswith(WORKFLOW_PREFIX):
                 entries.append(DeadlineEntry(item["pk"][len(WORKFLOW_PREFIX) :], item["complete_by"]))
         return entries, response.get("LastEvaluatedKey")
+
+    # -- the operators' queries (finding.WorkflowFinder)
+    def attention(self, kind: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """Query the sparse attention index for ``kind`` (see ``ports.WorkflowIndex``)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": ATTENTION_INDEX,
+            "KeyConditionExpression": "attn = :kind",
+            "ExpressionAttributeValues": _ser({":kind": kind}),
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = start
+        response = self.client.query(**kwargs)
+        return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def count_attention(self, kind: str) -> int:
+        """Count the attention index's entries for ``kind`` (every page)."""
+        total = 0
+        paginator = self.client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self.table,
+            IndexName=ATTENTION_INDEX,
+            KeyConditionExpression="attn = :kind",
+            ExpressionAttributeValues=_ser({":kind": kind}),
+            Select="COUNT",
+        ):
+            total += int(page.get("Count", 0))
+        return total
+
+    def in_flight(
+        self, shard: str, limit: int, start: Any | None, before: int | None
+    ) -> tuple[list[WorkflowSummary], Any | None]:
+        """Query one deadline-index shard, optionally only ``complete_by < before`` (see ``ports.WorkflowIndex``)."""
+        condition = "dl_shard = :shard" + (" AND complete_by < :before" if before is not None else "")
+        values: dict[str, Any] = {":shard": shard}
+        if before is not None:
+            values[":before"] = before
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": DEADLINE_INDEX,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": _ser(values),
+            "Limit": limit,
+        }
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = start
+        response = self.client.query(**kwargs)
+        return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def count_in_flight(self, shard: str) -> dict[str, int]:
+        """Count one deadline-index shard's entries by status (every page; only the status is read)."""
+        counts: dict[str, int] = {}
+        paginator = self.client.get_paginator("query")
+        for page in paginator.paginate(
+            TableName=self.table,
+            IndexName=DEADLINE_INDEX,
+            KeyConditionExpression="dl_shard = :shard",
+            ExpressionAttributeValues=_ser({":shard": shard}),
+            ProjectionExpression="#status",
+            ExpressionAttributeNames={"#status": "status"},
+        ):
+            for raw in page.get("Items", []):
+                status = raw["status"]["S"]
+                counts[status] = counts.get(status, 0) + 1
+        return counts
+
+    def finished(self, status: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """Scan the table for workflows of a finished ``status`` (see ``ports.WorkflowIndex``)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "FilterExpression": "sk = :wf AND #status = :status",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": _ser({":wf": _WF_SK, ":status": status}),
+            "ProjectionExpression": "pk, #status, dname, created_at, reason",
+            "Limit": max(limit, 100),
+        }
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = start
+        response = self.client.scan(**kwargs)
+        return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
 
     # -- lease
     def acquire_lease(self, name: str, owner: str, now: int, ttl_seconds: int) -> int:

@@ -14,8 +14,9 @@ from typing import Any
 
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
-from ..ports import Outgoing
+from ..ports import Outgoing, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
+from ..states import TERMINAL_WORKFLOW
 
 
 class InMemoryStateStore:
@@ -83,7 +84,7 @@ class InMemoryStateStore:
             return [
                 DeadlineEntry(workflow_id, deadline)
                 for workflow_id, snapshot in self.workflows.items()
-                if (deadline := snapshot.deadline) is not None
+                if (deadline := snapshot.stored_key) is not None
             ]
 
     def overdue(self, shard: str, before: int, limit: int, start: Any | None) -> tuple[list[DeadlineEntry], Any | None]:
@@ -106,6 +107,79 @@ class InMemoryStateStore:
         page = matching[:limit]
         following = key(page[-1]) if len(matching) > limit else None
         return page, following
+
+    # -- the operators' queries (ports.WorkflowIndex), paged by key as DynamoDB pages
+    @staticmethod
+    def _summary(snapshot: Snapshot) -> WorkflowSummary:
+        workflow = snapshot.workflow
+        return WorkflowSummary(
+            workflow_id=workflow.workflow_id,
+            status=workflow.status.value,
+            definition_name=workflow.definition.name,
+            created_at=workflow.created_at,
+            complete_by=snapshot.stored_key,
+            trouble=snapshot.trouble,
+            attention=workflow.attention,
+            attention_since=workflow.attention_since,
+            reason=workflow.reason,
+        )
+
+    @staticmethod
+    def _page(
+        rows: list[tuple[list[Any], WorkflowSummary]], limit: int, start: Any | None
+    ) -> tuple[list[WorkflowSummary], Any | None]:
+        rows.sort(key=lambda row: row[0])
+        if start is not None:
+            rows = [row for row in rows if row[0] > list(start)]
+        page = rows[:limit]
+        return [summary for _, summary in page], (page[-1][0] if len(rows) > limit else None)
+
+    def attention(self, kind: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """See ``ports.WorkflowIndex.attention``: the sparse attention index, newest first."""
+        with self._lock:
+            rows = [
+                ([-(s.workflow.attention_since or 0), s.workflow.workflow_id], self._summary(s))
+                for s in self.workflows.values()
+                if s.workflow.attention == kind
+            ]
+        return self._page(rows, limit, start)
+
+    def count_attention(self, kind: str) -> int:
+        """See ``ports.WorkflowIndex.count_attention``."""
+        with self._lock:
+            return sum(1 for s in self.workflows.values() if s.workflow.attention == kind)
+
+    def in_flight(
+        self, shard: str, limit: int, start: Any | None, before: int | None
+    ) -> tuple[list[WorkflowSummary], Any | None]:
+        """See ``ports.WorkflowIndex.in_flight``: one shard of the sparse deadline index, in deadline order."""
+        with self._lock:
+            rows = [
+                ([deadline, s.workflow.workflow_id], self._summary(s))
+                for s in self.workflows.values()
+                if (deadline := s.stored_key) is not None
+                and deadline_shard(s.workflow.workflow_id, self.shards) == shard
+                and (before is None or deadline < before)
+            ]
+        return self._page(rows, limit, start)
+
+    def count_in_flight(self, shard: str) -> dict[str, int]:
+        """See ``ports.WorkflowIndex.count_in_flight``."""
+        counts: dict[str, int] = {}
+        summaries, _ = self.in_flight(shard, len(self.workflows) + 1, None, None)
+        for summary in summaries:
+            counts[summary.status] = counts.get(summary.status, 0) + 1
+        return counts
+
+    def finished(self, status: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """See ``ports.WorkflowIndex.finished``: every workflow of a terminal ``status``, in id order."""
+        with self._lock:
+            rows = [
+                ([s.workflow.workflow_id], self._summary(s))
+                for s in self.workflows.values()
+                if s.workflow.status in TERMINAL_WORKFLOW and s.workflow.status.value == status
+            ]
+        return self._page(rows, limit, start)
 
     def acquire_lease(self, name: str, owner: str, now: int, ttl_seconds: int) -> int:
         """See ``StateStore.acquire_lease``."""

@@ -1,0 +1,272 @@
+"""The HTTP side of the CLI: one signed JSON request at a time, retried safely, errors as `ApiError`.
+
+Every route of the API is IAM-authorized, so each request is signed with SigV4 for ``execute-api`` by a `Signer`
+(`sasflow_cli.targets` builds one: a local identity for the local stack, the standard credential chain for a
+deployed stack). A request is retried on a connection error or a 429/502/503/504 only when repeating it is safe:
+a GET, or a POST that carries an ``Idempotency-Key`` (the same key on every try, so the API applies it once).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+__all__ = ["ApiError", "Routes", "SasflowClient", "Signer", "Transport", "UrllibTransport"]
+
+#: Statuses worth another try: throttled, or a gateway/back end that did not answer.
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+
+class ApiError(Exception):
+    """The API refused a request (its ``error`` code and ``message``), or could not be reached (status 0)."""
+
+    def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or []
+
+
+class Signer(Protocol):
+    """Signs one request; returns the headers to send (``headers`` plus the signature's)."""
+
+    def __call__(self, method: str, url: str, body: bytes, headers: Mapping[str, str]) -> dict[str, str]: ...
+
+
+class Transport(Protocol):
+    """Sends one request; returns the status and the body (raises ``OSError`` when nothing answered)."""
+
+    def __call__(self, method: str, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]: ...
+
+
+class UrllibTransport:
+    """`Transport` over urllib3 (no redirects, no urllib3 retries: `SasflowClient` decides what to retry)."""
+
+    def __init__(self, timeout_seconds: float = 30.0, pool: urllib3.PoolManager | None = None) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.pool = pool or urllib3.PoolManager()
+
+    def __call__(self, method: str, url: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            response = self.pool.request(
+                method,
+                url,
+                body=body or None,
+                headers=dict(headers),
+                retries=False,
+                redirect=False,
+                timeout=self.timeout_seconds,
+            )
+        except urllib3.exceptions.HTTPError as error:
+            raise OSError(str(error)) from error
+        return response.status, response.data
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Which routes a caller reads through: the operators' (``/ops``, any workflow) or the clients' (its own)."""
+
+    operator: bool = True
+
+    def workflow(self, workflow_id: str) -> str:
+        prefix = "/ops/workflows" if self.operator else "/workflows"
+        return f"{prefix}/{quote(workflow_id, safe='')}"
+
+
+class SasflowClient:
+    """The sasflow API as Python calls returning parsed JSON.
+
+    Parameters
+    ----------
+    base_url
+        The API's URL, e.g. ``http://127.0.0.1:3000`` or ``https://<id>.execute-api.<region>.amazonaws.com``.
+    signer
+        Signs every request.
+    transport
+        Sends it (urllib3 by default).
+    operator
+        Read workflows through ``/ops`` (any owner; the default) or through the clients' routes (own ones only).
+    attempts
+        Tries per request, the first included (retries only where safe, see the module docstring).
+    sleep
+        Waits between tries (seconds; injected by tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        signer: Signer,
+        *,
+        transport: Transport | None = None,
+        operator: bool = True,
+        attempts: int = 3,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.signer = signer
+        self.transport: Transport = transport or UrllibTransport()
+        self.routes = Routes(operator=operator)
+        self.attempts = max(1, attempts)
+        self.sleep = sleep
+
+    # ------------------------------------------------------------------ one request
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        idempotency_key: str | None = None,
+    ) -> Any:
+        """Send one request and return its parsed JSON body.
+
+        Raises
+        ------
+        ApiError
+            A 4xx/5xx answer (its ``error`` and ``message``; API Gateway's own refusals carry only ``message``), or
+            no answer after every try (status 0, ``UNREACHABLE``).
+        """
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self.base_url + path + (f"?{urlencode(params)}" if params else "")
+        data = b"" if body is None else json.dumps(body).encode()
+        headers: dict[str, str] = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        safe = method == "GET" or bool(idempotency_key)
+        tries = self.attempts if safe else 1
+        for attempt in range(1, tries + 1):
+            signed = self.signer(method, url, data, headers)  # signed again each try: a signature has a date
+            try:
+                status, raw = self.transport(method, url, data, signed)
+            except OSError as error:
+                if attempt == tries:
+                    raise ApiError(0, "UNREACHABLE", f"{method} {url}: {error}") from error
+            else:
+                if status < 400:
+                    return json.loads(raw) if raw else None
+                if status not in RETRYABLE_STATUSES or attempt == tries:
+                    raise _api_error(status, raw)
+            self.sleep(min(4.0, 0.5 * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    # ------------------------------------------------------------------ workflows
+    def start(self, request: Mapping[str, Any], *, idempotency_key: str) -> Any:
+        """``POST /workflows``: the started (or, for a key seen before, the existing) WorkflowView."""
+        return self.request("POST", "/workflows", body=dict(request), idempotency_key=idempotency_key)
+
+    def get(self, workflow_id: str) -> Any:
+        """The WorkflowView of ``workflow_id``."""
+        return self.request("GET", self.routes.workflow(workflow_id))
+
+    def history_pages(self, workflow_id: str, *, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every HistoryPage of the workflow, following ``next_cursor``, oldest events first."""
+        cursor: str | None = None
+        while True:
+            page = self.request(
+                "GET", self.routes.workflow(workflow_id) + "/history", query={"cursor": cursor, "limit": limit}
+            )
+            yield page
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def history(self, workflow_id: str, *, limit: int | None = None) -> dict[str, Any]:
+        """The whole history as one HistoryPage (every page's events, ``next_cursor`` null)."""
+        pages = list(self.history_pages(workflow_id, limit=limit))
+        merged = dict(pages[-1])
+        merged["events"] = [event for page in pages for event in page["events"]]
+        merged["next_cursor"] = None
+        return merged
+
+    def list_pages(
+        self,
+        *,
+        status: str | None = None,
+        definition: str | None = None,
+        started_after: int | None = None,
+        limit: int | None = None,
+        follow: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Pages of ``GET /ops/workflows``; only the first unless ``follow``."""
+        cursor: str | None = None
+        while True:
+            page = self.request(
+                "GET",
+                "/ops/workflows",
+                query={
+                    "status": status,
+                    "definition": definition,
+                    "started_after": started_after,
+                    "limit": limit,
+                    "cursor": cursor,
+                },
+            )
+            yield page
+            cursor = page.get("next_cursor")
+            if not follow or not cursor:
+                return
+
+    def act(
+        self,
+        workflow_id: str,
+        action: str,
+        *,
+        reason: str,
+        idempotency_key: str,
+        step: str | None = None,
+        step_input: dict[str, Any] | None = None,
+        output: Any = None,
+    ) -> Any:
+        """``POST /ops/workflows/{id}/{action}``: the WorkflowView after the action (`ApiError` 409 if it does not
+        apply). A client identity's ``cancel`` goes to the clients' route, which takes no reason."""
+        if action == "cancel" and not self.routes.operator:
+            return self.request("POST", self.routes.workflow(workflow_id) + "/cancel")
+        body: dict[str, Any] = {"reason": reason}
+        if step is not None:
+            body["step"] = step
+        if step_input is not None:
+            body["input"] = step_input
+        if output is not None:
+            body["output"] = output
+        path = f"/ops/workflows/{quote(workflow_id, safe='')}/{action}"
+        return self.request("POST", path, body=body, idempotency_key=idempotency_key)
+
+    # ------------------------------------------------------------------ operations
+    def overdue(self, *, limit: int | None = None) -> Any:
+        """``GET /ops/overdue``."""
+        return self.request("GET", "/ops/overdue", query={"limit": limit})
+
+    def dead_letters(self, queue: str | None = None, *, limit: int | None = None) -> Any:
+        """``GET /ops/dead-letters``: every queue's depth, or one queue's messages."""
+        return self.request("GET", "/ops/dead-letters", query={"queue": queue, "limit": limit if queue else None})
+
+    def redrive(self, queue: str, *, max_per_second: int | None = None) -> Any:
+        """``POST /ops/dead-letters/redrive`` (not retried: a second move of the same queue is not a no-op)."""
+        body: dict[str, Any] = {"queue": queue}
+        if max_per_second is not None:
+            body["max_per_second"] = max_per_second
+        return self.request("POST", "/ops/dead-letters/redrive", body=body)
+
+
+def _api_error(status: int, raw: bytes) -> ApiError:
+    try:
+        document = json.loads(raw) if raw else {}
+    except ValueError:
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    text = raw[:200].decode("utf-8", "replace")
+    code = str(document.get("error") or f"HTTP_{status}")
+    message = str(document.get("message") or text or "no body")
+    details = document.get("details") if isinstance(document.get("details"), list) else None
+    return ApiError(status, code, message, details)

@@ -1,0 +1,378 @@
+"""The timeline picture of a workflow: one bar per attempt of each phase of each step, drawn from its history.
+
+`timeline` is pure: it reads a HistoryPage's events (and the WorkflowView, for the steps' order and the time now)
+and returns `Timeline`, the bars and markers. `write_png` (matplotlib, Agg backend, imported only then) and
+`write_html` (a self-contained page: inline SVG and CSS, no script, no network) draw it.
+
+How a bar is read from the history (``history.py`` in the layer writes these events):
+
+- it starts at the attempt's dispatch (``dispatched`` / ``compensation_dispatched``), which carries its
+  complete-by (marked on the bar);
+- it ends at the event that settles the attempt: the reply applied (its outcome: succeeded, rejected, failed or
+  deferred, with the error code and the remote calls), a timeout (``resent`` / ``timed_out``: timed out), or the
+  next dispatch of the same phase (an attempt re-sent without a reply of its own);
+- a request that could not be prepared (``not_prepared``) is a bar of no length, failed, with its error code;
+- an attempt with no end yet is in flight, drawn up to ``now`` (the view's ``updated_at`` or the last event).
+
+A deferred attempt (an open circuit) is dispatched again under the same number, so it has a bar per dispatch.
+Operator actions are markers with who, what and why; started, unwinding, held and finished are milestones.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["COLOURS", "Bar", "Marker", "Timeline", "timeline", "write_html", "write_png"]
+
+#: Colour of each bar outcome (also the legend's order).
+COLOURS: Final = {
+    "succeeded": "#2e9d4d",
+    "rejected": "#e08a1e",
+    "failed": "#d0392b",
+    "deferred": "#9a9a9a",
+    "timed_out": "#7d3c98",
+    "in_flight": "#2f7fd1",
+}
+_DISPATCH = {"dispatched": "action", "compensation_dispatched": "compensation"}
+_REPLY = {"reply_applied", "compensation_reply_applied"}
+_TIMEOUT = {"resent", "compensation_resent", "timed_out", "compensation_timed_out"}
+_MILESTONES = {"started", "unwinding", "held", "finished"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt of one phase of one step. Times are epoch seconds; ``end`` is None while in flight."""
+
+    step: str
+    phase: str
+    attempt: int
+    start: int
+    end: int | None
+    outcome: str
+    complete_by: int | None = None
+    error_code: str | None = None
+    calls: int | None = None
+
+    @property
+    def lane(self) -> str:
+        """The row it is drawn on: the step, or the step's compensation."""
+        return self.step if self.phase == "action" else f"{self.step} (compensation)"
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A point in time: an operator action (``kind`` operator_action, with ``label`` and ``detail``) or a milestone."""
+
+    time: int
+    kind: str
+    label: str
+    step: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What to draw: the lanes in order, the bars, the markers, and the time span (epoch seconds)."""
+
+    workflow_id: str
+    status: str
+    lanes: tuple[str, ...]
+    bars: tuple[Bar, ...]
+    markers: tuple[Marker, ...]
+    start: int
+    now: int
+
+
+@dataclass
+class _Open:
+    step: str
+    phase: str
+    attempt: int
+    start: int
+    complete_by: int | None
+
+
+def timeline(events: Sequence[Mapping[str, Any]], view: Mapping[str, Any]) -> Timeline:
+    """The bars and markers of a workflow (see the module docstring for the rules).
+
+    Parameters
+    ----------
+    events
+        A HistoryPage's ``events`` (every page's, oldest first).
+    view
+        The WorkflowView: its ``steps`` give the lanes' order, ``created_at`` / ``updated_at`` the span.
+
+    Returns
+    -------
+    Timeline
+        Bars in the order their attempts were dispatched.
+    """
+    bars: list[tuple[int, Bar]] = []  # (seq of the dispatch, bar): sorted by dispatch at the end
+    markers: list[Marker] = []
+    open_: dict[tuple[str, str], tuple[int, _Open]] = {}
+
+    def close(key: tuple[str, str], end: int, outcome: str, error_code: str | None, calls: int | None) -> None:
+        seq, attempt = open_.pop(key)
+        bar = Bar(
+            attempt.step,
+            attempt.phase,
+            attempt.attempt,
+            attempt.start,
+            end,
+            outcome,
+            attempt.complete_by,
+            error_code,
+            calls,
+        )
+        bars.append((seq, bar))
+
+    for event in events:
+        kind = str(event["kind"])
+        time = int(event["time"])
+        step = event.get("step")
+        phase = str(event.get("phase") or "action")
+        if kind in _DISPATCH and step is not None:
+            key = (step, _DISPATCH[kind])
+            if key in open_:  # dispatched again without a reply: the earlier attempt ends here
+                close(key, time, "timed_out", None, None)
+            open_[key] = (
+                int(event["seq"]),
+                _Open(step, key[1], int(event.get("attempt") or 0), time, _int(event.get("complete_by"))),
+            )
+        elif kind in _REPLY and step is not None and (step, phase) in open_:
+            close(
+                (step, phase), time, str(event.get("outcome") or "failed"), event.get("error_code"), event.get("calls")
+            )
+        elif kind in _TIMEOUT and step is not None and (step, phase) in open_:
+            close((step, phase), time, "timed_out", None, None)
+        elif kind == "not_prepared" and step is not None:
+            seq = int(event["seq"])
+            bars.append((seq, Bar(step, phase, 0, time, time, "failed", None, event.get("error_code"), 0)))
+        elif kind == "operator_action":
+            detail = dict(event.get("detail") or {})
+            label = f"{detail.get('action', 'action')} by {detail.get('principal', '?')}: {detail.get('reason', '')}"
+            markers.append(Marker(time, kind, label, step, detail))
+        elif kind in _MILESTONES:
+            label = kind if kind != "finished" else f"finished {event.get('status') or ''}".strip()
+            if event.get("error_code"):
+                label += f" ({event['error_code']})"
+            markers.append(Marker(time, kind, label))
+    for key in list(open_):
+        seq, attempt = open_.pop(key)
+        bars.append(
+            (
+                seq,
+                Bar(
+                    attempt.step, attempt.phase, attempt.attempt, attempt.start, None, "in_flight", attempt.complete_by
+                ),
+            )
+        )
+    ordered = tuple(bar for _, bar in sorted(bars, key=lambda pair: pair[0]))
+    times = [int(e["time"]) for e in events]
+    created = int(view.get("created_at") or (min(times) if times else 0))
+    now = max([int(view.get("updated_at") or created), *times, created])
+    return Timeline(
+        workflow_id=str(view.get("workflow_id", "")),
+        status=str(view.get("status", "")),
+        lanes=_lanes(view, ordered),
+        bars=ordered,
+        markers=tuple(markers),
+        start=created,
+        now=now,
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _lanes(view: Mapping[str, Any], bars: Iterable[Bar]) -> tuple[str, ...]:
+    used = {bar.lane for bar in bars}
+    lanes: list[str] = []
+    names = [str(step["name"]) for step in view.get("steps", [])]
+    names += sorted({bar.step for bar in bars} - set(names))
+    for name in names:
+        lanes.append(name)  # a step never dispatched still has its row (empty): the picture shows it did not run
+        if f"{name} (compensation)" in used:
+            lanes.append(f"{name} (compensation)")
+    return tuple(lanes)
+
+
+def _span(line: Timeline) -> float:
+    """Seconds from the start to the last thing drawn (now, or a complete-by still ahead)."""
+    ends = [line.now, *(bar.complete_by for bar in line.bars if bar.complete_by is not None)]
+    return float(max(1, max(ends) - line.start))
+
+
+def _title(line: Timeline) -> str:
+    started = datetime.fromtimestamp(line.start, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return f"{line.workflow_id}  {line.status}  (started {started}, seconds from its start)"
+
+
+# ---------------------------------------------------------------------------------------------------- PNG
+def write_png(line: Timeline, path: Path) -> Path:
+    """Draw ``line`` as a PNG at ``path`` with matplotlib (Agg backend: no display needed). Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    from matplotlib.patches import Patch
+
+    lanes = list(line.lanes) or ["(no steps)"]
+    height = 1.6 + 0.45 * len(lanes)
+    figure, axes = pyplot.subplots(figsize=(11, height), dpi=100)
+    try:
+        row = {lane: index for index, lane in enumerate(lanes)}
+        minimum = _span(line) / 150  # a bar of 0 s (one second's resolution) stays visible
+        for bar in line.bars:
+            y = row[bar.lane]
+            left = bar.start - line.start
+            end = (bar.end if bar.end is not None else line.now) - line.start
+            axes.barh(
+                y,
+                max(end - left, minimum),
+                left=left,
+                height=0.6,
+                color=COLOURS[bar.outcome],
+                edgecolor="black",
+                linewidth=0.4,
+            )
+            axes.text(left, y, f" {bar.attempt}", va="center", ha="left", fontsize=7, color="white")
+            if bar.complete_by is not None:
+                axes.plot([bar.complete_by - line.start] * 2, [y - 0.38, y + 0.38], color="black", linewidth=1.2)
+        for marker in line.markers:
+            x = marker.time - line.start
+            if marker.kind == "operator_action":
+                axes.axvline(x, color="#c2185b", linestyle="--", linewidth=1.0)
+                right = x > _span(line) * 0.6  # a label near the right edge is written leftwards of its line
+                axes.text(
+                    x,
+                    -0.9,
+                    f" {marker.label[:70]} ",
+                    fontsize=7,
+                    color="#c2185b",
+                    va="top",
+                    ha="right" if right else "left",
+                )
+            else:
+                axes.axvline(x, color="#bbbbbb", linestyle=":", linewidth=0.8)
+                axes.text(x, len(lanes) - 0.4, marker.label, fontsize=7, color="#555555", va="bottom")
+        axes.set_yticks(range(len(lanes)), lanes, fontsize=8)
+        axes.set_ylim(len(lanes) - 0.2, -1.3)
+        axes.set_xlim(-_span(line) * 0.02, _span(line) * 1.05)
+        axes.set_xlabel("seconds since the workflow started")
+        axes.set_title(_title(line), fontsize=9, loc="left")
+        handles = [Patch(color=colour, label=name.replace("_", " ")) for name, colour in COLOURS.items()]
+        handles.append(Patch(color="black", label="| complete-by"))
+        figure.legend(handles=handles, fontsize=7, loc="lower center", ncol=7, frameon=False)
+        axes.grid(axis="x", color="#eeeeee")
+        figure.tight_layout(rect=(0, 0.6 / height, 1, 1))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, format="png")
+    finally:
+        pyplot.close(figure)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------- HTML
+_CSS = """
+body { font: 13px system-ui, sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 15px; font-weight: 600; }
+svg text { font: 11px system-ui, sans-serif; }
+.lane { fill: #333; } .grid { stroke: #eee; } .ms { stroke: #bbb; stroke-dasharray: 2 3; }
+.op { stroke: #c2185b; stroke-dasharray: 5 3; } .optext { fill: #c2185b; } .cb { stroke: #000; stroke-width: 2; }
+.bar { stroke: #000; stroke-width: 0.4; } .legend span { display: inline-block; margin-right: 12px; }
+.legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: middle; }
+table { border-collapse: collapse; margin-top: 12px; } td, th { padding: 2px 8px; border-bottom: 1px solid #eee; }
+"""
+
+
+def write_html(line: Timeline, path: Path) -> Path:
+    """Write ``line`` as one self-contained HTML page (inline SVG and CSS; no script, no link). Returns the path."""
+    esc = html.escape
+    lanes = list(line.lanes) or ["(no steps)"]
+    label_width, plot_width, row_height, top = 260, 760, 26, 40
+    height = top + row_height * len(lanes) + 30
+    span = _span(line)
+
+    def x(time: float) -> float:
+        return label_width + plot_width * (time - line.start) / span
+
+    parts = [f'<svg width="{label_width + plot_width + 20}" height="{height}" role="img">']
+    for second in _ticks(span):
+        parts.append(
+            f'<line class="grid" x1="{x(line.start + second):.1f}" y1="{top - 6}" '
+            f'x2="{x(line.start + second):.1f}" y2="{height - 24}"/>'
+        )
+        parts.append(f'<text x="{x(line.start + second):.1f}" y="{height - 10}" text-anchor="middle">{second}s</text>')
+    row = {lane: index for index, lane in enumerate(lanes)}
+    for lane, index in row.items():
+        parts.append(f'<text class="lane" x="4" y="{top + row_height * index + 16}">{esc(lane)}</text>')
+    for bar in line.bars:
+        y = top + row_height * row[bar.lane] + 4
+        left = x(bar.start)
+        width = max(3.0, x(bar.end if bar.end is not None else line.now) - left)
+        tip = f"{bar.step} {bar.phase} attempt {bar.attempt}: {bar.outcome.replace('_', ' ')}"
+        if bar.error_code:
+            tip += f" {bar.error_code}"
+        if bar.calls is not None:
+            tip += f", {bar.calls} call(s)"
+        parts.append(
+            f'<rect class="bar" x="{left:.1f}" y="{y}" width="{width:.1f}" height="{row_height - 8}" '
+            f'fill="{COLOURS[bar.outcome]}"><title>{esc(tip)}</title></rect>'
+        )
+        if bar.complete_by is not None:
+            cx = x(bar.complete_by)
+            parts.append(
+                f'<line class="cb" x1="{cx:.1f}" y1="{y - 2}" x2="{cx:.1f}" y2="{y + row_height - 6}">'
+                f"<title>complete-by of attempt {bar.attempt}</title></line>"
+            )
+    for marker in line.markers:
+        mx = x(marker.time)
+        css = "op" if marker.kind == "operator_action" else "ms"
+        parts.append(
+            f'<line class="{css}" x1="{mx:.1f}" y1="{top - 14}" x2="{mx:.1f}" y2="{height - 24}">'
+            f"<title>{esc(marker.label)}</title></line>"
+        )
+        if marker.kind == "operator_action":
+            parts.append(f'<text class="optext" x="{mx + 3:.1f}" y="{top - 18}">{esc(marker.label[:80])}</text>')
+    parts.append("</svg>")
+    legend = "".join(
+        f'<span><i style="background:{colour}"></i>{esc(name.replace("_", " "))}</span>'
+        for name, colour in COLOURS.items()
+    )
+
+    def offset(time: int | None) -> str:
+        return "" if time is None else f"{time - line.start}s"
+
+    rows = "".join(
+        f"<tr><td>{esc(bar.lane)}</td><td>{bar.attempt}</td><td>{offset(bar.start)}</td><td>{offset(bar.end)}</td>"
+        f"<td>{esc(bar.outcome)}</td><td>{esc(bar.error_code or '')}</td><td>{offset(bar.complete_by)}</td></tr>"
+        for bar in line.bars
+    )
+    actions = "".join(
+        f"<li>{m.time - line.start}s: {esc(m.label)}</li>" for m in line.markers if m.kind == "operator_action"
+    )
+    page = (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        f"<title>{esc(line.workflow_id)} timeline</title><style>{_CSS}</style></head><body>"
+        f"<h1>{esc(_title(line))}</h1><div class='legend'>{legend}<span>| complete-by</span></div>"
+        + "".join(parts)
+        + "<table><tr><th>lane</th><th>attempt</th><th>start</th><th>end</th><th>outcome</th><th>error</th>"
+        f"<th>complete-by</th></tr>{rows}</table>"
+        + (f"<h2>operator actions</h2><ul>{actions}</ul>" if actions else "")
+        + "</body></html>"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _ticks(span: float) -> list[int]:
+    step = next(s for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600, 86_400) if span / s <= 12)
+    return list(range(0, int(span) + 1, step))

@@ -1,0 +1,36 @@
+"""Operators' Lambda: the /ops routes (find, read, act on any workflow; redrive dead letters)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from sasflow.bootstrap import Lazy, build_ops
+from sasflow.ops_api import build_ops_app
+from sasflow.tracing import build_tracer, lean_log_keys
+
+logger = Logger()
+tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+
+
+def _count(name: str, value: int = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+ops = Lazy(lambda: build_ops(metrics=_count, correlate=logger.set_correlation_id))
+app = build_ops_app(lambda: (ops().engine.scheduler, ops().engine.bus, ops().index, ops().dead_letters))
+
+
+@logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
+@lean_log_keys(logger)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Resolve an API Gateway HTTP API (payload v2) event of an /ops route."""
+    return app.resolve(event, context)

@@ -1,0 +1,183 @@
+"""Finding workflows for a person on call: by status, definition and start time, what is overdue, what is stuck.
+
+Each question is answered from the cheapest place that holds the answer at any table size:
+
+- waiting for a person (``HELD``, ``COMPENSATION_FAILED``, ``PAUSED``): the sparse *attention index*, which holds
+  exactly those workflows (a workflow enters it in the write that makes it wait, so the happy path never writes it);
+- in flight (``RUNNING``, ``COMPENSATING``, ``CANCELLING``): the sparse *deadline index*, which holds every workflow
+  that is not terminal and projects its status, definition, start and trouble (resends and deferrals); projecting
+  them costs no write on the happy path, where they do not change while the entry exists;
+- finished (``COMPLETED``, ``COMPENSATED``, ``CANCELLED``): a scan of the table, whose cost grows with the table.
+  That listing is for occasional use; a finished workflow is found by its id, and the metrics count them.
+
+Pages are bounded; a ``cursor`` (opaque to callers) continues where a page stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidCursorError
+from .ports import WorkflowIndex, WorkflowSummary
+from .states import NEEDS_A_PERSON, TERMINAL_WORKFLOW, WorkflowStatus
+
+#: What the attention index holds: the statuses that wait for a person, and PAUSED.
+ATTENTION_KINDS = tuple(sorted({s.value for s in NEEDS_A_PERSON} | {"PAUSED"}))
+IN_FLIGHT = tuple(sorted(s.value for s in WorkflowStatus if s not in TERMINAL_WORKFLOW))
+FINISHED = tuple(sorted(s.value for s in TERMINAL_WORKFLOW if s not in NEEDS_A_PERSON))
+MAX_PAGE = 200
+
+
+@dataclass
+class Page:
+    """One page of workflows: the summaries, the cursor of the next page (None on the last), and counts by status
+    of what the cheap indexes hold (on the first page only; finished workflows are counted by the metrics)."""
+
+    workflows: list[WorkflowSummary]
+    cursor: str | None
+    counts: dict[str, int] | None = None
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _encode(state: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(state, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str) -> dict[str, Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        state = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidCursorError("the cursor is not one this API gave") from None
+    if not isinstance(state, dict):
+        raise InvalidCursorError("the cursor is not one this API gave")
+    return state
+
+
+class WorkflowFinder:
+    """Lists workflows for the operator routes.
+
+    Parameters
+    ----------
+    index:
+        The store's indexes (``adapters.dynamodb_store.DynamoDBStateStore`` or the in-memory store).
+    shards:
+        Partitions of the deadline index.
+    """
+
+    def __init__(self, index: WorkflowIndex, shards: int) -> None:
+        self.index = index
+        self.shards = shards
+
+    def find(
+        self,
+        *,
+        status: str | None = None,
+        definition: str | None = None,
+        started_after: int | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page:
+        """One page of workflows, newest attention first, or in deadline order, or in table order (finished).
+
+        Parameters
+        ----------
+        status:
+            A workflow status, ``PAUSED``, or None for every workflow in flight or waiting.
+        definition:
+            Only workflows of this definition name.
+        started_after:
+            Only workflows created after this time (epoch seconds).
+        limit:
+            Workflows per page, at most `MAX_PAGE`.
+        cursor:
+            Where the previous page stopped.
+
+        Raises
+        ------
+        ValueError
+            When ``status`` is not a known status.
+        InvalidCursorError
+            When ``cursor`` was not given by this API.
+        """
+        limit = max(1, min(MAX_PAGE, limit))
+        state = _decode(cursor) if cursor else {}
+        if status is not None and status not in ATTENTION_KINDS + IN_FLIGHT + FINISHED:
+            raise ValueError(f"unknown status {status!r}; one of {sorted(ATTENTION_KINDS + IN_FLIGHT + FINISHED)}")
+
+        def wanted(summary: WorkflowSummary) -> bool:
+            return (
+                (definition is None or summary.definition_name == definition)
+                and (started_after is None or summary.created_at > started_after)
+                and (status is None or status in (summary.status, summary.attention))
+            )
+
+        if status in ATTENTION_KINDS:
+            found, next_key = self.index.attention(str(status), limit, state.get("k"))
+            page = Page([s for s in found if wanted(s)], None, source="attention index")
+            page.cursor = _encode({"k": next_key}) if next_key is not None else None
+        elif status in FINISHED:
+            found, next_key = self.index.finished(str(status), limit, state.get("k"))
+            page = Page([s for s in found if wanted(s)], None, source="table scan")
+            page.cursor = _encode({"k": next_key}) if next_key is not None else None
+            page.notes.append("finished workflows are listed by a scan of the table: its cost grows with the table")
+        else:
+            page = self._in_flight(state, limit, wanted)
+            if status is None:
+                page.notes.append("without a status: the workflows in flight; finished ones are listed by status")
+        if cursor is None:
+            page.counts = self.counts()
+        return page
+
+    def _in_flight(self, state: dict[str, Any], limit: int, wanted: Any) -> Page:
+        shard = int(state.get("s", 0))
+        key = state.get("k")
+        found: list[WorkflowSummary] = []
+        while shard < self.shards and len(found) < limit:
+            entries, key = self.index.in_flight(f"{shard:02d}", limit - len(found), key, None)
+            found += [entry for entry in entries if wanted(entry)]
+            if key is None:
+                shard += 1
+        cursor = None if shard >= self.shards else _encode({"s": shard, "k": key})
+        return Page(found, cursor, source="deadline index")
+
+    def counts(self) -> dict[str, int]:
+        """Workflows by status of what the indexes hold: every workflow in flight or waiting (not the finished)."""
+        counts: dict[str, int] = {}
+        for kind in ATTENTION_KINDS:
+            counts[kind] = self.index.count_attention(kind)
+        for shard in range(self.shards):
+            for status, number in self.index.count_in_flight(f"{shard:02d}").items():
+                if status not in counts:
+                    counts[status] = 0
+                if status not in ATTENTION_KINDS:
+                    counts[status] += number
+        return {status: counts[status] for status in sorted(counts)}
+
+    def overdue(self, now: int, grace: int, *, stuck_at: int, limit: int = 100) -> dict[str, list[WorkflowSummary]]:
+        """What the supervisor finds overdue now (``complete_by < now - grace``), and what looks stuck.
+
+        Stuck: workflows in flight whose steps were resent or deferred ``stuck_at`` times or more in all (an agent
+        that keeps failing, an open circuit that does not close).
+        """
+        overdue: list[WorkflowSummary] = []
+        stuck: list[WorkflowSummary] = []
+        for shard in range(self.shards):
+            key = None
+            while len(overdue) < limit:
+                entries, key = self.index.in_flight(f"{shard:02d}", limit, key, now - grace)
+                overdue += entries
+                if key is None:
+                    break
+            key = None
+            while len(stuck) < limit:
+                entries, key = self.index.in_flight(f"{shard:02d}", limit, key, None)
+                stuck += [entry for entry in entries if entry.trouble >= stuck_at]
+                if key is None:
+                    break
+        return {"overdue": overdue[:limit], "stuck": stuck[:limit]}

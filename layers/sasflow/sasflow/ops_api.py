@@ -1,0 +1,347 @@
+"""The operators' HTTP API (``/ops``): find workflows, read any of them, act on them, redrive dead letters.
+
+Routes
+------
+- ``GET /ops/workflows``: workflows by ``status``, ``definition`` and ``started_after``, a page at a time, with
+  counts by status (``finding.WorkflowFinder``: the sparse indexes, never a scan unless finished ones are asked for).
+- ``GET /ops/workflows/{workflow_id}`` and ``.../history``: any workflow, whoever started it.
+- ``POST /ops/workflows/{workflow_id}/{action}``: an operator action (``scheduler.OPERATOR_ACTIONS``), audited in the
+  history with the caller's principal and the body's ``reason``. An ``Idempotency-Key`` header makes a retried
+  request a no-op; where the action does not apply the answer is 409 with the reason.
+- ``GET /ops/overdue``: the steps overdue now (the supervisor's own query) and the workflows that look stuck.
+- ``GET /ops/dead-letters``: the depth of every dead-letter queue, or one queue's messages (``queue``).
+- ``POST /ops/dead-letters/redrive``: move a dead-letter queue's messages back where they came from.
+
+Who may call: API Gateway authorizes the routes like the clients' (IAM or JWT), and IAM grants ``/ops/*`` to
+operators only (README "Security"). This function reads and writes any workflow; the clients' function does not
+reach these routes. Errors are the clients' API's refusals table (``api``): each a documented 4xx.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from .adapters.sqs_dead_letters import DeadLetterQueues
+from .api import (
+    ERROR_RESPONSES,
+    MAX_HISTORY_PAGE,
+    api_resolver,
+    doc,
+    history_cursor,
+    install_error_handlers,
+)
+from .api_models import HistoryPage, WorkflowView
+from .clock import epoch_seconds
+from .errors import WorkflowNotFoundError
+from .finding import MAX_PAGE, WorkflowFinder
+from .identity import principal_of
+from .ports import MessageBus, WorkflowIndex
+from .scheduler import SchedulerService
+from .types import IdempotencyKey, WorkflowId
+
+logger = logging.getLogger("sasflow.ops")
+
+#: What ``GET /ops/workflows?status=`` takes: every status, and PAUSED (``finding``: the index each is read from).
+StatusFilter = Literal[
+    "CANCELLED",
+    "CANCELLING",
+    "COMPENSATED",
+    "COMPENSATING",
+    "COMPENSATION_FAILED",
+    "COMPLETED",
+    "HELD",
+    "PAUSED",
+    "RUNNING",
+]
+#: The operator actions (``scheduler.OPERATOR_ACTIONS``).
+OperatorAction = Literal["retry", "skip", "compensate", "retry-compensation", "resolve", "pause", "resume", "cancel"]
+
+
+class OperatorActionRequest(BaseModel):
+    """Body of ``POST /ops/workflows/{id}/{action}``: why (audited), and what the action needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, description="Why: written to the history with your principal.")
+    step: str | None = Field(
+        default=None,
+        max_length=64,
+        description="retry, skip, retry-compensation, resolve: the step (needed when more than one applies).",
+    )
+    input: dict[str, Any] | None = Field(default=None, description="retry: the step's edited input.")
+    output: Any = Field(default=None, description="skip: the output the step completes with.")
+
+
+class WorkflowSummaryView(BaseModel):
+    """A workflow as a listing shows it (``ports.WorkflowSummary``). Times are epoch seconds."""
+
+    workflow_id: str
+    status: str
+    definition_name: str
+    created_at: int
+    complete_by: int | None = Field(default=None, description="Its earliest deadline in flight.")
+    trouble: int = Field(description="Resends and deferrals of its steps, in all.")
+    attention: str | None = Field(default=None, description="HELD, COMPENSATION_FAILED or PAUSED: waits for a person.")
+    attention_since: int | None = None
+    reason: str | None = None
+
+
+class WorkflowListPage(BaseModel):
+    """One page of ``GET /ops/workflows``; ``next_cursor`` continues it (null on the last page)."""
+
+    workflows: list[WorkflowSummaryView]
+    next_cursor: str | None = None
+    counts: dict[str, int] | None = Field(
+        default=None, description="First page only: workflows in flight or waiting, by status (finished: metrics)."
+    )
+    source: str = Field(description="Where the listing came from: attention index, deadline index or table scan.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class OverdueView(BaseModel):
+    """``GET /ops/overdue``: what the supervisor finds overdue now, and what looks stuck."""
+
+    now: int = Field(description="Epoch seconds.")
+    grace_seconds: int
+    stuck_after: int = Field(description="Resends and deferrals from which a workflow is listed as stuck.")
+    overdue: list[WorkflowSummaryView]
+    stuck: list[WorkflowSummaryView]
+
+
+class DeadLetterView(BaseModel):
+    """One dead-letter message (``adapters.sqs_dead_letters.DeadLetter``)."""
+
+    queue: str
+    message_id: str
+    kind: str
+    workflow_id: str | None = None
+    step: str | None = None
+    phase: str | None = None
+    attempt: int | None = None
+    sent_at: int = Field(description="Epoch seconds.")
+    age_seconds: int
+    receive_count: int
+    body_bytes: int
+
+
+class DeadLetterQueueView(BaseModel):
+    """A dead-letter queue: its depth and, when one queue is asked for, its messages and recent move tasks."""
+
+    queue: str
+    approximate_messages: int
+    messages: list[DeadLetterView] = Field(default_factory=list)
+    move_tasks: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class DeadLetterList(BaseModel):
+    """``GET /ops/dead-letters``."""
+
+    queues: list[DeadLetterQueueView]
+
+
+class RedriveRequest(BaseModel):
+    """Body of ``POST /ops/dead-letters/redrive``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str = Field(min_length=1, max_length=80, description="The dead-letter queue's name (GET /ops/dead-letters).")
+    max_per_second: int | None = Field(default=None, ge=1, le=500, description="SQS's move rate; default: as fast.")
+
+
+class RedriveResult(BaseModel):
+    """The move that started: SQS's task handle, and the queue's depth when it started."""
+
+    queue: str
+    task_handle: str
+    approximate_messages: int
+
+
+def build_ops_app(
+    services: Callable[[], tuple[SchedulerService, MessageBus, WorkflowIndex, DeadLetterQueues]],
+) -> APIGatewayHttpResolver:
+    """Create the operators' resolver; ``services`` returns the scheduler, the bus, the store's indexes and the
+    dead-letter queues, built lazily on first request.
+
+    Returns
+    -------
+    APIGatewayHttpResolver
+        Resolve HTTP API (payload v2) events with ``app.resolve(event, context)``.
+    """
+    app = api_resolver()
+
+    def caller() -> str:
+        scheduler = services()[0]
+        # The audit names the person: an assumed role keeps its session name (the operator's own).
+        context = app.current_event.raw_event.get("requestContext") or {}
+        return principal_of(context, scheduler.config.api_authorizer, keep_session=True)
+
+    def load(workflow_id: str) -> Any:
+        snapshot = services()[0].store.load(workflow_id)
+        if snapshot is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return snapshot
+
+    @app.get(
+        "/ops/workflows",
+        summary="Find workflows by status, definition and start",
+        responses={200: doc(WorkflowListPage, "One page of workflows"), **ERROR_RESPONSES},
+    )
+    def list_workflows(
+        status: Annotated[StatusFilter | None, Query(description="A status, or PAUSED")] = None,
+        definition: Annotated[str | None, Query(max_length=80)] = None,
+        started_after: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+    ) -> WorkflowListPage:
+        caller()
+        scheduler, _, index, _ = services()
+        finder = WorkflowFinder(index, scheduler.config.deadline_shards)
+        page = finder.find(
+            status=status, definition=definition, started_after=started_after, limit=limit, cursor=cursor
+        )
+        return WorkflowListPage(
+            workflows=[WorkflowSummaryView.model_validate(asdict(s)) for s in page.workflows],
+            next_cursor=page.cursor,
+            counts=page.counts,
+            source=page.source,
+            notes=page.notes,
+        )
+
+    @app.get(
+        "/ops/workflows/<workflow_id>",
+        summary="Read any workflow and its steps",
+        responses={200: doc(WorkflowView, "The workflow"), **ERROR_RESPONSES},
+    )
+    def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
+        caller()
+        return WorkflowView.from_snapshot(load(workflow_id))
+
+    @app.get(
+        "/ops/workflows/<workflow_id>/history",
+        summary="Read any workflow's history, oldest event first",
+        responses={200: doc(HistoryPage, "One page of events"), **ERROR_RESPONSES},
+    )
+    def get_history(
+        workflow_id: Annotated[WorkflowId, Path()],
+        cursor: Annotated[str | None, Query(max_length=16)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_HISTORY_PAGE)] = MAX_HISTORY_PAGE,
+    ) -> HistoryPage:
+        caller()
+        after = history_cursor(cursor)
+        return HistoryPage.of(load(workflow_id), after=after, limit=limit)
+
+    @app.post(
+        "/ops/workflows/<workflow_id>/<action>",
+        summary="Act on a workflow: retry, skip, compensate, retry-compensation, resolve, pause, resume, cancel",
+        responses={200: doc(WorkflowView, "The workflow after the action"), **ERROR_RESPONSES},
+    )
+    def act(
+        workflow_id: Annotated[WorkflowId, Path()],
+        action: Annotated[OperatorAction, Path()],
+        request: OperatorActionRequest,
+        idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,
+    ) -> Response[WorkflowView]:
+        principal = caller()
+        scheduler, bus, _, _ = services()
+        snapshot, messages = scheduler.operate(
+            workflow_id,
+            action,
+            principal=principal,
+            reason=request.reason,
+            action_id=idempotency_key or str(uuid.uuid4()),
+            step=request.step,
+            step_input=request.input,
+            output=request.output,
+        )
+        if messages:
+            bus.send(messages)  # what is not sent is resent by the supervisor after its complete-by
+        return Response(
+            status_code=200, content_type=content_types.APPLICATION_JSON, body=WorkflowView.from_snapshot(snapshot)
+        )
+
+    @app.get(
+        "/ops/overdue",
+        summary="Steps overdue now, and workflows that look stuck",
+        responses={200: doc(OverdueView, "Overdue and stuck workflows"), **ERROR_RESPONSES},
+    )
+    def overdue(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> OverdueView:
+        caller()
+        scheduler, _, index, _ = services()
+        config = scheduler.config
+        now = epoch_seconds(scheduler.clock)
+        found = WorkflowFinder(index, config.deadline_shards).overdue(
+            now, config.deadline_grace_seconds, stuck_at=config.stuck_after, limit=limit
+        )
+        # An index key may be a lower bound (records.index_key_for): read each entry's workflow and keep what is
+        # overdue by its own complete-by, as the supervisor does before it acts.
+        overdue = []
+        for summary in found["overdue"]:
+            snapshot = scheduler.store.load(summary.workflow_id, consistent=False)
+            deadline = snapshot.deadline if snapshot is not None else None
+            if deadline is not None and deadline < now - config.deadline_grace_seconds:
+                overdue.append(dataclasses.replace(summary, complete_by=deadline))
+        return OverdueView(
+            now=now,
+            grace_seconds=config.deadline_grace_seconds,
+            stuck_after=config.stuck_after,
+            overdue=[WorkflowSummaryView.model_validate(asdict(s)) for s in overdue],
+            stuck=[WorkflowSummaryView.model_validate(asdict(s)) for s in found["stuck"]],
+        )
+
+    @app.get(
+        "/ops/dead-letters",
+        summary="Dead-letter queues: every queue's depth, or one queue's messages",
+        responses={200: doc(DeadLetterList, "The dead-letter queues"), **ERROR_RESPONSES},
+    )
+    def dead_letters(
+        queue: Annotated[str | None, Query(max_length=80)] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    ) -> DeadLetterList:
+        caller()
+        scheduler, _, _, queues = services()
+        if queue is None:
+            views = [DeadLetterQueueView(queue=name, approximate_messages=n) for name, n in queues.depths().items()]
+            return DeadLetterList(queues=views)
+        listing = queues.peek(queue, now=epoch_seconds(scheduler.clock), limit=limit)
+        return DeadLetterList(
+            queues=[
+                DeadLetterQueueView(
+                    queue=listing.queue,
+                    approximate_messages=listing.approximate_messages,
+                    messages=[DeadLetterView.model_validate(asdict(m)) for m in listing.messages],
+                    move_tasks=listing.move_tasks,
+                )
+            ]
+        )
+
+    @app.post(
+        "/ops/dead-letters/redrive",
+        summary="Move a dead-letter queue's messages back to the queues they came from",
+        responses={202: doc(RedriveResult, "The move started"), **ERROR_RESPONSES},
+    )
+    def redrive(request: RedriveRequest) -> Response[RedriveResult]:
+        principal = caller()
+        _, _, _, queues = services()
+        result = queues.redrive(request.queue, max_per_second=request.max_per_second)
+        body = RedriveResult.model_validate(result)
+        logger.info("dead-letter redrive started", extra={"queue": request.queue, "principal": principal})
+        return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=body)
+
+    @app.get("/ops/openapi.json", summary="OpenAPI document of the operator routes", include_in_schema=False)
+    def openapi() -> Response[str]:
+        caller()
+        document = json.loads(app.get_openapi_json_schema(title="sasflow operators", version="1.0.0"))
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=json.dumps(document))
+
+    install_error_handlers(app)
+    return app

@@ -1,0 +1,428 @@
+"""The transitions of one call to one workflow, worked out in memory: the base every concern builds on.
+
+A `Transition` (``transitions.Transition``) starts from the snapshot the scheduler read and replaces it, never
+mutating it, with every change: apply a reply or a timeout, then advance (dispatch ready steps, finish, or unwind).
+The scheduler stores the result with one conditional write (DESIGN Rule 2) and only then sends ``messages``. The
+concerns live in modules of their own: ``forward`` (the steps' actions), ``compensation`` (unwinding),
+``operator`` (cancel and the operator actions); this module holds what they share and the routing of a reply or a
+timeout to them. Nothing outside this package decides a workflow's next state.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from jmespath.exceptions import JMESPathError
+
+from ..definition import RetryPolicy, WorkflowDefinition
+from ..errors import InvalidDefinitionError, PayloadTooLargeError
+from ..history import HistoryWriter
+from ..messages import StepError, StepReply, StepRequest, encode
+from ..ports import Counter, Outgoing
+from ..records import Snapshot, StepRecord
+from ..settings import EngineConfig
+from ..states import TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
+
+logger = logging.getLogger("sasflow.scheduler")
+
+_MAX_SQS_DELAY = 900
+#: How a held workflow's reason ends, and how it ends once the hold timeout unwinds it (the cause is kept before).
+HELD_SUFFIX = " (held for a person)"
+HOLD_TIMEOUT_SUFFIX = " (held past its hold timeout)"
+#: Passes of `TransitionBase.advance`: dispatch, then unwind what a failed dispatch started, then finish; more is a
+#: bug.
+_MAX_ADVANCE_PASSES = 8
+
+
+def backoff_seconds(policy: RetryPolicy, attempt: int, rng: random.Random) -> float:
+    """Delay before try ``attempt + 1`` after ``attempt`` failed (seconds).
+
+    Exponential backoff ``base * 2**(attempt-1)`` capped at ``cap``, with full jitter (uniform in [0, delay]) when
+    the policy asks for it (AWS Architecture Blog, "Exponential Backoff and Jitter").
+    """
+    delay = min(policy.backoff_cap_seconds, policy.backoff_base_seconds * (2 ** max(0, attempt - 1)))
+    return rng.uniform(0, delay) if policy.jitter else delay
+
+
+class TransitionBase:
+    """The transitions one call makes to one workflow, worked out in memory from the snapshot it read.
+
+    ``snapshot`` starts as the snapshot read and is replaced (never mutated) by every change; it stays the very same
+    object when nothing changed. ``messages`` and the metrics count only once the caller has stored the result.
+    ``oversized`` is set when a first try did not fit in the store's item: a reply's output is then refused (a
+    forward step fails with ``OUTPUT_TOO_LARGE``, a compensation keeps no output).
+
+    Parameters
+    ----------
+    config:
+        Engine settings (agents, grace, retention, deferral budget).
+    rng:
+        Random source of backoff jitter.
+    metrics:
+        Counter the metrics of this call go to, once it is stored (`emit_metrics`).
+    base:
+        The snapshot read.
+    now:
+        The time of this call (epoch seconds).
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        rng: random.Random,
+        metrics: Counter,
+        base: Snapshot,
+        now: int,
+        *,
+        oversized: bool = False,
+    ) -> None:
+        self.config = config
+        self.rng = rng
+        self.metrics = metrics
+        self.snapshot = base
+        self.now = now
+        self.oversized = oversized
+        self.messages: list[Outgoing] = []
+        #: Requests that could not be prepared in this call (their steps were failed); a start refuses on them.
+        self.refusals: list[Exception] = []
+        self._metrics: list[str] = []
+        workflow = base.workflow
+        #: The history of this call: every event is appended to ``snapshot``, so the write that stores the change
+        #: stores its events (history.py).
+        self.history = HistoryWriter(
+            workflow.created_at, now, [s.name for s in workflow.definition.steps], self._append_event
+        )
+
+    def _append_event(self, line: str) -> None:
+        self.snapshot = self.snapshot.with_events([line])
+
+    # ------------------------------------------------------------------ bookkeeping
+    def set_step(self, record: StepRecord) -> None:
+        """Replace the step of ``record``'s name (stamped with this call's time)."""
+        self.snapshot = self.snapshot.with_step(record)
+        self._touch()
+
+    def set_status(self, status: WorkflowStatus, *, reason: str | None = None) -> None:
+        """Move the workflow to ``status``; a terminal one gets its TTL (``expires_at``)."""
+        workflow = self.snapshot.workflow
+        changes: dict[str, Any] = {"status": status}
+        if reason is not None:
+            changes["reason"] = reason
+        if status in TERMINAL_WORKFLOW:
+            changes["expires_at"] = self.now + self.config.terminal_retention_days * 86_400
+            changes["paused"] = False  # nothing is left to dispatch: a finished workflow is not paused
+        if status is not WorkflowStatus.HELD:
+            changes["hold_until"] = None  # a hold timeout applies only while held
+        self.snapshot = self.snapshot.with_workflow(workflow.evolve(**changes))
+        self._touch()
+        if status in TERMINAL_WORKFLOW:
+            self.history.finished(status.value)
+        elif status in UNWINDING_WORKFLOW and workflow.status not in UNWINDING_WORKFLOW:
+            self.history.unwinding(_reason_code(reason))
+
+    def _touch(self) -> None:
+        workflow = self.snapshot.workflow
+        if workflow.updated_at != self.now:
+            workflow = workflow.evolve(updated_at=self.now)
+        attention = workflow.needs_attention
+        if attention != workflow.attention:
+            # Into or out of the sparse attention index: its key moves only when what the person waits on changes.
+            workflow = workflow.evolve(attention=attention, attention_since=self.now if attention else None)
+        if workflow is not self.snapshot.workflow:
+            self.snapshot = self.snapshot.with_workflow(workflow)
+
+    def count(self, metric: str) -> None:
+        """Count ``metric`` once this call's write is stored."""
+        self._metrics.append(metric)
+
+    def emit_metrics(self) -> None:
+        """Hand the counted metrics to the counter (after the write succeeded)."""
+        for name in self._metrics:
+            self.metrics(name)
+
+    @property
+    def definition(self) -> WorkflowDefinition:
+        """The workflow's definition."""
+        return self.snapshot.workflow.definition
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow's id."""
+        return self.snapshot.workflow.workflow_id
+
+    # ------------------------------------------------------------------ replies
+    def apply_reply(self, reply: StepReply) -> None:
+        """Apply an agent's reply if it answers the step's current attempt of its current phase (DESIGN Rule 5)."""
+        record = self.snapshot.steps.get(reply.step)
+        if record is None:
+            logger.warning("reply for a step never dispatched", extra={"workflow_id": reply.workflow_id})
+            return
+        in_flight_status = StepStatus.COMPENSATING if reply.phase is Phase.COMPENSATION else StepStatus.PROCESSING
+        if record.attempt_for(reply.phase) != reply.attempt or (
+            reply.phase is Phase.COMPENSATION and record.phase is Phase.ACTION
+        ):
+            logger.debug("stale reply dropped", extra={"workflow_id": reply.workflow_id, "step": reply.step})
+            self.count("StaleReplies")
+            return
+        if record.status is not in_flight_status:
+            # Same attempt, already applied: a redelivery or a duplicate. The write that applied it also advanced
+            # the workflow, so this normally finds nothing to do.
+            self.advance()
+            return
+        self.history.reply(
+            reply.step,
+            reply.phase,
+            reply.attempt,
+            reply.outcome,
+            reply.calls,
+            reply.error.code if reply.error is not None else None,
+        )
+        if reply.phase is Phase.ACTION:
+            self._forward_outcome(record, reply)
+        else:
+            self._compensation_outcome(record, reply)
+        self.advance()
+
+    # ------------------------------------------------------------------ timeouts
+    def handle_overdue(self) -> None:
+        """Resend or fail every step overdue now (``now > complete_by + grace``), then advance."""
+        cutoff = self.now - self.config.deadline_grace_seconds
+        overdue = [
+            self.snapshot.steps[name]
+            for name in self.definition.order
+            if name in self.snapshot.steps
+            and self.snapshot.steps[name].in_flight
+            and (self.snapshot.steps[name].complete_by or 0) < cutoff
+        ]
+        if not overdue:
+            if self.snapshot.workflow.status is WorkflowStatus.HELD:
+                self.advance()  # its hold timeout has passed (its index key): compensate it
+                return
+            if self.snapshot.workflow.status not in TERMINAL_WORKFLOW and not any(
+                r.in_flight for r in self.snapshot.steps.values()
+            ):
+                # Safety net: nothing in flight, so no reply can move this workflow; advance it.
+                self.count("WorkflowsStalled")
+                self.advance()
+                return
+            key, deadline = self.snapshot.index_key, self.snapshot.deadline
+            if key is not None and deadline is not None and key < deadline:
+                # A lower bound kept by earlier writes (records.index_key_for) fell due: store the true key.
+                self.snapshot = self.snapshot.with_index_key(deadline)
+                self.count("DeadlineKeysRefreshed")
+            return  # otherwise the index entry was out of date (it is eventually consistent)
+        for record in overdue:
+            step = self.definition.step(record.step)
+            if record.status is StepStatus.PROCESSING:
+                self._forward_timed_out(record, step)
+            else:
+                self._compensation_timed_out(record, step)
+        self.advance()
+
+    # ------------------------------------------------------------------ advance
+    def advance(self) -> None:
+        """Make every transition the snapshot allows: dispatch ready steps, finish the workflow, or unwind it.
+
+        Passes repeat until one changes nothing: a step whose request could not be prepared fails during a pass, and
+        the next pass unwinds the workflow (or finishes it COMPENSATION_FAILED) in the same write.
+        """
+        for _ in range(_MAX_ADVANCE_PASSES):
+            before = self.snapshot
+            self._advance_once()
+            if self.snapshot is before:
+                return
+
+    def _advance_once(self) -> None:
+        workflow = self.snapshot.workflow
+        if workflow.status is WorkflowStatus.RUNNING:
+            failed = [r for r in self.snapshot.steps.values() if r.status is StepStatus.FAILED]
+            if failed:
+                first = next(self.snapshot.steps[n] for n in self.definition.order if n in {r.step for r in failed})
+                self.fail_workflow(first.step, f"step {first.step} failed: {(first.error or {}).get('code', 'FAILED')}")
+                return
+            if all(self.snapshot.status_of(name) is StepStatus.COMPLETED for name in self.definition.order):
+                self._finish(WorkflowStatus.COMPLETED)
+                return
+            self._dispatch_ready()
+        elif workflow.status is WorkflowStatus.HELD:
+            if workflow.hold_until is not None and self.now > workflow.hold_until:
+                # The reason keeps the failure that held it (what the unwind undoes it for), and says why now.
+                cause = (workflow.reason or "held").removesuffix(HELD_SUFFIX)
+                self.set_status(WorkflowStatus.COMPENSATING, reason=f"{cause}{HOLD_TIMEOUT_SUFFIX}")
+                self._unwind()
+        elif workflow.status in UNWINDING_WORKFLOW:
+            self._unwind()
+
+    def fail_workflow(self, step: str, reason: str) -> None:
+        """Step ``step`` failed for good: unwind the workflow, or hold it for a person under the ``hold`` policy.
+
+        A held workflow keeps its steps as they are (the failed one FAILED, others in flight finish) and dispatches
+        nothing new; under a hold timeout it is in the deadline index until then, and the supervisor compensates it
+        once the timeout has passed.
+        """
+        if self.definition.failure_policy(step) == "hold":
+            timeout = self.definition.hold_timeout_seconds
+            hold_until = None if timeout is None else self.now + timeout
+            self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(hold_until=hold_until))
+            self.set_status(WorkflowStatus.HELD, reason=f"{reason}{HELD_SUFFIX}")
+            self.history.held(_reason_code(reason))
+            self.count("WorkflowsHeld")
+            return
+        self.set_status(WorkflowStatus.COMPENSATING, reason=reason)
+        self._unwind()
+
+    def _finish(self, status: WorkflowStatus) -> None:
+        self.set_status(status)
+        # WorkflowsCompleted, WorkflowsCompensated, WorkflowsCancelled, WorkflowsCompensationFailed (alarmed)
+        self.count("Workflows" + status.value.title().replace("_", ""))
+
+    def _refuse(self, step: str, error: Exception, phase: Phase = Phase.ACTION) -> None:
+        self.history.not_prepared(step, phase, str(_preparation_error(error)["code"]))
+        logger.warning(
+            "step request could not be prepared",
+            extra={"workflow_id": self.workflow_id, "step": step, "error": str(error)[:500]},
+        )
+        self.refusals.append(error if isinstance(error, PayloadTooLargeError) else InvalidDefinitionError(str(error)))
+        self.count("StepsNotPrepared")
+
+    def _outgoing(self, agent: str, request: StepRequest, delay: int) -> Outgoing:
+        try:
+            queue_url = self.config.agent_queue_urls[agent]
+        except KeyError:
+            raise InvalidDefinitionError(f"agent {agent!r} is not configured (template AGENTS)") from None
+        return Outgoing(queue_url=queue_url, body=encode(request), delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)))
+
+    # ------------------------------------------------------------------ the concerns (transitions/*.py)
+    def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
+        raise NotImplementedError  # forward.ForwardTransitions
+
+    def _forward_timed_out(self, record: StepRecord, step: Any) -> None:
+        raise NotImplementedError  # forward.ForwardTransitions
+
+    def _dispatch_ready(self) -> None:
+        raise NotImplementedError  # forward.ForwardTransitions
+
+    def _compensation_outcome(self, record: StepRecord, reply: StepReply) -> None:
+        raise NotImplementedError  # compensation.CompensationTransitions
+
+    def _compensation_timed_out(self, record: StepRecord, step: Any) -> None:
+        raise NotImplementedError  # compensation.CompensationTransitions
+
+    def _unwind(self) -> None:
+        raise NotImplementedError  # compensation.CompensationTransitions
+
+    def _dispatch_forward(
+        self, step: Any, attempt: int, start_at: int, *, base: StepRecord | None = None, delay: int = 0
+    ) -> None:
+        raise NotImplementedError  # forward.ForwardTransitions
+
+    def _dispatch_compensation(self, record: StepRecord, comp_attempt: int, start_at: int, *, delay: int = 0) -> None:
+        raise NotImplementedError  # compensation.CompensationTransitions
+
+
+#: What preparing a step request can raise: the input's JMESPath at run time (a function given a wrong type), a
+#: size over a limit, an agent no longer configured, a value the request model refuses, or nesting too deep.
+_PREPARATION_ERRORS = (
+    JMESPathError,
+    PayloadTooLargeError,
+    InvalidDefinitionError,
+    ValueError,
+    TypeError,
+    RecursionError,
+)
+
+
+def _preparation_error(error: Exception) -> dict[str, Any]:
+    """The step's error for a request that could not be prepared: a code and a message without internals."""
+    if isinstance(error, PayloadTooLargeError):
+        code, message = "INPUT_TOO_LARGE", f"{error.what} is {error.size} bytes; the limit is {error.limit} bytes"
+    elif isinstance(error, InvalidDefinitionError):
+        code, message = "AGENT_NOT_CONFIGURED", str(error)
+    elif isinstance(error, RecursionError):
+        code, message = "INPUT_NOT_RENDERED", "the input nests too deeply to render"
+    else:
+        code, message = "INPUT_NOT_RENDERED", f"the input could not be rendered: {type(error).__name__}: {error}"
+    return StepError(code=code, message=message[:2048]).model_dump()
+
+
+def _reason_code(reason: str | None) -> str | None:
+    """The short code of an unwinding reason ("step x failed: CODE" gives CODE; a timeout TIMED_OUT)."""
+    if not reason:
+        return None
+    if ": " in reason:
+        return reason.rsplit(": ", 1)[1]
+    return "TIMED_OUT" if "timed out" in reason else reason.split(" ", 1)[0].upper()
+
+
+def _settled(
+    record: StepRecord,
+    status: StepStatus,
+    *,
+    output: Any = None,
+    error: dict[str, Any] | None = None,
+    may_have_happened: bool | None = None,
+    comp_output: Any = None,
+) -> StepRecord:
+    changes: dict[str, Any] = {"status": status, "complete_by": None}
+    if status is StepStatus.COMPLETED:
+        changes.update(output=output, error=None)
+    elif status is StepStatus.COMPENSATED:
+        changes.update(comp_output=comp_output, comp_error=None)
+    elif status is StepStatus.COMPENSATION_FAILED:
+        changes.update(comp_error=error)  # the action's own error stays: an operator needs both
+    else:
+        changes.update(error=error)
+    if may_have_happened is not None:
+        # Sticky: once an attempt may have reached the service without a definitive answer, the step is compensated
+        # if the workflow unwinds, whatever a later attempt reports (DESIGN Rule 6).
+        changes.update(may_have_happened=may_have_happened or record.may_have_happened)
+    return record.evolve(**changes)
+
+
+def _output_too_large() -> dict[str, Any]:
+    return StepError(
+        code="OUTPUT_TOO_LARGE",
+        message="the step's output does not fit in the workflow's record (DynamoDB items hold at most 400 KB: pass "
+        "large data by reference)",
+    ).model_dump()
+
+
+def _error(reply: StepReply) -> dict[str, Any]:
+    if reply.error is not None:
+        return reply.error.model_dump()
+    return StepError(code=reply.outcome.value.upper(), message="no detail").model_dump()
+
+
+#: Shortest wait before an attempt deferred by an open circuit is tried again (seconds): never a hot loop.
+MIN_DEFERRAL_SECONDS = 1
+
+
+def _retry_delay(reply: StepReply, now: int) -> int:
+    """Seconds to wait before an attempt that made no call is dispatched again (an SQS delay, 0..900).
+
+    An attempt that reached its agent after its complete-by goes again at once, with a new complete-by. One deferred
+    by an open circuit waits for the breaker: ``retry_after_seconds``, a duration the agent measured on its own
+    clock, so a skewed agent clock cannot make the wait too short (an absolute ``retry_at`` read against the
+    scheduler's clock could, and an agent 4 s behind then deferred the same attempt again and again within one
+    second: a hot loop that used up the deferral budget). At least `MIN_DEFERRAL_SECONDS`.
+    """
+    if reply.outcome is not Outcome.DEFERRED:
+        return 0
+    if reply.retry_after_seconds is not None:
+        wait = reply.retry_after_seconds
+    elif reply.retry_at is not None:  # a reply of an agent that predates retry_after_seconds
+        wait = reply.retry_at - now
+    else:
+        wait = 0
+    return max(MIN_DEFERRAL_SECONDS, min(_MAX_SQS_DELAY, wait))
+
+
+def _no_call_made(reply: StepReply) -> bool:
+    """An attempt that never reached the service (open circuit, or no time left on arrival) is not used up."""
+    return reply.outcome is Outcome.DEFERRED or (_retryable(reply) and reply.calls == 0)
+
+
+def _retryable(reply: StepReply) -> bool:
+    return reply.outcome is Outcome.FAILED and reply.retryable

@@ -1,0 +1,137 @@
+"""Transitions of unwinding: compensations in reverse dependency order, their replies and their timeouts."""
+
+from __future__ import annotations
+
+from ..definition import StepDefinition, render
+from ..limits import MAX_STEP_INPUT_BYTES, json_size
+from ..messages import StepReply, StepRequest, remote_token
+from ..records import StepRecord
+from ..states import Outcome, Phase, StepStatus, WorkflowStatus
+from .base import (
+    _PREPARATION_ERRORS,
+    TransitionBase,
+    _error,
+    _no_call_made,
+    _preparation_error,
+    _retry_delay,
+    _settled,
+    backoff_seconds,
+)
+
+
+class CompensationTransitions(TransitionBase):
+    """Unwinding a workflow: which steps to compensate, when, and what their compensations' answers do."""
+
+    def _compensation_outcome(self, record: StepRecord, reply: StepReply) -> None:
+        step = self.definition.step(record.step)
+        assert step.compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are ever COMPENSATING
+        policy = step.compensation.retry
+        if reply.outcome is Outcome.SUCCEEDED:
+            # The compensation happened; its output is informative only, so an oversized one is not kept.
+            output = None if self.oversized else reply.output
+            self.set_step(_settled(record, StepStatus.COMPENSATED, comp_output=output))
+            return
+        # The compensation has a deferral budget of its own: deferrals of the forward action (the outage that made
+        # the workflow unwind, often) must not use up the compensation's attempts.
+        if _no_call_made(reply) and record.comp_deferrals < self.config.max_deferrals:
+            delay = _retry_delay(reply, self.now)
+            base = record.evolve(comp_deferrals=record.comp_deferrals + 1)
+            self._dispatch_compensation(base, record.comp_attempt, self.now + delay, delay=delay)
+            return
+        # A compensation makes one call per attempt, so every failure that is not a definitive refusal uses one
+        # supervised attempt and is retried with backoff while attempts remain (a business refusal cannot improve).
+        if reply.outcome is not Outcome.REJECTED and record.comp_attempts_used < policy.max_attempts:
+            delay = round(backoff_seconds(policy, record.comp_attempt, self.rng))
+            self._dispatch_compensation(record, record.comp_attempt + 1, self.now + delay, delay=delay)
+            return
+        self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_error(reply)))
+
+    def _compensation_timed_out(self, record: StepRecord, step: StepDefinition) -> None:
+        assert step.compensation is not None  # nosec B101 # narrows the type: only a step with a compensation is COMPENSATING
+        if record.comp_attempts_used < step.compensation.retry.max_attempts:
+            self.history.resent(step.name, Phase.COMPENSATION, record.comp_attempt)
+            self._dispatch_compensation(record.evolve(resends=record.resends + 1), record.comp_attempt + 1, self.now)
+            self.count("SupervisorResends")
+            return
+        self.history.timed_out(step.name, Phase.COMPENSATION, record.comp_attempt)
+        error = {"code": "TIMED_OUT", "message": f"no reply to compensation attempt {record.comp_attempt}"}
+        self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=error))
+
+    def _unwind(self) -> None:
+        """Compensate, in reverse dependency order, every step whose action may have happened (DESIGN Rule 6)."""
+        definition = self.definition
+        # 1. Seal never-dispatched steps: none of them may start once unwinding has begun.
+        for name in reversed(definition.order):
+            if name not in self.snapshot.steps:
+                self.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
+        steps = self.snapshot.steps
+        # 2. Wait while a forward action is in flight: its reply or its timeout decides whether it happened.
+        if any(r.status is StepStatus.PROCESSING for r in steps.values()):
+            return
+        compensating = any(r.status is StepStatus.COMPENSATING for r in steps.values())
+        if any(r.status is StepStatus.COMPENSATION_FAILED for r in steps.values()):
+            if not compensating:
+                self._finish(WorkflowStatus.COMPENSATION_FAILED)
+            return
+
+        def needs(name: str) -> bool:
+            record = steps[name]
+            has_compensation = definition.step(name).compensation is not None
+            maybe = record.status is StepStatus.COMPLETED or (
+                record.status is StepStatus.FAILED and record.may_have_happened
+            )
+            return has_compensation and maybe
+
+        def settled(name: str) -> bool:
+            return not needs(name) and steps[name].status is not StepStatus.COMPENSATING
+
+        pending = [name for name in reversed(definition.order) if needs(name)]
+        if not pending and not compensating:
+            cancelled = self.snapshot.workflow.status is WorkflowStatus.CANCELLING
+            self._finish(WorkflowStatus.CANCELLED if cancelled else WorkflowStatus.COMPENSATED)
+            return
+        if self.snapshot.workflow.paused:
+            return  # an operator paused it: compensations in flight finish, no new one starts
+        descendants = definition.descendants
+        for name in pending:
+            if all(settled(d) for d in descendants[name]):
+                self._dispatch_compensation(steps[name], 1, self.now)
+                self.count("CompensationsStarted")
+
+    def _dispatch_compensation(self, record: StepRecord, comp_attempt: int, start_at: int, *, delay: int = 0) -> None:
+        """Put the compensation of ``record`` in flight; one that cannot be prepared is COMPENSATION_FAILED."""
+        step = self.definition.step(record.step)
+        compensation = step.compensation
+        assert compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are compensated
+        complete_by = start_at + compensation.timeout_seconds
+        try:
+            context = self.snapshot.context()
+            context["step"] = {"input": self.snapshot.input_of(step.name), "output": record.output}
+            comp_input = render(compensation.input, context)
+            json_size(comp_input, MAX_STEP_INPUT_BYTES, what=f"the compensation input of step {step.name}")
+            request = StepRequest(
+                workflow_id=self.workflow_id,
+                step=step.name,
+                phase=Phase.COMPENSATION,
+                agent=step.agent,
+                action=compensation.action,
+                attempt=comp_attempt,
+                complete_by=complete_by,
+                token=remote_token(self.workflow_id, step.name, record.token_action(compensation.action)),
+                original_token=remote_token(self.workflow_id, step.name, record.token_action(step.action)),
+                input=comp_input,
+                backoff_base_seconds=compensation.retry.backoff_base_seconds,
+                backoff_cap_seconds=compensation.retry.backoff_cap_seconds,
+                jitter=compensation.retry.jitter,
+                # One call per compensation attempt: retries are new supervised attempts, delayed by the backoff.
+                max_calls=1,
+            )
+            outgoing = self._outgoing(step.agent, request, delay)
+        except _PREPARATION_ERRORS as error:
+            # Nothing can undo this step without a person: it waits, COMPENSATION_FAILED, with the reason.
+            self._refuse(step.name, error, Phase.COMPENSATION)
+            self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_preparation_error(error)))
+            return
+        self.set_step(record.evolve(status=StepStatus.COMPENSATING, comp_attempt=comp_attempt, complete_by=complete_by))
+        self.history.dispatched(step.name, Phase.COMPENSATION, comp_attempt, complete_by)
+        self.messages.append(outgoing)

@@ -1,0 +1,171 @@
+"""The operators' routes (OpsFunction) against moto and the sample services: find, read, act, redrive.
+
+The scenarios of issue 11 that need no wall-clock time run here; those that wait for a circuit to close run on the
+local stack (tests/system/test_local_stack_operations.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+
+from sasflow.messages import StepRequest, encode
+from tests.integration.conftest import Deployed
+from tests.support.lambdas import load_event
+
+TRIP = load_event("trip_booking_request.json")
+OPERATOR_ARN = "arn:aws:sts::123456789012:assumed-role/sasflow-operator/oncall"
+
+
+def trip(**definition: Any) -> dict[str, Any]:
+    body = json.loads(json.dumps(TRIP))
+    body["definition"].update(definition)
+    return body
+
+
+def held_at_payment(deployed: Deployed) -> str:
+    """A trip under the hold policy whose payment is refused: HELD, the flight and the hotel done."""
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 1.0})
+    status, started = deployed.api("POST", "/workflows", trip(on_failure="hold"))
+    assert status == 201
+    deployed.pump()
+    return str(started["workflow_id"])
+
+
+def test_a_held_workflow_is_found_read_and_retried_with_an_edited_input_to_completion(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    # It is listed among the HELD, from the attention index, with the counts
+    status, page = deployed.ops("GET", "/ops/workflows", query="status=HELD")
+    assert status == 200
+    assert [(w["workflow_id"], w["status"], w["attention"]) for w in page["workflows"]] == [(wid, "HELD", "HELD")]
+    assert page["source"] == "attention index"
+    assert page["counts"]["HELD"] == 1
+    # Its view shows the failed step with its error and times
+    _, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    charge = view["steps"][2]
+    assert (charge["status"], charge["error"]["code"]) == ("FAILED", "CARD_DECLINED")
+    assert charge["started_at"] <= charge["finished_at"]
+    # When the operator retries the payment with an edited amount, once the service takes it again
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
+    status, after = deployed.ops(
+        "POST",
+        f"/ops/workflows/{wid}/retry",
+        {"reason": "customer called, smaller amount", "step": "charge_card", "input": {"amount": 99}},
+        headers={"Idempotency-Key": "retry-1"},
+    )
+    assert (status, after["status"]) == (200, "RUNNING")
+    deployed.pump()
+    # Then the trip completes, and its history holds the audited action
+    _, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert view["status"] == "COMPLETED"
+    status, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+    assert status == 200
+    [audit] = [e for e in history["events"] if e["kind"] == "operator_action"]
+    assert audit["detail"] == {
+        "action": "retry",
+        "principal": OPERATOR_ARN,
+        "reason": "customer called, smaller amount",
+        "id": "retry-1",
+        "step": "charge_card",
+    }
+    # The same request again (the CLI retrying) changes nothing
+    status, again = deployed.ops(
+        "POST",
+        f"/ops/workflows/{wid}/retry",
+        {"reason": "customer called, smaller amount", "step": "charge_card", "input": {"amount": 99}},
+        headers={"Idempotency-Key": "retry-1"},
+    )
+    assert (status, again["status"], again["events"]) == (200, "COMPLETED", view["events"])
+
+
+def test_an_action_that_does_not_apply_is_409_with_the_reason_and_an_unknown_one_422(deployed: Deployed) -> None:
+    _, started = deployed.api("POST", "/workflows", TRIP)
+    wid = started["workflow_id"]
+    status, body = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "why not"})
+    assert (status, body["error"]) == (409, "CONFLICT")
+    assert body["message"] == "workflow is RUNNING: only a HELD workflow's step"
+    status, body = deployed.ops("POST", f"/ops/workflows/{wid}/reboot", {"reason": "x"})
+    assert (status, body["error"]) == (422, "VALIDATION_ERROR")
+    status, body = deployed.ops("POST", f"/ops/workflows/{wid}/pause", {})
+    assert (status, body["details"][0]["loc"]) == (422, ["body", "reason"])
+
+
+def test_the_client_reads_its_own_history_and_not_another_principals(deployed: Deployed) -> None:
+    _, started = deployed.api("POST", "/workflows", TRIP)
+    deployed.pump()
+    wid = started["workflow_id"]
+    status, page = deployed.api("GET", f"/workflows/{wid}/history")
+    assert status == 200
+    kinds = [e["kind"] for e in page["events"]]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert kinds.count("dispatched") == kinds.count("reply_applied") == 3
+    status, first = deployed.api("GET", f"/workflows/{wid}/history", query="limit=2")
+    assert (len(first["events"]), first["next_cursor"]) == (2, "2")
+    status, rest = deployed.api("GET", f"/workflows/{wid}/history", query="cursor=2")
+    assert [e["seq"] for e in first["events"] + rest["events"]] == [e["seq"] for e in page["events"]]
+    status, body = deployed.api("GET", f"/workflows/{wid}/history", caller="client-b")
+    assert (status, body["error"]) == (404, "WORKFLOW_NOT_FOUND")
+    status, body = deployed.api("GET", f"/workflows/{wid}/history", query="cursor=abc")
+    assert (status, body["error"]) == (400, "INVALID_CURSOR")
+
+
+def test_a_stale_dead_letter_is_listed_and_redriven_and_changes_nothing(deployed: Deployed) -> None:
+    # Given a completed trip, and a dead-lettered request of its first attempt of the flight
+    _, started = deployed.api("POST", "/workflows", TRIP)
+    deployed.pump()
+    wid = started["workflow_id"]
+    _, done = deployed.ops("GET", f"/ops/workflows/{wid}")
+    effects = dict(deployed.remote["flights"].service.effects())
+    stale = StepRequest(
+        workflow_id=wid,
+        step="reserve_flight",
+        phase="action",
+        agent="flights",
+        action="reserve",
+        attempt=1,
+        complete_by=int(deployed.clock.now()) - 60,
+        token="0" * 32,
+        input={"traveller": "Ada Lovelace"},
+    )
+    sqs = boto3.client("sqs")
+    sqs.send_message(QueueUrl=deployed.queue_url("FlightsDeadLetterQueue"), MessageBody=encode(stale))
+    # When the operator lists the dead-letter queues, then that one
+    status, listing = deployed.ops("GET", "/ops/dead-letters")
+    assert status == 200
+    depths = {q["queue"]: q["approximate_messages"] for q in listing["queues"]}
+    assert depths["FlightsDeadLetterQueue"] == 1 and sum(depths.values()) == 1
+    status, listing = deployed.ops("GET", "/ops/dead-letters", query="queue=FlightsDeadLetterQueue")
+    [letter] = listing["queues"][0]["messages"]
+    assert (letter["workflow_id"], letter["step"], letter["attempt"], letter["kind"]) == (
+        wid,
+        "reserve_flight",
+        1,
+        "step.request",
+    )
+    assert letter["age_seconds"] >= 0
+    # and redrives it
+    status, moved = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "FlightsDeadLetterQueue"})
+    assert (status, moved["queue"], moved["approximate_messages"]) == (202, "FlightsDeadLetterQueue", 1)
+    assert deployed.depth("FlightsDeadLetterQueue") == 0
+    assert deployed.depth("FlightsRequestQueue") == 1
+    deployed.pump()
+    # Then it was acknowledged: no remote call, the workflow unchanged
+    assert dict(deployed.remote["flights"].service.effects()) == effects
+    _, after = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert (after["status"], after["updated_at"], after["events"]) == ("COMPLETED", done["updated_at"], done["events"])
+    assert deployed.depth("FlightsRequestQueue") == deployed.depth("ResponseQueue") == 0
+    # An unknown queue is a 404
+    status, body = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "NoSuchQueue"})
+    assert (status, body["error"]) == (404, "QUEUE_NOT_FOUND")
+
+
+def test_overdue_lists_what_the_supervisor_would_resend(deployed: Deployed) -> None:
+    _, started = deployed.api("POST", "/workflows", TRIP)  # the flight request is never delivered
+    status, body = deployed.ops("GET", "/ops/overdue")
+    assert (status, body["overdue"]) == (200, [])
+    deployed.clock.advance(30 + 31)  # past complete-by and the grace
+    _, body = deployed.ops("GET", "/ops/overdue")
+    assert [w["workflow_id"] for w in body["overdue"]] == [started["workflow_id"]]
+    assert body["grace_seconds"] == 30
