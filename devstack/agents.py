@@ -43,8 +43,11 @@ class AgentDeclaration(BaseModel):
 
     name: str = Field(pattern=_NAME, max_length=32)
     description: str = Field(min_length=1, max_length=200)
-    kind: Literal["http"] = "http"
-    base_url: str = Field(min_length=1)
+    kind: Literal["http", "python"] = "http"
+    base_url: str | None = Field(default=None, min_length=1)
+    code_uri: str | None = Field(default=None, pattern=r"^functions/[a-z0-9_]+/$")
+    handler: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+    tables: dict[str, str] = Field(default_factory=dict)
     actions: tuple[str, ...] = Field(min_length=1)
     auth: Literal["none", "sigv4", "header"] = "none"
     auth_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
@@ -53,7 +56,19 @@ class AgentDeclaration(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentDeclaration:
-        if self.base_url not in ("sample", "parameter") and not (
+        if self.kind == "python":
+            if self.code_uri is None or self.handler is None:
+                raise ValueError(f"agent {self.name}: a python agent needs code_uri and handler")
+            if self.base_url is not None or self.auth != "none":
+                raise ValueError(f"agent {self.name}: a python agent calls no service: no base_url, no auth")
+            for variable, table in self.tables.items():
+                if not re.fullmatch(r"[A-Z][A-Z0-9_]*", variable) or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", table):
+                    raise ValueError(f"agent {self.name}: tables maps VARIABLE_NAME to a table's LogicalId")
+        elif self.base_url is None:
+            raise ValueError(f"agent {self.name}: an http agent needs base_url")
+        elif self.code_uri is not None or self.handler is not None or self.tables:
+            raise ValueError(f"agent {self.name}: code_uri, handler and tables are for python agents")
+        elif self.base_url not in ("sample", "parameter") and not (
             self.base_url.startswith("https://") or _LOOPBACK.match(self.base_url)
         ):
             raise ValueError(f"agent {self.name}: base_url must be sample, parameter or an https URL")
@@ -75,6 +90,14 @@ class AgentDeclaration(BaseModel):
     def base_url_parameter(self) -> str | None:
         """The template parameter holding the base URL, or None for a fixed URL."""
         return f"{self.pascal}BaseUrl" if self.base_url in ("sample", "parameter") else None
+
+    @property
+    def code(self) -> tuple[str, str]:
+        """The function's ``CodeUri`` and ``Handler``: the shared HTTP agent's, or the Python agent's own."""
+        if self.kind == "python":
+            assert self.code_uri is not None and self.handler is not None  # nosec B101 # checked by _consistent
+            return self.code_uri, self.handler
+        return "functions/agent/", "agent_handler.handler"
 
 
 def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
@@ -188,6 +211,29 @@ def _secret_policy(agent: AgentDeclaration) -> str:
 """
 
 
+def _remote_environment(agent: AgentDeclaration) -> str:
+    if agent.kind == "python":
+        return "".join(f"          {variable}: !Ref {table}\n" for variable, table in agent.tables.items())
+    return f"          REMOTE_BASE_URL: {_base_url(agent)}\n" + _auth_environment(agent)
+
+
+def _tables_policy(agent: AgentDeclaration) -> str:
+    if not agent.tables:
+        return ""
+    resources = "\n".join(f"                - !GetAtt {table}.Arn" for table in agent.tables.values())
+    actions = ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem")
+    return (
+        "        - Statement:\n"
+        "            # its own tables: items read and written one by one or in transactions, never scanned\n"
+        "            - Sid: OwnTables\n"
+        "              Effect: Allow\n"
+        "              Action:\n"
+        + "".join(f"                - dynamodb:{action}\n" for action in actions)
+        + "              Resource:\n"
+        + f"{resources}\n"
+    )
+
+
 def _auth_environment(agent: AgentDeclaration) -> str:
     lines = [f"          REMOTE_AUTH: {agent.auth}"]
     if agent.auth == "header":
@@ -278,17 +324,16 @@ def _agent_resources(agent: AgentDeclaration) -> str:
             - WS1004 # false positive: LoggingConfig sends its logs to {p}AgentLogGroup, which has RetentionInDays
     Properties:
       Description: {json.dumps(agent.description)}
-      CodeUri: functions/agent/
-      Handler: agent_handler.handler
+      CodeUri: {agent.code[0]}
+      Handler: {agent.code[1]}
       ReservedConcurrentExecutions: !If [ReserveAgentConcurrency, !Ref AgentReservedConcurrency, !Ref AWS::NoValue]
       Environment:
         Variables:
           AGENT_NAME: {name}
           AGENT_ACTIONS: {",".join(agent.actions)}
           IDEMPOTENCY_TABLE: !Ref IdempotencyTable
-          REMOTE_BASE_URL: {_base_url(agent)}
 """
-        + _auth_environment(agent)
+        + _remote_environment(agent)
         + f"""\
       LoggingConfig:
         LogGroup: !Ref {p}AgentLogGroup
@@ -314,6 +359,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
 """
         + _invoke_policy(agent)
         + _secret_policy(agent)
+        + _tables_policy(agent)
         + f"""\
 
   # Its own event source mapping (not a SAM SQS event, whose managed policy allows every queue): see SchedulerReplies.
@@ -422,11 +468,12 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
     queues = "\n".join(f"              - !GetAtt {agent.pascal}RequestQueue.Arn" for agent in agents)
     resources = (
         f"""\
-  # The API, scheduler and supervisor send step requests to every agent's queue, and nowhere else.
+  # The API, scheduler and supervisor send step requests to every agent's queue, wait steps' timers to the
+  # response queue, and nowhere else.
   AgentRequestQueuesSendPolicy:
     Type: AWS::IAM::ManagedPolicy
     Properties:
-      Description: Send step requests to the agents' request queues (API, scheduler and supervisor).
+      Description: Send step requests to the agents' request queues, and wait timers to the response queue.
       PolicyDocument:
         Version: "2012-10-17"
         Statement:
@@ -435,6 +482,11 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
             Action: sqs:SendMessage
             Resource:
 {queues}
+          # A wait step's timer: a message to the scheduler's own queue, delayed until the wait's time.
+          - Sid: WaitTimers
+            Effect: Allow
+            Action: sqs:SendMessage
+            Resource: !GetAtt ResponseQueue.Arn
 
 """
         + f"""\

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import logging
 import signal
 import threading
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from devstack.agents import AgentsFileError, write_template
+from devstack.client import SignedHttp
 from devstack.identities import IDENTITIES, identity
 from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
 from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
@@ -212,6 +214,11 @@ def up(
         console.print("\n[bold]identities[/] (the API verifies SigV4 against these, as API Gateway against IAM)")
         for who in IDENTITIES.values():
             console.print(f"  {who.name:9} {who.access_key}:{who.secret_key}  {who.arn}", highlight=False)
+        published = push_definitions(local.api_url)
+        if published:
+            console.print("\n[bold]definitions[/] (definitions/*.json, published as client-a: start them by name)")
+            for line in published:
+                console.print(f"  {line}", highlight=False)
         commands = example_requests(local.stack, local.api_url)
         if commands:
             console.print("\n[bold]try[/]")
@@ -229,6 +236,33 @@ def up(
         with console.status("stopping..."):
             local.stop()
     console.print("stopped")
+
+
+DEFINITIONS_DIR = Path(__file__).resolve().parent.parent / "definitions"
+
+
+def push_definitions(api_url: str, directory: Path = DEFINITIONS_DIR, caller: str = "client-a") -> list[str]:
+    """Publish every ``directory/*.json`` to the local stack (``PUT /definitions/{name}/versions/{version}``).
+
+    Returns one line per file: its name, version and answer (201 published, 200 unchanged, else the error).
+    """
+    http = SignedHttp(api_url, caller=caller)
+    lines = []
+    for file in sorted(directory.glob("*.json")):
+        document = json.loads(file.read_text(encoding="utf-8"))
+        name, version = document.get("name"), document.get("version", 1)
+        response = http.request(
+            "PUT",
+            f"/definitions/{name}/versions/{version}",
+            body=json.dumps(document).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        answer = json.loads(response.data or b"null") or {}
+        outcome = {201: "published", 200: "unchanged"}.get(
+            response.status, f"{response.status} {answer.get('message')}"
+        )
+        lines.append(f"{name} v{version}: {outcome}  ({file.name})")
+    return lines
 
 
 @app.command()

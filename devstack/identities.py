@@ -62,11 +62,16 @@ def _api_arn(path: str) -> str:
     return f"arn:aws:execute-api:*:{ACCOUNT_ID}:*/*/{path}"
 
 
-#: The client policy of README "Security": start, read and cancel workflows, read the OpenAPI document.
+#: The client policy of README "Security": start, read and cancel workflows, answer callbacks, publish and read
+#: definitions, read the OpenAPI document.
 CLIENT_POLICY: Final = (
     _api_arn("POST/workflows"),
     _api_arn("GET/workflows/*"),
     _api_arn("POST/workflows/*/cancel"),
+    _api_arn("POST/callbacks/*"),
+    _api_arn("GET/definitions"),
+    _api_arn("GET/definitions/*"),
+    _api_arn("PUT/definitions/*"),
     _api_arn("GET/openapi.json"),
 )
 #: The operator policy: every route, the operator routes under /ops among them.

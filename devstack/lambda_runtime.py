@@ -456,6 +456,7 @@ class FunctionPool:
         self._hidden_paths = [str(path) for path in hidden_paths if str(path) not in own]
         self._idle: list[_Worker] = []
         self._workers: list[_Worker] = []
+        self._retired_invocations = 0
         self._starting = 0
         self._started = 0
         self._stopped = False
@@ -542,6 +543,11 @@ class FunctionPool:
         with self._cond:
             return len(self._workers) + self._starting
 
+    def invocation_count(self) -> int:
+        """Invocations so far, over every execution environment this pool started (workers replaced included)."""
+        with self._cond:
+            return self._retired_invocations + sum(worker.invocations for worker in self._workers)
+
     @property
     def idle_count(self) -> int:
         """Workers waiting for an invocation."""
@@ -585,6 +591,7 @@ class FunctionPool:
                 self._idle.append(worker)
             elif worker in self._workers:
                 self._workers.remove(worker)
+                self._retired_invocations += worker.invocations
             self._cond.notify()
         if not healthy or self._stopped:
             worker.kill()

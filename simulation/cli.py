@@ -58,21 +58,18 @@ def _print_tables(reports: list[RunReport]) -> None:
         outcome.add_row(state, str(count))
     outcome.add_row("total", str(sum(statuses.values())))
     console.print(outcome)
-    injected = Table(title="Faults injected, by kind")
-    injected.add_column("fault")
-    injected.add_column("count", justify="right")
-    for kind, count in sorted(faults.items()):
-        injected.add_row(kind, str(count))
-    console.print(injected)
+    console.print(_counts("Faults injected, by kind", "fault", faults))
     actions: Counter[str] = Counter()
+    answers: Counter[str] = Counter()
     for report in reports:
         actions.update(report.operator_actions)
-    operator = Table(title="Operator actions, by action and answer (interleaved at supervisor ticks)")
-    operator.add_column("action answer")
-    operator.add_column("count", justify="right")
-    for kind, count in sorted(actions.items()):
-        operator.add_row(kind, str(count))
-    console.print(operator)
+        answers.update(report.callback_answers)
+    console.print(
+        _counts("Operator actions, by action and answer (interleaved at supervisor ticks)", "action answer", actions)
+    )
+    console.print(
+        _counts("Callback answers, by status and answer (the approver, at supervisor ticks)", "status answer", answers)
+    )
     violations = Table(title="Invariant violations")
     violations.add_column("invariant")
     violations.add_column("count", justify="right")
@@ -83,6 +80,15 @@ def _print_tables(reports: list[RunReport]) -> None:
     console.print(violations)
     dead = sum(r.dead_letters for r in reports)
     console.print(f"dead-letter entries (each explained by a terminal workflow): {dead}")
+
+
+def _counts(title: str, column: str, counts: Counter[str]) -> Table:
+    table = Table(title=title)
+    table.add_column(column)
+    table.add_column("count", justify="right")
+    for kind, count in sorted(counts.items()):
+        table.add_row(kind, str(count))
+    return table
 
 
 def main() -> None:

@@ -32,6 +32,15 @@
     effect; a compensation an operator resolved by hand needs no undo; an unwind an operator asked for
     ("compensation requested by an operator") has its audited event; a workflow under the hold policy unwinds
     after a step failure only once its hold timeout has passed (or an operator asked), never at once.
+14. Conditions: a step whose ``when`` is false (evaluated here, with jmespath, on the workflow's input) never
+    has an effect and is SKIPPED; one whose condition is true is never SKIPPED by it (the history's ``skipped``).
+    A COMPLETED workflow has every step COMPLETED, or SKIPPED by a false condition.
+15. Waits: a wait step resumes no earlier than its time (dispatch + ``seconds``, or its ``until``), at most a few
+    supervisor ticks after it (`WAIT_LATE_SECONDS`), and no step that depends on it starts before it resumed. A
+    COMPLETED workflow's waits all resumed; a wait ends otherwise only because its workflow unwound (``UNWOUND``).
+16. Callbacks: a task token is applied at most once (one 200 for a success or a failure), only to the attempt it
+    was issued for (its history has the reply of that attempt), and what was applied is what the step kept: a
+    callback step COMPLETED holds the output of its token's applied success, and none completed without one.
 """
 
 from __future__ import annotations
@@ -41,8 +50,12 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import jmespath
+
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.api_models import events_of
+from sasflow.callbacks import task_token
+from sasflow.definition import CallbackStep, TaskStep, WaitStep
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
@@ -111,6 +124,10 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 violations.append(Violation("step in flight in a terminal workflow", workflow_id, name))
 
         happened = {step.name: _effect_of(effects, workflow_id, step, snapshot) for step in definition.steps}
+        conditions = _conditions(snapshot)
+        violations.extend(_condition_violations(snapshot, conditions, happened))
+        violations.extend(_wait_violations(snapshot, sim.config_grace()))
+        violations.extend(_callback_violations(snapshot, sim.callbacks_applied, sim.callbacks_maybe))
         audited = [e.detail or {} for e in events_of(snapshot) if e.kind == "operator_action"]
         skipped = {d.get("step") for d in audited if d.get("action") == "skip"}
         resolved = {
@@ -121,8 +138,12 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         if status == "COMPLETED":
             for step in definition.steps:
                 finished = records.get(step.name)
+                if conditions.get(step.name) is False:
+                    continue  # invariant 14 checks it is SKIPPED
                 if finished is None or finished["status"] != "COMPLETED":
                     violations.append(Violation("COMPLETED with an unfinished step", workflow_id, step.name))
+                if not hasattr(step, "action"):
+                    continue  # a wait: no effect (invariant 15)
                 applied = happened[step.name]
                 if applied is None:
                     if step.name not in skipped:
@@ -227,6 +248,12 @@ def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[
     if record is None:
         return [Violation("unwind names a step never dispatched", workflow_id, step)]
     touched = sim.log.touched
+    if match.group("code") == "CALLBACK_FAILED":
+        refused = any(
+            "approver rejected" in touched.get((workflow_id, step, "action", attempt), set())
+            for attempt in range(1, record.attempt + 1)
+        )
+        return [] if refused else [Violation("unexplained unwind", workflow_id, f"{step} failed by no approver")]
     if match.group("code") == _BUSINESS_REJECTION:
         refused = any(
             "remote business rejection" in touched.get((workflow_id, step, "action", attempt), set())
@@ -242,7 +269,9 @@ def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[
 
 def _effect_of(effects: dict[str, Any], workflow_id: str, step: Any, snapshot: Snapshot) -> Any:
     """The effect of a step's action under any of its tokens (an operator's retry of a refused step takes a new
-    one, ``StepRecord.token_action``), or None when it never happened."""
+    one, ``StepRecord.token_action``), or None when it never happened (or the step is a wait)."""
+    if not isinstance(step, TaskStep):
+        return None
     record = snapshot.steps.get(step.name)
     generations = range((record.generation if record else 0) + 1)
     for generation in generations:
@@ -251,6 +280,122 @@ def _effect_of(effects: dict[str, Any], workflow_id: str, step: Any, snapshot: S
         if effect is not None:
             return effect
     return None
+
+
+#: How late a wait may resume (seconds after its time): the grace, then up to five supervisor ticks (a timer lost
+#: to a crash is resumed by the supervisor; the supervisor's own invocation may crash and run again next tick).
+WAIT_LATE_TICKS = 5
+
+
+def _conditions(snapshot: Snapshot) -> dict[str, bool]:
+    """Each conditional step's condition, evaluated on the workflow's input as JMESPath counts truth."""
+    results = {}
+    for step in snapshot.workflow.definition.steps:
+        if step.when is not None:
+            value = jmespath.search(step.when, {"input": snapshot.workflow.input, "steps": {}})
+            results[step.name] = not (
+                value is None or value is False or (isinstance(value, (str, list, dict)) and not value)
+            )
+    return results
+
+
+def _condition_violations(snapshot: Snapshot, conditions: dict[str, bool], happened: dict[str, Any]) -> list[Violation]:
+    """Invariant 14 for one workflow."""
+    workflow_id = snapshot.workflow.workflow_id
+    skipped = {e.step for e in events_of(snapshot) if e.kind == "skipped"}
+    violations = []
+    for name, holds in conditions.items():
+        record = snapshot.steps.get(name)
+        if not holds and happened.get(name) is not None:
+            violations.append(Violation("condition false but the step ran", workflow_id, name))
+        if (
+            not holds
+            and snapshot.workflow.status.value == "COMPLETED"
+            and (record is None or record.status.value != "SKIPPED")
+        ):
+            violations.append(Violation("condition false but the step was not skipped", workflow_id, name))
+        if holds and name in skipped:
+            violations.append(Violation("condition true but the step was skipped", workflow_id, name))
+    return violations
+
+
+def _wait_violations(snapshot: Snapshot, grace: int) -> list[Violation]:
+    """Invariant 15 for one workflow."""
+    workflow = snapshot.workflow
+    definition = workflow.definition
+    events = events_of(snapshot)
+    violations = []
+    for step in definition.steps:
+        if not isinstance(step, WaitStep):
+            continue
+        dispatched = [e for e in events if e.kind == "dispatched" and e.step == step.name]
+        resumed = [e for e in events if e.kind == "resumed" and e.step == step.name]
+        record = snapshot.steps.get(step.name)
+        if not dispatched:
+            continue
+        start = dispatched[0]
+        due = (
+            start.time + step.seconds if step.seconds is not None else max(start.time, int(workflow.input["resume_at"]))
+        )
+        if start.complete_by != due:
+            violations.append(
+                Violation("wait due at the wrong time", workflow.workflow_id, f"{start.complete_by} != {due}")
+            )
+        if not resumed:
+            if workflow.status.value == "COMPLETED" or (
+                record is not None
+                and (record.error or {}).get("code") != "UNWOUND"
+                and record.status.value != "PROCESSING"
+            ):
+                violations.append(Violation("wait never resumed", workflow.workflow_id, step.name))
+            continue
+        at = resumed[0].time
+        if at < due:
+            violations.append(Violation("wait resumed early", workflow.workflow_id, f"{step.name} at {at}, due {due}"))
+        if at > due + grace + WAIT_LATE_TICKS * 60:
+            violations.append(Violation("wait resumed late", workflow.workflow_id, f"{step.name} at {at}, due {due}"))
+        for later in definition.descendants[step.name]:
+            first = next((e for e in events if e.kind == "dispatched" and e.step == later), None)
+            if first is not None and (first.seq < resumed[0].seq):
+                violations.append(Violation("step started before its wait resumed", workflow.workflow_id, later))
+    return violations
+
+
+def _callback_violations(
+    snapshot: Snapshot, applied: dict[str, list[dict[str, Any]]], maybe: dict[str, list[dict[str, Any]]]
+) -> list[Violation]:
+    """Invariant 16 for one workflow."""
+    workflow_id = snapshot.workflow.workflow_id
+    events = events_of(snapshot)
+    violations = []
+    mine = {token: bodies for token, bodies in applied.items() if token.startswith(f"{workflow_id}~")}
+    for token, bodies in mine.items():
+        _, name, attempt, _ = token.split("~")
+        if len(bodies) > 1:
+            violations.append(Violation("callback applied twice", workflow_id, f"{name} attempt {attempt}"))
+        replies = [e for e in events if e.kind == "callback_applied" and e.step == name and e.attempt == int(attempt)]
+        if not replies:
+            violations.append(
+                Violation("callback applied to another attempt", workflow_id, f"{name} attempt {attempt}")
+            )
+    for step in snapshot.workflow.definition.steps:
+        if not isinstance(step, CallbackStep):
+            continue
+        record = snapshot.steps.get(step.name)
+        if record is None or record.status.value not in ("COMPLETED", "COMPENSATED", "COMPENSATION_FAILED"):
+            continue
+        if record.status.value != "COMPLETED" and record.output is None:
+            continue
+        skipped_by_hand = any(e.kind == "operator_action" and (e.detail or {}).get("step") == step.name for e in events)
+        token = task_token(workflow_id, step.name, record.attempt, record.callback_nonce or "")
+        # an answer whose response was lost (the function crashed after its write) may have applied: the approver's
+        # retry of it then met 409
+        successes = [b for b in mine.get(token, []) + maybe.get(token, []) if b["status"] == "succeeded"]
+        if not successes and not skipped_by_hand:
+            violations.append(Violation("callback step completed without an answer", workflow_id, step.name))
+        elif successes and record.output != successes[0].get("output"):
+            violations.append(Violation("callback output lost", workflow_id, step.name))
+    return violations
 
 
 def _fields(record: StepRecord) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
+from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.records import Snapshot
 from simulation.invariants import Violation, check_invariants
@@ -87,6 +88,17 @@ def trip_definition(shape: str) -> dict[str, Any]:
     return definition
 
 
+def _unwound_wait(step_item: dict[str, Any] | None) -> bool:
+    """Whether a step's stored entry is a wait ended because its workflow unwound (FAILED, ``UNWOUND``)."""
+    fields = (step_item or {}).get("M", {})
+    error = json.loads(fields.get("error", {}).get("S", "null")) or {}
+    return fields.get("status", {}).get("S") == "FAILED" and error.get("code") == "UNWOUND"
+
+
+def _step(definition: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(step for step in definition["steps"] if step["name"] == name)
+
+
 @dataclass
 class RunReport:
     """What one simulated run did and found."""
@@ -103,6 +115,8 @@ class RunReport:
     dead_letters: int = 0
     #: The operator's actions by "action status" (200 applied or repeated, 409 did not apply any more).
     operator_actions: Counter[str] = field(default_factory=Counter)
+    #: The approver's answers by "status HTTP status" (200 applied, 409 used already, 410 expired).
+    callback_answers: Counter[str] = field(default_factory=Counter)
 
     def replay_command(self) -> str:
         return f"make sim ARGS='--seed {self.seed} --workflows {self.workflows} --runs 1'"
@@ -135,6 +149,13 @@ class Simulation:
         self.operator_actions: Counter[str] = Counter()
         self.operator_failed: list[Violation] = []
         self.paused_at: dict[str, int] = {}
+        #: The approver's answers by (status, HTTP status); the bodies applied (200) per token; tokens seen per
+        #: workflow (invariant 16).
+        self.callback_answers: Counter[str] = Counter()
+        self.callbacks_applied: dict[str, list[dict[str, Any]]] = {}
+        self.callbacks_maybe: dict[str, list[dict[str, Any]]] = {}
+        self.tokens_seen: dict[str, list[str]] = {}
+        self.tokens_reused: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -291,7 +312,8 @@ class Simulation:
     def _check_replies_applied(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
         """Invariant 11, checked on every write of the scheduler function (it only applies replies): a step in
         flight may change only when the batch holds a reply to its current attempt of its current phase, so a
-        reply of an earlier attempt (late, duplicated, redriven) never moves it."""
+        reply of an earlier attempt (late, duplicated, redriven) never moves it. A wait step is ended by the unwind
+        of its workflow too (``UNWOUND``), which a reply of another step may start."""
         if before is None or not self._running or self._running[-1][0] != "SchedulerFunction":
             return
         replies = set(self._running[-1][1])
@@ -299,7 +321,11 @@ class Simulation:
         new_steps = after.get("steps", {}).get("M", {})
         for tag in in_flight_tags(before):
             _, name, phase, attempt = tag
-            if old_steps.get(name) != new_steps.get(name) and tag not in replies:
+            if (
+                old_steps.get(name) != new_steps.get(name)
+                and tag not in replies
+                and not _unwound_wait(new_steps.get(name))
+            ):
                 answered = sorted(t[3] for t in replies if t[:3] == tag[:3])
                 self.stale_applied.append(
                     Violation(
@@ -324,6 +350,10 @@ class Simulation:
                 self.paused_moved.append(
                     Violation("paused workflow started a step", workflow_id, f"{name} {old}->{new}")
                 )
+
+    def config_grace(self) -> int:
+        """The deployed deadline grace (seconds): the scheduler's ``DEADLINE_GRACE_SECONDS``."""
+        return int(self.stack.function("SchedulerFunction").environment["DEADLINE_GRACE_SECONDS"])
 
     def state_store(self) -> DynamoDBStateStore:
         """A store over a client without crash hooks, for the simulation's own reads."""
@@ -509,10 +539,41 @@ class Simulation:
             # A step that fails for good holds the workflow for a person; unless one acts, the timeout compensates.
             definition["on_failure"] = "hold"
             definition["hold_timeout_seconds"] = self.rng.choice([300, 900])
-        body = {
-            "definition": definition,
-            "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
+        trip_input: dict[str, Any] = {
+            "traveller": f"t-{index}",
+            "route": "LHR-JFK",
+            "nights": 1 + index % 4,
+            "amount": 100 + index,
         }
+        if self.rng.random() < self.faults.conditional:
+            _step(definition, "book_hotel")["when"] = "input.needs_hotel"
+            trip_input["needs_hotel"] = self.rng.random() < 0.5
+        if self.rng.random() < self.faults.wait_step:
+            seconds = self.rng.choice([0, 45, 90, 600, 1_200])  # 1,200 s: longer than SQS's delay, the supervisor's
+            if self.rng.random() < 0.5:
+                wait: dict[str, Any] = {"name": "cool_off", "type": "wait", "seconds": seconds}
+            else:
+                wait = {"name": "cool_off", "type": "wait", "until": "input.resume_at"}
+                trip_input["resume_at"] = int(self.clock.now()) + seconds
+            if shape == "dag":
+                wait["depends_on"] = ["reserve_flight"]
+                _step(definition, "charge_card")["depends_on"].append("cool_off")
+            definition["steps"].insert(1, wait)  # a chain: the hotel then waits for it
+        if self.rng.random() < self.faults.callback_step:
+            approval: dict[str, Any] = {
+                "name": "approval",
+                "type": "callback",
+                "timeout_seconds": self.rng.choice([120, 300]),
+                "retry": {"max_attempts": 2, "backoff_base_seconds": 1.0, "backoff_cap_seconds": 1.0},
+            }
+            if self.rng.random() < 0.5:
+                # its token goes out through an agent's action (any action the agent allows), like a notification
+                approval["notify"] = {"agent": "payments", "action": "charge", "input": {"amount.$": "input.amount"}}
+            if shape == "dag":
+                approval["depends_on"] = ["reserve_flight"]
+                _step(definition, "charge_card")["depends_on"].append("approval")
+            definition["steps"].insert(1, approval)
+        body = {"definition": definition, "input": trip_input}
         event = start_event(body, key=f"sim-{self.seed}-{index}")
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
         for _ in range(20):
@@ -541,6 +602,66 @@ class Simulation:
         self._invoke("SupervisorFunction", event)
         self.crashes.on_call = None
         self._operate()
+        self._approve()
+
+    # ------------------------------------------------------------------ the approver
+    def _approve(self) -> None:
+        """The person who answers callback steps, through the clients' API function (as the workflow's owner).
+
+        For each waiting token, once per tick: approve (50 %), reject (10 %), heartbeat (10 %), or nothing (30 %: the
+        step may time out, and its retry issues a new token). An applied answer is sent again once half the time,
+        and a superseded token is used late once: those must be refused (409, 410) and change nothing.
+        """
+        for snapshot in sorted(self.stored_workflows(), key=lambda s: s.workflow.workflow_id):
+            wid = snapshot.workflow.workflow_id
+            record = snapshot.steps.get("approval")
+            if record is None or record.callback_nonce is None:
+                continue
+            token = task_token(wid, "approval", record.attempt, record.callback_nonce)
+            if record.status.value != "PROCESSING":
+                if token in self.callbacks_applied and token not in self.tokens_reused and self.rng.random() < 0.5:
+                    self.tokens_reused.add(token)
+                    self._answer(token, {"status": "succeeded", "output": {"again": True}})  # must be 409
+                continue
+            seen = self.tokens_seen.setdefault(wid, [])
+            for old in seen:
+                if old != token and old not in self.tokens_reused:
+                    self.tokens_reused.add(old)
+                    self._answer(old, {"status": "succeeded", "output": {"late": True}})  # must be 410
+            if token not in seen:
+                seen.append(token)
+            roll = self.rng.random()
+            tag = (wid, "approval", "action", record.attempt)
+            if roll < 0.5:
+                self._answer(token, {"status": "succeeded", "output": {"approved_by": f"approver-{wid[:8]}"}})
+            elif roll < 0.6:
+                # a person's refusal is a fault of this attempt that explains its unwind (invariant 10)
+                self.log("approver rejected", [tag], attribute=False)
+                self.log.touched[tag].add("approver rejected")
+                self._answer(token, {"status": "failed", "error": {"code": "NOT_APPROVED", "message": "no"}})
+            elif roll < 0.7:
+                self._answer(token, {"status": "heartbeat"})
+            else:
+                self.log("approver did not answer", [tag], attribute=False)
+                self.log.touched[tag].add("approver did not answer")
+
+    def _answer(self, token: str, body: dict[str, Any]) -> int:
+        event = callback_event(
+            token, body, request_id=f"cb-{self.seed}-{self.report.ticks}-{len(self.callback_answers)}"
+        )
+        for _ in range(20):
+            ok, response = self._invoke("ApiFunction", event)
+            if ok and response["statusCode"] < 500:
+                status = int(response["statusCode"])
+                self.callback_answers[f"{body['status']} {status}"] += 1
+                if status == 200 and body["status"] != "heartbeat":
+                    self.callbacks_applied.setdefault(token, []).append(body)
+                return status
+            # no answer: the function may have crashed after its write, so this use may have applied
+            self.callbacks_maybe.setdefault(token, []).append(body)
+            self.clock.advance(1)
+        self.operator_failed.append(Violation("callback failed", token.split("~")[0], body["status"]))
+        return 500
 
     # ------------------------------------------------------------------ the operator
     def _operate(self) -> None:
@@ -672,6 +793,7 @@ class Simulation:
         self.report.statuses = Counter(s.workflow.status.value for s in self.stored_workflows())
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
+        self.report.callback_answers = self.callback_answers
         self.report.simulated_seconds = self.clock.now() - START
         self.report.dead_letters = sum(
             len(self.queues.messages[spec.dead_letter_url])
@@ -772,6 +894,28 @@ def start_event(body: Any, *, key: str) -> dict[str, Any]:
             "routeKey": "POST /workflows",
             "stage": "$default",
         },
+        "body": json.dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+def callback_event(token: str, body: Any, *, request_id: str) -> dict[str, Any]:
+    """An HTTP API (payload 2.0) ``POST /callbacks/{token}`` event of the workflows' owner (client-a)."""
+    path = f"/callbacks/{token}"
+    return {
+        "version": "2.0",
+        "routeKey": "POST /callbacks/{token}",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"content-type": "application/json"},
+        "requestContext": {
+            "authorizer": request_context_authorizer(identity("client-a")),
+            "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
+            "requestId": request_id,
+            "routeKey": "POST /callbacks/{token}",
+            "stage": "$default",
+        },
+        "pathParameters": {"token": token},
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }

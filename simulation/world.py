@@ -67,6 +67,14 @@ class Faults:
     #: hold timeout compensates it), and the chance per supervisor tick that the operator acts on a workflow.
     hold_policy: float = 0.25
     operator_action: float = 0.6
+    #: Share of workflows whose hotel step has a condition (``when: input.needs_hotel``), true half the time.
+    conditional: float = 0.3
+    #: Share of workflows with a wait step after the flight (0 s to 20 minutes: timers and the supervisor resume them).
+    wait_step: float = 0.3
+    #: Share of workflows with an approval (a callback step) after the flight; the approver answers at supervisor
+    #: ticks: approves, rejects, sends heartbeats, forgets (the step times out, its retry issues a new token), and
+    #: uses tokens twice and late.
+    callback_step: float = 0.3
 
     @classmethod
     def none(cls) -> Faults:

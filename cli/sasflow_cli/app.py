@@ -47,6 +47,8 @@ app = typer.Typer(
 )
 dlq_app = typer.Typer(help="Dead-letter queues: depths, messages, redrive.", no_args_is_help=True)
 app.add_typer(dlq_app, name="dlq")
+definitions_app = typer.Typer(help="Definitions registered by name and version.", no_args_is_help=True)
+app.add_typer(definitions_app, name="definitions")
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -345,6 +347,44 @@ def _act(
         console.print(render.workflow_table(view, now=state.now()))
 
 
+# ----------------------------------------------------------------------------------------------------- callbacks
+def _answer(ctx: typer.Context, token: str, body: dict[str, Any], as_json: bool) -> None:
+    result = _state(ctx).client.callback(token, body)
+    if as_json:
+        _print_json(result)
+    else:
+        console.print(
+            f"{body['status']}: step {result['step']} is {result['step_status']}, "
+            f"workflow {result['workflow_id']} is {result['workflow_status']}"
+        )
+
+
+@app.command()
+@_handled
+def approve(
+    ctx: typer.Context,
+    token: Annotated[str, typer.Argument(help="The callback step's task token (shown on the step while it waits).")],
+    output: Annotated[str | None, typer.Option("--output", help="The step's output: JSON, or a file of JSON.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Complete a waiting callback step (an approval): its dependents then run, with --output as its output."""
+    value = _json_arg(output, "--output") if output is not None else {"approved": True}
+    _answer(ctx, token, {"status": "succeeded", "output": value}, as_json)
+
+
+@app.command()
+@_handled
+def reject(
+    ctx: typer.Context,
+    token: Annotated[str, typer.Argument(help="The callback step's task token.")],
+    reason: ReasonOption,
+    code: Annotated[str, typer.Option("--code", help="The error's code (the step's error names it).")] = "REJECTED",
+    as_json: JsonOption = False,
+) -> None:
+    """Fail a waiting callback step (a rejection): the workflow unwinds, or holds under the hold policy."""
+    _answer(ctx, token, {"status": "failed", "error": {"code": code, "message": reason}}, as_json)
+
+
 @app.command()
 @_handled
 def cancel(
@@ -441,6 +481,58 @@ def resume(
 ) -> None:
     """Let a paused workflow go on."""
     _act(ctx, workflow_id, "resume", reason, key, as_json)
+
+
+# ----------------------------------------------------------------------------------------------------- definitions
+def definition_files(paths: list[Path]) -> list[Path]:
+    """The definition files of ``paths``: each file itself, each directory's ``*.json`` (sorted)."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.glob("*.json")) if path.is_dir() else [path]
+    return files
+
+
+@definitions_app.command("push")
+@_handled
+def definitions_push(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Definition files, or directories of *.json [default: definitions/].")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Publish each definition as its name and version (201 new, 200 unchanged; a changed version is refused)."""
+    state = _state(ctx)
+    results = []
+    for file in definition_files(paths or [Path("definitions")]):
+        document = _json_arg(str(file), str(file))
+        name, version = document.get("name"), document.get("version", 1)
+        view = state.client.publish_definition(str(name), int(version), document)
+        results.append({"file": str(file), **view})
+        if not as_json:
+            console.print(f"{file}: {view['name']} v{view['version']} ({view['content_id'][:12]})")
+    if as_json:
+        _print_json({"published": results})
+
+
+@definitions_app.command("list")
+@_handled
+def definitions_list(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="One name: list its versions.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every registered name with its latest version, or one name's versions."""
+    client = _state(ctx).client
+    body = client.request("GET", f"/definitions/{name}" if name else "/definitions")
+    if as_json:
+        _print_json(body)
+    elif name:
+        for version in body["versions"]:
+            console.print(f"{name} v{version['version']}  {version['content_id'][:12]}  by {version['published_by']}")
+    else:
+        for entry in body["definitions"]:
+            console.print(f"{entry['name']}  latest v{entry['latest_version']}  owner {entry['owner']}")
 
 
 # ----------------------------------------------------------------------------------------------------- dead letters

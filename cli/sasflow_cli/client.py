@@ -142,7 +142,7 @@ class SasflowClient:
             headers["Content-Type"] = "application/json"
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        safe = method == "GET" or bool(idempotency_key)
+        safe = method in ("GET", "PUT") or bool(idempotency_key)  # PUT is idempotent (RFC 9110 9.2.2)
         tries = self.attempts if safe else 1
         for attempt in range(1, tries + 1):
             signed = self.signer(method, url, data, headers)  # signed again each try: a signature has a date
@@ -163,6 +163,16 @@ class SasflowClient:
     def start(self, request: Mapping[str, Any], *, idempotency_key: str) -> Any:
         """``POST /workflows``: the started (or, for a key seen before, the existing) WorkflowView."""
         return self.request("POST", "/workflows", body=dict(request), idempotency_key=idempotency_key)
+
+    def publish_definition(self, name: str, version: int, definition: Mapping[str, Any]) -> Any:
+        """``PUT /definitions/{name}/versions/{version}``: the DefinitionVersionView (idempotent: sent again on a
+        lost answer, the same body is 200)."""
+        path = f"/definitions/{quote(name, safe='')}/versions/{version}"
+        return self.request("PUT", path, body=dict(definition))
+
+    def callback(self, token: str, body: Mapping[str, Any]) -> Any:
+        """``POST /callbacks/{token}``: the CallbackResult (sent once: a repeat of an applied use is a 409)."""
+        return self.request("POST", f"/callbacks/{quote(token, safe='')}", body=dict(body))
 
     def get(self, workflow_id: str) -> Any:
         """The WorkflowView of ``workflow_id``."""

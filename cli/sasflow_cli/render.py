@@ -114,7 +114,7 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> Rend
             )
         table.add_row(
             str(step["name"]),
-            f"{step.get('agent')}.{step.get('action')}",
+            f"{step.get('agent')}.{step.get('action')}" if step.get("agent") else str(step.get("type", "task")),
             _status(step.get("status")),
             str(step.get("attempt", 0)),
             str(step.get("resends", 0)),
@@ -127,6 +127,10 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> Rend
             _error(step.get("compensation_error")),
         )
     lines.append(table)
+    for step in view.get("steps", []):
+        if step.get("task_token"):
+            # whole, never cut by the terminal's width: it is what `sasflow approve` takes
+            lines.append(Text(f"waiting for a callback: {step['name']}  task token {step['task_token']}", style="bold"))
     return Group(*lines)
 
 

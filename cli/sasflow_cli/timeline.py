@@ -39,7 +39,8 @@ COLOURS: Final = {
     "in_flight": "#2f7fd1",
 }
 _DISPATCH = {"dispatched": "action", "compensation_dispatched": "compensation"}
-_REPLY = {"reply_applied", "compensation_reply_applied"}
+#: What ends an attempt with an outcome: a reply applied, a callback step's token answered, a wait step's resume.
+_REPLY = {"reply_applied", "compensation_reply_applied", "callback_applied", "resumed"}
 _TIMEOUT = {"resent", "compensation_resent", "timed_out", "compensation_timed_out"}
 _MILESTONES = {"started", "unwinding", "held", "finished"}
 
@@ -145,9 +146,8 @@ def timeline(events: Sequence[Mapping[str, Any]], view: Mapping[str, Any]) -> Ti
                 _Open(step, key[1], int(event.get("attempt") or 0), time, _int(event.get("complete_by"))),
             )
         elif kind in _REPLY and step is not None and (step, phase) in open_:
-            close(
-                (step, phase), time, str(event.get("outcome") or "failed"), event.get("error_code"), event.get("calls")
-            )
+            outcome = "succeeded" if kind == "resumed" else str(event.get("outcome") or "failed")
+            close((step, phase), time, outcome, event.get("error_code"), event.get("calls"))
         elif kind in _TIMEOUT and step is not None and (step, phase) in open_:
             close((step, phase), time, "timed_out", None, None)
         elif kind == "not_prepared" and step is not None:

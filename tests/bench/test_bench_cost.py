@@ -236,8 +236,9 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
 # README's 12 per workflow + 1 for the definition; 4.5 RRU.
 # CloudWatch Logs: what the API and the scheduler wrote (their JSON lines and metrics), counted by the byte.
 # SQS: 18 requests (6 sends, 6 receives, 6 deletes), each under 64 KB: 18 billed.
-# Idle mappings: 4 queues, 3 of them idle in each of the 3 simulated seconds: 9 queue-seconds, 5 long polls per
-# 20 s: 2.25 modelled empty polls. Requests per step: (19 + 18 + 2.25) / 3; the minimum with batches of one:
+# Idle mappings: 5 queues (the response queue and the 4 agents' of agents.yaml), 4 of them idle in each of the 3
+# simulated seconds: 12 queue-seconds, 5 long polls per 20 s: 3 modelled empty polls. Requests per step:
+# (19 + 18 + 3) / 3; the minimum with batches of one:
 # 4 + 2/1 + 2/1 + 2/1 = 10. Lambda requests (engine only): API 1 + scheduler 3. Step Functions: 3 transitions.
 def test_one_trip_costs_what_a_hand_count_says() -> None:
     # Given one 3-step workflow on the happy path
@@ -268,8 +269,8 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
         "PaymentsAgentFunction": 1,
         "SchedulerFunction": 3,
     }
-    assert (result.simulated_seconds, result.idle_queue_seconds, data["empty_polls_modelled"]) == (3.0, 9.0, 2.25)
-    assert data["actual_requests_per_step"] == pytest.approx((19 + 18 + 2.25) / 3)
+    assert (result.simulated_seconds, result.idle_queue_seconds, data["empty_polls_modelled"]) == (3.0, 12.0, 3.0)
+    assert data["actual_requests_per_step"] == pytest.approx((19 + 18 + 3) / 3)
     assert data["minimal_requests_per_step"] == pytest.approx(10.0)
     assert data["step_functions_transitions"] == 3
     # And the dollars are those counts at the list prices (only Lambda's GB-seconds are timed, not counted)
@@ -277,14 +278,14 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert dollars["dynamodb_writes"] == pytest.approx(13 * prices.DYNAMODB_PER_WRU)
     assert dollars["dynamodb_reads"] == pytest.approx(4.5 * prices.DYNAMODB_PER_RRU)
     assert dollars["sqs"] == pytest.approx(18 * prices.SQS_PER_REQUEST)
-    assert dollars["sqs_empty_polls"] == pytest.approx(2.25 * prices.SQS_PER_REQUEST)
+    assert dollars["sqs_empty_polls"] == pytest.approx(3 * prices.SQS_PER_REQUEST)
     assert dollars["api"] == pytest.approx(1 * prices.HTTP_API_PER_REQUEST)
     assert dollars["lambda_requests"] == pytest.approx(4 * prices.LAMBDA_PER_REQUEST)
     # The engine's log (its transition lines and its metrics), priced by the byte
     logged = usage["log_bytes"]["ApiFunction"] + usage["log_bytes"]["SchedulerFunction"]
     assert data["log_bytes_per_workflow"] == logged
     assert dollars["cloudwatch_logs"] == pytest.approx(logged * 0.50 / 1_000_000_000)
-    counted = (13 * 0.625 + 4.5 * 0.125 + (18 + 2.25) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
+    counted = (13 * 0.625 + 4.5 * 0.125 + (18 + 3) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
     assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"] + dollars["cloudwatch_logs"])
     assert data["anchor_per_step"] == pytest.approx(0.025 / 1000)  # one transition per step
     assert data["ours_per_step"] == pytest.approx(dollars["total"] / 3)

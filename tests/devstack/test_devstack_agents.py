@@ -21,7 +21,7 @@ from devstack.template import SqsEventSpec, Stack, load_template
 def test_the_checked_in_template_holds_what_agents_yaml_renders() -> None:
     # make template (python -m devstack template) rewrites it; a stale template.yaml fails here
     assert check_template().current, "template.yaml is out of date: run `make template`"
-    assert agent_names() == ["flights", "hotels", "payments"]
+    assert agent_names() == ["flights", "hotels", "payments", "inventory"]
 
 
 def test_one_entry_gives_an_agent_every_part_it_needs(tmp_path: Path) -> None:

@@ -41,7 +41,12 @@ def test_the_demo_counts_the_terminal_workflows_of_the_state_table() -> None:
         for step in ("reserve_flight", "book_hotel", "charge_card"):
             scheduler.on_reply(
                 StepReply(
-                    workflow_id=ids[0], step=step, phase=Phase.ACTION, attempt=1, outcome=Outcome.SUCCEEDED, output={}
+                    workflow_id=ids[0],
+                    step=step,
+                    phase=Phase.ACTION,
+                    attempt=1,
+                    outcome=Outcome.SUCCEEDED,
+                    output={"confirmation": f"{step}-1"},
                 )
             )
         # Then the count sees exactly the finished one

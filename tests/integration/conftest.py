@@ -13,6 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from devstack.agents import load_agents
 from devstack.identities import identity, request_context_authorizer
 from devstack.moto_sqs import install as install_sqs_redrive
 from devstack.provision import provision
@@ -44,8 +45,9 @@ class Deployed:
         return SqsDriver(function, event)
 
     def pump(self, rounds: int = 50) -> None:
-        """Deliver every queue to its consumer until all are empty (bounded)."""
-        consumers = ["FlightsAgentFunction", "HotelsAgentFunction", "PaymentsAgentFunction", "SchedulerFunction"]
+        """Deliver every queue to its consumer (every agent of agents.yaml, then the scheduler) until all are empty
+        (bounded)."""
+        consumers = [f"{agent.pascal}AgentFunction" for agent in load_agents()] + ["SchedulerFunction"]
         for _ in range(rounds):
             if all(self.driver(c).deliver() is None for c in consumers):
                 return

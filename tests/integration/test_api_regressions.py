@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
+from devstack.agents import agent_names
 from devstack.identities import identity, request_context_authorizer
 from sasflow.api_models import ErrorResponse
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import load_event
 
 TRIP = load_event("trip_booking_request.json")
-ERROR_STATUSES = {"400", "403", "404", "409", "413", "415", "422"}
+ERROR_STATUSES = {"400", "403", "404", "409", "410", "413", "415", "422"}
 
 
 def post_raw(
@@ -192,9 +193,10 @@ def test_an_integer_beyond_pythons_digit_limit_is_400_not_500(deployed: Deployed
 
 
 def test_nesting_up_to_64_levels_is_accepted_and_deeper_is_400(deployed: Deployed) -> None:
-    # Given inputs whose request bodies nest exactly 64 and 65 levels (the body is level 1, input level 2)
-    at_limit = trip_with_input(nested(63))
-    over = trip_with_input(nested(64))
+    # Given inputs whose request bodies nest exactly 64 and 65 levels (the body is level 1, input level 2, its
+    # "deep" level 3; the trip's own fields stay, for the steps' references)
+    at_limit = trip_with_input({**TRIP["input"], "deep": nested(62)})
+    over = trip_with_input({**TRIP["input"], "deep": nested(63)})
     # When both are POSTed
     over_status, over_body = post_raw(deployed, json.dumps(over).encode())
     # Then the deeper one is refused (was: pydantic's "Maximum serialization depth exceeded" -> 500 from ~300 levels)
@@ -202,7 +204,7 @@ def test_nesting_up_to_64_levels_is_accepted_and_deeper_is_400(deployed: Deploye
     assert over_body["details"][0]["msg"] == "JSON decode error: nested deeper than 64 levels"
     status, body = post_raw(deployed, json.dumps(at_limit).encode())
     assert status == 201
-    assert body["input"] == nested(63)
+    assert body["input"]["deep"] == nested(62)
 
 
 def test_nesting_past_the_recursion_limit_is_400_not_500(deployed: Deployed) -> None:
@@ -228,8 +230,8 @@ def test_every_route_documents_every_error_status_with_the_error_response_schema
 def test_the_document_names_the_agents_of_this_deployment(deployed: Deployed) -> None:
     # A definition naming another agent is refused 422: the served document now says which agents exist.
     _, spec = deployed.api("GET", "/openapi.json")
-    agent = spec["components"]["schemas"]["StepDefinition"]["properties"]["agent"]
-    assert agent["enum"] == ["flights", "hotels", "payments"]
+    agent = spec["components"]["schemas"]["TaskStep"]["properties"]["agent"]
+    assert agent["enum"] == sorted(agent_names())
 
 
 def test_the_documented_example_request_starts_a_workflow(deployed: Deployed) -> None:
@@ -239,3 +241,39 @@ def test_the_documented_example_request_starts_a_workflow(deployed: Deployed) ->
     status, body = deployed.api("POST", "/workflows", example)
     assert status == 201
     assert [s["name"] for s in body["steps"]] == ["reserve_flight", "book_hotel"]
+
+
+# --------------------------------------------------------------------------------------------- definitions (issue 12)
+def test_a_start_whose_first_step_reference_finds_nothing_is_422_missing_reference(deployed: Deployed) -> None:
+    # Given the trip without the route its first step reads
+    body = trip_with_input({"traveller": "Ada Lovelace", "amount": 420})
+    # When it is started
+    status, answer = post_raw(deployed, json.dumps(body).encode())
+    # Then 422 MISSING_REFERENCE naming the path and the expression, and nothing is written or sent
+    assert_refused(deployed, status, answer, (422, "MISSING_REFERENCE"))
+    assert answer["message"] == (
+        "steps[reserve_flight].input.route: 'input.route' resolved to nothing (give a default to allow that)"
+    )
+
+
+def test_a_definition_error_points_at_its_step_and_says_its_reason_once(deployed: Deployed) -> None:
+    # Given the trip whose hotel step depends on itself, and whose payment lists the hotel twice
+    body = json.loads(json.dumps(TRIP))
+    body["definition"]["steps"][1]["depends_on"] = ["book_hotel"]
+    body["definition"]["steps"][2]["depends_on"] = ["book_hotel", "book_hotel"]
+    # When it is started
+    status, answer = post_raw(deployed, json.dumps(body).encode())
+    # Then 422 with one detail per problem, each at its step, each reason said once
+    assert_refused(deployed, status, answer, (422, "VALIDATION_ERROR"))
+    assert answer["details"] == [
+        {
+            "loc": ["body", "definition", "steps", "1"],
+            "msg": "step 'book_hotel' depends on itself",
+            "type": "invalid_step",
+        },
+        {
+            "loc": ["body", "definition", "steps", "2"],
+            "msg": "step 'charge_card' lists 'book_hotel' in depends_on twice",
+            "type": "invalid_step",
+        },
+    ]

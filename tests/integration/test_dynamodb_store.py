@@ -240,7 +240,7 @@ def test_a_sweep_of_250_overdue_workflows_follows_every_page_and_resends_each_on
 def test_an_output_that_would_overflow_the_workflow_record_fails_its_step_which_is_then_compensated(env: Env) -> None:
     # Given the flight's output, 250,000 bytes, already fills most of the workflow's 400 KB record
     wid = start(env)
-    big = {"blob": "x" * 250_000}
+    big = {"blob": "x" * 250_000, "confirmation": "FL-1"}
     assert [m.queue_url for m in env.scheduler.on_reply(reply(wid, "reserve_flight", output=big))] == ["q/hotels"]
     # When the hotel answers with 250,000 bytes as well (each reply fits in an SQS message, both do not fit the item)
     messages = env.scheduler.on_reply(reply(wid, "book_hotel", output=big))

@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
+from devstack.agents import load_agents
 from devstack.inprocess import environment, function_environment
 from devstack.template import SqsEventSpec, Stack
 from tests.integration.conftest import Deployed
@@ -63,7 +64,7 @@ def test_template_queues_are_sane_for_their_consumers() -> None:
         for event in function.events
         if isinstance(event, SqsEventSpec)
     }
-    assert set(consumers) == {"ResponseQueue", "FlightsRequestQueue", "HotelsRequestQueue", "PaymentsRequestQueue"}
+    assert set(consumers) == {"ResponseQueue"} | {f"{agent.pascal}RequestQueue" for agent in load_agents()}
     for queue, function in consumers.items():
         properties = stack.properties(queue)
         assert int(properties["VisibilityTimeout"]) >= 6 * function.timeout_seconds, queue

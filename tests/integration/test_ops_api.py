@@ -85,7 +85,7 @@ def test_an_action_that_does_not_apply_is_409_with_the_reason_and_an_unknown_one
     wid = started["workflow_id"]
     status, body = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "why not"})
     assert (status, body["error"]) == (409, "CONFLICT")
-    assert body["message"] == "workflow is RUNNING: only a HELD workflow's step"
+    assert body["message"] == "workflow is RUNNING: only a step of a HELD workflow can be retried or skipped"
     status, body = deployed.ops("POST", f"/ops/workflows/{wid}/reboot", {"reason": "x"})
     assert (status, body["error"]) == (422, "VALIDATION_ERROR")
     status, body = deployed.ops("POST", f"/ops/workflows/{wid}/pause", {})

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from devstack.agents import load_agents
 from devstack.template import Stack
 from tests.support.lambdas import ROOT
 
@@ -168,7 +169,13 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         if logical_id == "SupervisorFunction":
             expected.add("dynamodb:UpdateItem")  # its lease
             assert ("dynamodb:Query", index) in granted[logical_id]
+        if logical_id == "ApiFunction":
+            expected |= {"dynamodb:Query", "dynamodb:UpdateItem"}  # registered definitions, their keys only (below)
         assert on_table == expected, logical_id
+    api = roles["ApiFunctionRole"]
+    [registry] = [s for s in statements(api, resources) if s.get("Sid") == "RegisteredDefinitions"]
+    assert registry["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == ["DEFNAMES", "DEFNAME#*"]
+    assert sorted(as_list(registry["Action"])) == ["dynamodb:Query", "dynamodb:UpdateItem"]
     # The operators' function reads any workflow, writes its actions, queries both indexes, and scans only to list
     # finished workflows (an operator's occasional request, README "Operate it").
     attention = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/attention-index"})
@@ -201,7 +208,7 @@ def test_each_function_polls_only_its_own_queue_through_its_own_event_source_map
     resources = resolved(CASES[case])
     roles = of_type(resources, "AWS::IAM::Role")
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
-    assert len(mappings) == 4  # the scheduler and the three sample agents
+    assert len(mappings) == 1 + len(load_agents())  # the scheduler and every agent of agents.yaml
     for logical_id, mapping in mappings.items():
         function = mapping["Properties"]["FunctionName"]["Ref"]
         queue = mapping["Properties"]["EventSourceArn"]

@@ -12,6 +12,7 @@ from boto3.dynamodb.types import TypeSerializer
 import simulation.run
 from devstack.inprocess import offline_aws
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
+from sasflow.callbacks import CallbackUsedError, TaskToken
 from sasflow.definition import WorkflowDefinition
 from sasflow.messages import StepReply
 from sasflow.records import Snapshot
@@ -30,6 +31,8 @@ def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int
     report = run_one(seed, 100)
     assert report.violations == [], report.replay_command()
     assert sum(report.statuses.values()) == 100
+    # conditions, waits and approvals are part of every run: answers applied, and second uses refused
+    assert report.callback_answers["succeeded 200"] > 0 and report.callback_answers["succeeded 409"] > 0
     injected = set(report.faults)
     assert {
         "crash before DynamoDB call",
@@ -77,7 +80,9 @@ def test_a_lost_update_is_caught_when_workflow_writes_are_not_conditional(monkey
     violation of invariant 9 (stale reads and the other interleaves expose more). Lost updates heal themselves
     (the supervisor resends, the agent answers from its idempotency record), so of the outcome invariants none sees
     them; invariants 10 and 11 may (an overwritten write takes a step back to an attempt whose reply was applied, or
-    loses the progress of an attempt, which then times out with no fault of its own)."""
+    loses the progress of an attempt, which then times out with no fault of its own). A lost callback answer does not
+    heal (its approver got its 200 and does not answer again): invariant 16 sees it, and the step may then wait past
+    the end of the run: this check runs without callbacks (the seeded runs above have them)."""
 
     def unconditional_save(self: DynamoDBStateStore, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         version = expect.version + 1
@@ -86,7 +91,7 @@ def test_a_lost_update_is_caught_when_workflow_writes_are_not_conditional(monkey
         return Snapshot(snapshot.workflow, snapshot.steps, version=version)
 
     monkeypatch.setattr(DynamoDBStateStore, "save", unconditional_save)
-    report = run_one(2, 60)
+    report = run_one(2, 60, Faults(**PLAIN_STEPS))
     assert report.faults["concurrent instance took a message of the same workflow"] >= 1
     kinds = {v.kind for v in report.violations}
     assert "lost update" in kinds
@@ -166,7 +171,9 @@ def random_always() -> Any:
 
 
 # ---------------------------------------------------------------------------------------- operators (issue 11)
-OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0)
+#: The operator's checks need no new step kinds (the seeded runs above have them): without them each run is faster.
+PLAIN_STEPS = {"conditional": 0.0, "wait_step": 0.0, "callback_step": 0.0}
+OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0, **PLAIN_STEPS)
 
 
 def caught_within(kind: str, faults: Faults, workflows: int, seeds: range = range(21, 25)) -> list[str]:
@@ -237,3 +244,67 @@ def test_a_hold_timeout_that_never_fires_leaves_workflows_held(monkeypatch: pyte
     monkeypatch.setattr(simulation.run, "MAX_TICKS_AFTER_LAST_START", 20)  # 20 minutes: past every hold timeout
     report = run_one(21, 30, Faults(hold_policy=1.0, remote_reject=0.3, operator_action=0.0))
     assert any(v.kind == "not terminal" and v.detail == "HELD" for v in report.violations)
+
+
+STEP_KINDS = Faults(conditional=1.0, wait_step=1.0, operator_action=0.0, hold_policy=0.0)
+
+
+def test_a_condition_that_is_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 14: with ``when`` ignored, a step whose condition is false runs."""
+    monkeypatch.setattr(ForwardTransitions, "_condition_holds", lambda self, step: True)
+    kinds = {v.kind for v in run_one(31, 30, STEP_KINDS).violations}
+    assert "condition false but the step ran" in kinds
+
+
+def test_a_wait_that_does_not_wait_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 15: a wait resumed at once lets the steps after it start before its time."""
+    monkeypatch.setattr(ForwardTransitions, "_resume_time", lambda self, step: self.now)
+    kinds = {v.kind for v in run_one(31, 30, STEP_KINDS).violations}
+    assert {"wait due at the wrong time", "wait resumed early"} <= kinds
+
+
+def test_a_wait_the_supervisor_never_resumes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariants 1 and 15: a long wait whose supervisor resume is a no-op never ends."""
+    original = ForwardTransitions._forward_timed_out
+
+    def never_resume(self: ForwardTransitions, record: Any, step: Any) -> None:
+        if getattr(step, "type", "task") != "wait":
+            original(self, record, step)
+
+    monkeypatch.setattr(ForwardTransitions, "_forward_timed_out", never_resume)
+    monkeypatch.setattr(simulation.run, "MAX_TICKS_AFTER_LAST_START", 40)
+    kinds = {v.kind for v in run_one(31, 30, STEP_KINDS).violations}
+    assert "not terminal" in kinds
+
+
+CALLBACKS = Faults(callback_step=1.0, operator_action=0.0, hold_policy=0.0)
+
+
+def test_a_token_that_answers_done_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 16: a second use of a token answered 200 ("done") instead of 409."""
+    original = ForwardTransitions.apply_callback
+
+    def twice(self: ForwardTransitions, token: Any, request: Any) -> None:
+        try:
+            original(self, token, request)
+        except CallbackUsedError:
+            return
+
+    monkeypatch.setattr(ForwardTransitions, "apply_callback", twice)
+    kinds = {v.kind for v in run_one(41, 30, CALLBACKS).violations}
+    assert "callback applied twice" in kinds
+
+
+def test_an_expired_token_applied_to_the_next_attempt_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 16: a token of a timed-out attempt accepted for the attempt after it."""
+    original = ForwardTransitions.apply_callback
+
+    def any_attempt(self: ForwardTransitions, token: Any, request: Any) -> None:
+        record = self.snapshot.steps.get(token.step)
+        if record is not None and token.attempt < record.attempt:
+            token = TaskToken(token.workflow_id, token.step, record.attempt, record.callback_nonce or "")
+        original(self, token, request)
+
+    monkeypatch.setattr(ForwardTransitions, "apply_callback", any_attempt)
+    kind = "callback applied to another attempt"
+    assert kind in caught_within(kind, CALLBACKS, 40, seeds=range(41, 45))

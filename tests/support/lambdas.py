@@ -20,6 +20,7 @@ from devstack.inprocess import FakeLambdaContext, environment, function_environm
 from devstack.template import FunctionSpec, SqsEventSpec
 from sasflow.bootstrap import Lazy, build_agent, build_engine, build_ops
 from sasflow.clock import Clock
+from sasflow.python_agent import AgentApp
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "events"
@@ -54,6 +55,9 @@ class FunctionUnderTest:
             module.ops = Lazy(lambda: build_ops(clock=clock, correlate=correlate))
         if hasattr(module, "agent"):
             module.agent = Lazy(lambda: build_agent(clock=clock))
+        app = getattr(module, "app", None)
+        if isinstance(app, AgentApp):  # a Python agent: its own functions are the remote
+            app.services = Lazy(lambda: build_agent(clock=clock, remote=app))
         return cls(spec, module, clock)
 
     def invoke(self, event: Any, *, remaining_ms: int | None = None, context: Any = None) -> Any:

@@ -61,7 +61,7 @@ def trip(*, lose_first_reply_of: tuple[str, ...] = (), **input_changes: Any) -> 
             key: value.replace("steps.reserve_flight.", f"steps.{names['reserve_flight']}.")
             for key, value in step["input"].items()
         }
-    steps[2]["input"]["simulate.$"] = "input.simulate"
+    steps[2]["input"]["simulate.$"] = {"expression": "input.simulate", "default": None}  # optional
     request["input"].update(input_changes)
     return request  # type: ignore[no-any-return]
 

@@ -6,9 +6,10 @@ import re
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from sasflow.definition import parse_definition, render
-from sasflow.errors import InvalidDefinitionError
+from sasflow.definition import WorkflowDefinition, parse_definition, render
+from sasflow.errors import InvalidDefinitionError, MissingReferenceError
 
 
 def step(name: str, **extra: Any) -> dict[str, Any]:
@@ -69,8 +70,72 @@ def test_render_resolves_nested_references_and_leaves_literals_alone() -> None:
     assert render(template, context) == {"who": "ada", "nested": {"conf": "FL-1", "fixed": 1}, "list": [{"n": 3}]}
 
 
-def test_a_reference_that_matches_nothing_renders_null() -> None:
-    assert render({"x.$": "input.missing"}, {"input": {}}) == {"x": None}
+def test_a_reference_that_finds_nothing_is_an_error_naming_the_path_and_the_expression() -> None:
+    # Given a reference nested in a list of an object, whose expression finds nothing
+    template = {"guest": {"names": ["fixed", {"first.$": "input.traveller.first"}]}}
+    # When it is rendered, Then it fails at its path, naming the expression
+    with pytest.raises(MissingReferenceError) as caught:
+        render(template, {"input": {"traveller": {}}}, where="steps[book].input")
+    assert (caught.value.path, caught.value.expression) == (
+        "steps[book].input.guest.names[1].first",
+        "input.traveller.first",
+    )
+    assert str(caught.value) == (
+        "steps[book].input.guest.names[1].first: 'input.traveller.first' resolved to nothing "
+        "(give a default to allow that)"
+    )
+
+
+def test_a_default_renders_when_the_expression_finds_nothing_and_only_then() -> None:
+    template = {
+        "n.$": {"expression": "input.nights", "default": 1},
+        "none.$": {"expression": "input.x", "default": None},
+    }
+    assert render(template, {"input": {}}) == {"n": 1, "none": None}
+    assert render(template, {"input": {"nights": 3, "x": False}}) == {"n": 3, "none": False}
+
+
+def test_only_the_nullable_roots_may_find_nothing() -> None:
+    # A compensation's `step.output` is unknown after a timeout: it may render null; `input` may not
+    context = {"input": {}, "step": {"input": {}, "output": None}}
+    assert render({"c.$": "step.output.code"}, context, nullable_roots=frozenset({"step"})) == {"c": None}
+    with pytest.raises(MissingReferenceError, match=r"'input\.amount' resolved to nothing"):
+        render({"a.$": "input.amount"}, context, nullable_roots=frozenset({"step"}))
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [({"expression": "input.x"}, "must hold a JMESPath"), ({"expression": 3, "default": 1}, "must hold a JMESPath")],
+)
+def test_a_reference_object_needs_an_expression_and_a_default(reference: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidDefinitionError, match=message):
+        parse_definition({"name": "bad", "steps": [step("a", input={"x.$": reference})]})
+
+
+@pytest.mark.parametrize(
+    ("steps", "index", "message"),
+    [
+        ([step("a"), step("b", depends_on=["a", "a"])], 1, "step 'b' lists 'a' in depends_on twice"),
+        ([step("a"), step("b", depends_on=["b"])], 1, "step 'b' depends on itself"),
+        ([step("a"), step("a")], 1, "step name 'a' is used twice"),
+        (
+            [step("a"), step("b", depends_on=["c"]), step("c", depends_on=["b"])],
+            1,
+            "depends_on has a cycle among ['b', 'c']",
+        ),
+        (
+            [step("a"), step("b", input={"x.$": "steps.c.output"}), step("c")],
+            1,
+            "steps[b].input: 'steps.c.output' refers to step 'c', which is not an earlier dependency",
+        ),
+    ],
+)
+def test_a_validation_error_points_at_its_step_and_says_it_once(
+    steps: list[dict[str, Any]], index: int, message: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        WorkflowDefinition.model_validate({"name": "bad", "steps": steps})
+    assert [(e["loc"], e["msg"]) for e in caught.value.errors()] == [(("steps", index), message)]
 
 
 def test_compensation_may_refer_to_its_own_step_but_an_action_may_not() -> None:

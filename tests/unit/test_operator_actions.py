@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sasflow.api_models import HistoryPage, WorkflowView, events_of
-from sasflow.errors import ConditionFailedError
+from sasflow.errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError
 from sasflow.finding import WorkflowFinder
 from sasflow.states import StepStatus, WorkflowStatus
 from tests.support.pipeline import TRIP_INPUT, Pipeline, trip_definition
@@ -69,8 +69,12 @@ def test_a_held_step_retried_with_an_edited_input_completes_under_a_new_token() 
     # When the operator retries it with an edited input
     edited = {"traveller": "Ada Lovelace", "flight": "any", "room": "twin"}
     assert act(p, wid, "retry", "a-1", step="book_hotel", step_input=edited) is WorkflowStatus.RUNNING
+    # Then the request sent is the edited input (found by an on-call trial: the retry sent the definition's input,
+    # and the edit took effect only at the next retry)
+    [request] = p.requests("hotels")
+    assert (request.action, request.attempt, request.input) == ("book", 2, edited)
     p.pump()
-    # Then the hotel is called again with the edited input under a new token, and the trip completes
+    # and the hotel is called again under a new token, and the trip completes
     snapshot = p.snapshot(wid)
     assert snapshot.workflow.status is WorkflowStatus.COMPLETED
     hotel_calls = p.services["hotels"].calls
@@ -84,6 +88,38 @@ def test_a_held_step_retried_with_an_edited_input_completes_under_a_new_token() 
         {"action": "retry", "principal": OPERATOR, "reason": "on-call: retry", "id": "a-1", "step": "book_hotel"}
     ]
     assert snapshot.workflow.attention is None
+
+
+def test_an_action_id_reused_for_another_action_or_step_is_refused_not_answered_done() -> None:
+    # Found by an on-call trial: a key reused for `pause` answered 200 and did nothing
+    p = Pipeline()
+    wid = held_at_hotel(p)
+    act(p, wid, "retry", "k-1", step="book_hotel")
+    with pytest.raises(IdempotencyKeyConflictError, match="'k-1' was already used for retry of step book_hotel"):
+        act(p, wid, "pause", "k-1")
+    with pytest.raises(IdempotencyKeyConflictError, match="not this cancel"):
+        act(p, wid, "cancel", "k-1")
+    assert [e["action"] for e in operator_events(p, wid)] == ["retry"]
+    assert p.snapshot(wid).workflow.paused is False
+
+
+def test_a_retry_of_a_paused_held_workflow_is_refused_until_it_is_resumed() -> None:
+    p = Pipeline()
+    wid = held_at_hotel(p)
+    act(p, wid, "pause", "p-1")
+    with pytest.raises(ConditionFailedError, match="workflow is paused: resume it, then retry the step"):
+        act(p, wid, "retry", "r-1", step="book_hotel")
+    assert p.requests("hotels") == []
+    act(p, wid, "resume", "p-2")
+    act(p, wid, "retry", "r-1", step="book_hotel")
+    assert [r.attempt for r in p.requests("hotels")] == [2]
+
+
+def test_an_unknown_step_is_refused_as_such() -> None:
+    p = Pipeline()
+    wid = held_at_hotel(p)
+    with pytest.raises(InvalidDefinitionError, match="the workflow has no step 'nosuch'"):
+        act(p, wid, "skip", "s-1", step="nosuch", output={})
 
 
 def test_a_repeated_action_id_changes_nothing() -> None:
@@ -209,6 +245,19 @@ def test_a_paused_workflow_dispatches_nothing_new_until_resumed() -> None:
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
 
 
+def test_a_resume_is_not_refused_by_a_stale_read_that_misses_the_pause() -> None:
+    # Found by the simulation: an eventually consistent read from before the pause made the resume a 409 "workflow
+    # is not paused", and the workflow stayed paused for good. A refusal is now confirmed by a consistent read.
+    p = Pipeline()
+    wid = p.start(trip_definition(), TRIP_INPUT)
+    before_pause = p.snapshot(wid)
+    act(p, wid, "pause", "p-1")
+    p.store.stale_reads[wid] = before_pause  # every eventually consistent read still shows it unpaused
+    assert act(p, wid, "resume", "p-2") is WorkflowStatus.RUNNING
+    assert p.snapshot(wid).workflow.paused is False
+    assert [e["action"] for e in operator_events(p, wid)] == ["pause", "resume"]
+
+
 def test_cancel_is_idempotent_and_a_completed_workflow_is_refused() -> None:
     p = Pipeline()
     wid = p.start(trip_definition(), TRIP_INPUT)
@@ -233,8 +282,8 @@ def test_cancel_is_idempotent_and_a_completed_workflow_is_refused() -> None:
 @pytest.mark.parametrize(
     ("action", "message"),
     [
-        ("retry", "workflow is RUNNING: only a HELD workflow's step"),
-        ("skip", "workflow is RUNNING: only a HELD workflow's step"),
+        ("retry", "workflow is RUNNING: only a step of a HELD workflow can be retried or skipped"),
+        ("skip", "workflow is RUNNING: only a step of a HELD workflow can be retried or skipped"),
         ("retry-compensation", "workflow is RUNNING: no failed compensation to act on"),
         ("resolve", "workflow is RUNNING: no failed compensation to act on"),
         ("resume", "workflow is not paused"),

@@ -5,6 +5,10 @@ Routes
 - ``POST /workflows``: start a workflow (201), or return the one an ``Idempotency-Key`` already started (200).
 - ``GET /workflows/{workflow_id}``: the workflow and its steps (with their times).
 - ``GET /workflows/{workflow_id}/history``: its history, oldest event first, a page at a time (``cursor``).
+- ``PUT /definitions/{name}/versions/{version}``, ``GET /definitions``, ``GET /definitions/{name}``,
+  ``GET /definitions/{name}/versions/{version}``: definitions registered by name and version (``registry``).
+- ``POST /callbacks/{token}``: answer a callback step's attempt with its task token (``callbacks``): succeeded (an
+  output), failed (an error), or a heartbeat. 200, or 404 / 409 (used already) / 410 (its attempt is over).
 - ``POST /workflows/{workflow_id}/cancel``: stop a running workflow and compensate what may have happened (202;
   again on a cancelling or cancelled workflow, the same answer and nothing changes).
 
@@ -42,12 +46,23 @@ from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Que
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 
 from .api_models import ErrorResponse, HistoryPage, StartWorkflowRequest, WorkflowView
+from .callbacks import (
+    MAX_TOKEN_CHARS,
+    CallbackExpiredError,
+    CallbackNotFoundError,
+    CallbackRequest,
+    CallbackResult,
+    CallbackUsedError,
+)
+from .clock import epoch_seconds
+from .definition import WorkflowDefinition
 from .errors import (
     ConditionFailedError,
     DeadLetterQueueNotFoundError,
     IdempotencyKeyConflictError,
     InvalidCursorError,
     InvalidDefinitionError,
+    MissingReferenceError,
     PayloadTooLargeError,
     UnauthenticatedError,
     WorkflowNotFoundError,
@@ -56,6 +71,17 @@ from .identity import principal_of
 from .limits import MAX_REQUEST_BYTES
 from .messages import canonical_hash
 from .ports import MessageBus
+from .registry import (
+    DefinitionList,
+    DefinitionName,
+    DefinitionNotFoundError,
+    DefinitionNotRegisteredError,
+    DefinitionRef,
+    DefinitionRegistry,
+    DefinitionVersionConflictError,
+    DefinitionVersionList,
+    DefinitionVersionView,
+)
 from .scheduler import SchedulerService
 from .types import IdempotencyKey, WorkflowId
 
@@ -96,6 +122,15 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large (body, step input, SQS, DynamoDB)"),
     RequestUnsupportedContentType: _Refusal(415, "UNSUPPORTED_MEDIA_TYPE", "The body is not application/json"),
     InvalidDefinitionError: _Refusal(422, "INVALID_DEFINITION", "The definition cannot run here"),
+    CallbackNotFoundError: _Refusal(404, "CALLBACK_NOT_FOUND", "No such task token"),
+    DefinitionNotFoundError: _Refusal(404, "DEFINITION_NOT_FOUND", "No such registered definition"),
+    DefinitionNotRegisteredError: _Refusal(422, "DEFINITION_NOT_FOUND", "A start names an unregistered definition"),
+    DefinitionVersionConflictError: _Refusal(
+        409, "DEFINITION_VERSION_EXISTS", "A version is immutable; a name is its publisher's"
+    ),
+    CallbackUsedError: _Refusal(409, "CALLBACK_ALREADY_USED", "The task token was used already"),
+    CallbackExpiredError: _Refusal(410, "CALLBACK_EXPIRED", "The task token's attempt is over"),
+    MissingReferenceError: _Refusal(422, "MISSING_REFERENCE", "A reference of the first step's input found nothing"),
     RequestValidationError: _Refusal(422, "VALIDATION_ERROR", "Invalid request", _validation_message),
 }
 #: A ``RequestValidationError`` whose body is not JSON text at all (RFC 9110: the request is malformed).
@@ -120,7 +155,8 @@ def _details(exc: Exception) -> list[dict[str, Any]] | None:
         details.append(
             {
                 "loc": [str(part) for part in error.get("loc", ())],
-                "msg": f"{message}: {reason}" if reason else message,
+                # pydantic's "Value error, <reason>" already holds the reason: never say it twice
+                "msg": f"{message}: {reason}" if reason and str(reason) not in message else message,
                 "type": str(error.get("type", "")),
             }
         )
@@ -300,7 +336,7 @@ def _checked_body(app: Any) -> str:
 def _document_agents(document: dict[str, Any], agents: list[str]) -> None:
     # The agents are deployment configuration (one request queue each), so the model can only give their pattern;
     # the served document names them, and a definition with any other agent is refused 422 INVALID_DEFINITION.
-    agent = document["components"]["schemas"]["StepDefinition"]["properties"]["agent"]
+    agent = document["components"]["schemas"]["TaskStep"]["properties"]["agent"]
     agent["enum"] = agents
     agent["description"] = "The agent (remote service) that does the step: one of this deployment's agents."
 
@@ -351,8 +387,11 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         principal = caller()
         scheduler, bus = services()
         request_hash = canonical_hash(request.model_dump(mode="json"))
+        definition = request.definition
+        if isinstance(definition, DefinitionRef):
+            definition = DefinitionRegistry(scheduler.store).resolve(definition)
         result = scheduler.start_workflow(
-            request.definition,
+            definition,
             request.input,
             request_hash=request_hash,
             owner=principal,
@@ -411,6 +450,81 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             bus.send(messages)  # a compensation that is not sent is resent by the supervisor after complete-by
         view = WorkflowView.from_snapshot(snapshot)
         return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=view)
+
+    # ------------------------------------------------------------------ definitions (registry.py)
+    @app.put(
+        "/definitions/<name>/versions/<version>",
+        summary="Publish a definition version (immutable: the same body again is 200, another one 409)",
+        responses={
+            200: doc(DefinitionVersionView, "Published already, with this very definition"),
+            201: doc(DefinitionVersionView, "Published"),
+            **ERROR_RESPONSES,
+        },
+    )
+    def publish_definition(
+        name: Annotated[DefinitionName, Path()],
+        version: Annotated[int, Path(ge=1, le=2_147_483_647)],
+        definition: WorkflowDefinition,
+    ) -> Response[DefinitionVersionView]:
+        principal = caller()
+        scheduler, _ = services()
+        scheduler.check_agents(definition)
+        created, view = DefinitionRegistry(scheduler.store).publish(
+            name, version, definition, owner=principal, now=epoch_seconds(scheduler.clock)
+        )
+        return Response(
+            status_code=201 if created else 200,
+            content_type=content_types.APPLICATION_JSON,
+            body=view,
+            headers={"Location": f"/definitions/{name}/versions/{version}"},
+        )
+
+    @app.get(
+        "/definitions",
+        summary="List the registered definitions",
+        responses={200: doc(DefinitionList, "Names"), **ERROR_RESPONSES},
+    )
+    def list_definitions() -> DefinitionList:
+        caller()
+        scheduler, _ = services()
+        return DefinitionRegistry(scheduler.store).names()
+
+    @app.get(
+        "/definitions/<name>",
+        summary="The versions of a registered definition",
+        responses={200: doc(DefinitionVersionList, "Versions, oldest first"), **ERROR_RESPONSES},
+    )
+    def definition_versions(name: Annotated[DefinitionName, Path()]) -> DefinitionVersionList:
+        caller()
+        scheduler, _ = services()
+        return DefinitionRegistry(scheduler.store).versions(name)
+
+    @app.get(
+        "/definitions/<name>/versions/<version>",
+        summary="A registered definition version",
+        responses={200: doc(WorkflowDefinition, "The definition"), **ERROR_RESPONSES},
+    )
+    def get_definition(
+        name: Annotated[DefinitionName, Path()], version: Annotated[int, Path(ge=1, le=2_147_483_647)]
+    ) -> WorkflowDefinition:
+        caller()
+        scheduler, _ = services()
+        return DefinitionRegistry(scheduler.store).get(name, version)
+
+    @app.post(
+        "/callbacks/<token>",
+        summary="Answer a callback step: complete it, fail it, or send a heartbeat (the token works once)",
+        responses={200: doc(CallbackResult, "Applied"), **ERROR_RESPONSES},
+    )
+    def answer_callback(
+        token: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)], request: CallbackRequest
+    ) -> Response[CallbackResult]:
+        principal = caller()
+        scheduler, bus = services()
+        _, result, messages = scheduler.callback(token, request, owner=principal)
+        if messages:
+            bus.send(messages)  # what the answer let start; a message not sent is resent by the supervisor
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
 
     @app.get("/openapi.json", summary="OpenAPI document", include_in_schema=False)
     def openapi() -> Response[str]:

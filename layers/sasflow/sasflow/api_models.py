@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
 
+from .callbacks import task_token
 from .definition import WorkflowDefinition
 from .history import HistoryEvent, StepTimes, decode, step_times
 from .records import Snapshot, StepRecord
+from .registry import DefinitionRef
 from .states import Phase, StepStatus, WorkflowStatus
 
 #: The sample saga of the README (events/trip_booking_request.json, shortened): the document's example request.
@@ -43,12 +45,22 @@ _TRIP_EXAMPLE: dict[str, Any] = {
 }
 
 
+def _inline_or_registered(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A definition with ``steps`` is inline, one without names a registered one; errors keep their own path."""
+    if isinstance(value, dict):
+        return (WorkflowDefinition if "steps" in value else DefinitionRef).model_validate(value)
+    return handler(value)
+
+
 class StartWorkflowRequest(BaseModel):
     """Body of ``POST /workflows``: the definition to run and the workflow input."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_TRIP_EXAMPLE]})
 
-    definition: WorkflowDefinition
+    definition: Annotated[WorkflowDefinition | DefinitionRef, WrapValidator(_inline_or_registered)] = Field(
+        description="The definition itself (with its steps), or a registered one: {name, version} (version null: "
+        "the latest)."
+    )
     input: dict[str, Any] = Field(default_factory=dict, description="Workflow input; steps refer to it as input.*")
 
 
@@ -56,12 +68,18 @@ class StepView(BaseModel):
     """One step as the API shows it. Times are epoch seconds, from the workflow's history."""
 
     name: str
-    agent: str
-    action: str
+    type: str = Field(default="task", description="task (an agent's action), wait (a timer) or callback.")
+    agent: str | None = Field(default=None, description="The task's agent; null for a wait.")
+    action: str | None = Field(default=None, description="The task's action; null for a wait.")
     status: StepStatus
+    task_token: str | None = Field(
+        default=None, description="A callback step's token while it waits (POST /callbacks/{token} answers it)."
+    )
     attempt: int = Field(description="Dispatches of the action so far.")
     compensation_attempt: int = Field(description="Dispatches of the compensation so far.")
-    complete_by: int | None = Field(default=None, description="Deadline of the attempt in flight (epoch seconds).")
+    complete_by: int | None = Field(
+        default=None, description="Deadline of the attempt in flight; a waiting step's resume time (epoch seconds)."
+    )
     resends: int = Field(description="Times the supervisor resent this step after its complete-by.")
     deferrals: int = Field(default=0, description="Dispatches an open circuit deferred (action and compensation).")
     started_at: int | None = Field(default=None, description="First dispatch of the action (epoch seconds).")
@@ -111,9 +129,11 @@ class WorkflowView(BaseModel):
             steps.append(
                 StepView(
                     name=step.name,
-                    agent=step.agent,
-                    action=step.action,
+                    type=step.type,
+                    agent=getattr(step, "agent", None),
+                    action=getattr(step, "action", None),
                     status=record.status if record else StepStatus.PENDING,
+                    task_token=_token_of(workflow.workflow_id, record),
                     attempt=record.attempt if record else 0,
                     compensation_attempt=record.comp_attempt if record else 0,
                     complete_by=record.complete_by if record else None,
@@ -151,6 +171,12 @@ class WorkflowView(BaseModel):
 
 def _action_in_flight(record: StepRecord) -> bool:
     return record.status is StepStatus.PROCESSING
+
+
+def _token_of(workflow_id: str, record: StepRecord | None) -> str | None:
+    if record is None or record.callback_nonce is None or record.status is not StepStatus.PROCESSING:
+        return None
+    return task_token(workflow_id, record.step, record.attempt, record.callback_nonce)
 
 
 def events_of(snapshot: Snapshot) -> list[HistoryEvent]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .clock import Clock, SystemClock
+from .errors import ConfigurationError
 from .ports import Counter, MessageBus, StateStore, WorkflowIndex, no_metrics
 from .scheduler import SchedulerService
 from .settings import AgentConfig, EngineConfig
@@ -208,9 +209,13 @@ def build_agent(
         probe_seconds=config.breaker_probe_seconds,
         cache_seconds=config.breaker_cache_seconds,
     )
+    if remote is None:
+        if config.remote_base_url is None:
+            raise ConfigurationError("missing environment variables: REMOTE_BASE_URL (an HTTP agent's service)")
+        remote = HttpRemoteClient(config.remote_base_url, auth=auth)
     runtime = AgentRuntime(
         config,
-        remote or HttpRemoteClient(config.remote_base_url, auth=auth),
+        remote,
         breaker,
         clock,
         idempotent=idempotent,

@@ -16,12 +16,23 @@ import hashlib
 import json
 import re
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from jmespath.exceptions import JMESPathError
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from .errors import InvalidDefinitionError
+from .errors import InvalidDefinitionError, MissingReferenceError
 from .expressions import RenderBudget, compiled, evaluate
 from .limits import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_NESTING, MAX_EXPRESSIONS, nesting_depth
 from .types import ActionName, AgentName, StepName
@@ -73,12 +84,35 @@ class CompensationDefinition(BaseModel):
     )
 
 
-class StepDefinition(BaseModel):
-    """One step of a workflow: an action on one remote service, done by that service's agent."""
+class _StepBase(BaseModel):
+    """What every kind of step has: a name, its dependencies, its condition and its failure policy."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: StepName
+    depends_on: list[StepName] | None = Field(
+        default=None,
+        description="Steps that must be done first (COMPLETED, or SKIPPED by their condition); null "
+        "means the previous step.",
+    )
+    when: str | None = Field(
+        default=None,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="A JMESPath over {input, steps} (its dependencies' outputs), evaluated once the dependencies are "
+        "done: when its value is false, null, empty or zero-length the step is SKIPPED and counts as done for its "
+        "dependents (its output is absent). null: always run.",
+    )
+    on_failure: Literal["compensate", "hold"] | None = Field(
+        default=None,
+        description="When the step fails for good: compensate (unwind) or hold (wait for a person); null: the "
+        "definition's policy.",
+    )
+
+
+class TaskStep(_StepBase):
+    """One step of a workflow: an action on one remote service, done by that service's agent (``type: task``)."""
+
+    type: Literal["task"] = "task"
     agent: AgentName
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
@@ -87,14 +121,100 @@ class StepDefinition(BaseModel):
     )
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     compensation: CompensationDefinition | None = None
-    depends_on: list[StepName] | None = Field(
-        default=None, description="Steps that must complete first; null means the previous step."
+
+
+#: The longest wait step (seconds): a year, as the longest hold timeout.
+MAX_WAIT_SECONDS = 31_536_000
+
+
+class WaitStep(_StepBase):
+    """A step that waits for a time (``type: wait``), resumed by a delayed message or by the supervisor.
+
+    Exactly one of ``seconds`` (a duration from the moment the step is reached) and ``until`` (a JMESPath over
+    ``{input, steps}`` giving epoch seconds or an ISO 8601 time; a time already past resumes at once). A wait of 900
+    seconds or less is resumed by an SQS message delayed until its time; a longer one by the supervisor, at the
+    granularity of its schedule, when its complete-by (the resume time) is past. Nothing runs while it waits. A wait
+    has nothing to undo: when the workflow unwinds it ends at once.
+    """
+
+    type: Literal["wait"]
+    seconds: int | None = Field(default=None, ge=0, le=MAX_WAIT_SECONDS)
+    until: str | None = Field(default=None, min_length=1, max_length=MAX_EXPRESSION_CHARS)
+
+    #: Read generically by the engine: a wait has no compensation and no remote input.
+    compensation: ClassVar[None] = None
+    input: ClassVar[dict[str, Any]] = {}
+
+    @model_validator(mode="after")
+    def _one_of_seconds_and_until(self) -> WaitStep:
+        if (self.seconds is None) == (self.until is None):
+            raise ValueError("a wait step gives exactly one of seconds and until")
+        return self
+
+
+class NotifyDefinition(BaseModel):
+    """How a callback step's task token reaches a person or a system: an agent's action, sent with each new token.
+
+    The request's input is ``input`` rendered like a task's, plus ``task_token`` (the token of that attempt). The
+    action's failure fails the attempt as a task's would (the next attempt, if any, issues a new token); its success
+    changes nothing: the step waits for its callback.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    agent: AgentName
+    action: ActionName
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallbackStep(_StepBase):
+    """A step that waits for an outside answer (``type: callback``): a person's approval, another system's event.
+
+    Each attempt issues a single-use, unguessable task token (shown on the step while it waits, and sent through
+    ``notify`` when given). ``POST /callbacks/{token}`` completes the step with an output, fails it with an error, or
+    sends a heartbeat, which moves complete-by to ``timeout_seconds`` from then. Once complete-by passes, the
+    supervisor times the step out like any other: its retry policy issues a new token, or fails it.
+    """
+
+    type: Literal["callback"]
+    timeout_seconds: int = Field(
+        default=3_600,
+        ge=5,
+        le=MAX_WAIT_SECONDS,
+        description="Seconds from the token's issue (or its last heartbeat) to complete-by.",
     )
-    on_failure: Literal["compensate", "hold"] | None = Field(
-        default=None,
-        description="When the step fails for good: compensate (unwind) or hold (wait for a person); null: the "
-        "definition's policy.",
+    retry: RetryPolicy = Field(
+        default_factory=lambda: RetryPolicy(max_attempts=1),
+        description="Attempts: each a new token (and a new notification); default 1, no second token.",
     )
+    notify: NotifyDefinition | None = None
+
+    #: Read generically by the engine: a callback has no compensation; its notification has its own input.
+    compensation: ClassVar[None] = None
+    input: ClassVar[dict[str, Any]] = {}
+
+
+_STEP_KINDS: dict[str, type[BaseModel]] = {}
+
+
+def _step_by_type(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate a step as the model its ``type`` names (``task`` when absent), so an error's ``loc`` is the step's
+    own path (``steps[i].timeout_seconds``), not prefixed by the union's member."""
+    if isinstance(value, dict):
+        kind = value.get("type", "task")
+        model = _STEP_KINDS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            raise PydanticCustomError(
+                "invalid_step_type", "type must be task, wait or callback, not {kind}", {"kind": repr(kind)[:40]}
+            )
+        return model.model_validate(value)
+    return handler(value)
+
+
+#: One step of a definition: a task (the default when ``type`` is absent), a wait or a callback.
+AnyStep = TaskStep | WaitStep | CallbackStep
+StepDefinition = Annotated[AnyStep, WrapValidator(_step_by_type)]
+_STEP_KINDS.update(task=TaskStep, wait=WaitStep, callback=CallbackStep)
 
 
 class WorkflowDefinition(BaseModel):
@@ -119,46 +239,73 @@ class WorkflowDefinition(BaseModel):
         "until a person acts.",
     )
 
-    @field_validator("steps")
-    @classmethod
-    def _unique_names(cls, steps: list[StepDefinition]) -> list[StepDefinition]:
-        seen: set[str] = set()
-        for step in steps:
-            if step.name in seen:
-                raise ValueError(f"step name {step.name!r} is used twice")
-            seen.add(step.name)
-        return steps
-
     @model_validator(mode="after")
     def _valid_graph_and_references(self) -> WorkflowDefinition:
-        names = [s.name for s in self.steps]
-        deps = self.dependencies
-        for name, parents in deps.items():
-            for parent in parents:
-                if parent not in names:
-                    raise ValueError(f"step {name!r} depends on unknown step {parent!r}")
-                if parent == name:
-                    raise ValueError(f"step {name!r} depends on itself")
-        order = _topological_order(names, deps)  # raises on a cycle
-        ancestors = _ancestors(order, deps)
-        count = sum(
-            len(_expressions(step.input)) + (len(_expressions(step.compensation.input)) if step.compensation else 0)
-            for step in self.steps
-        )
-        if count > MAX_EXPRESSIONS:
-            raise ValueError(
-                f"the definition holds {count} JMESPath expressions; at most {MAX_EXPRESSIONS} are allowed"
+        """Check names, dependencies and references; each problem is reported at its step (``loc`` ``steps[i]``).
+
+        Raises
+        ------
+        pydantic.ValidationError
+            One error per problem (a name used twice, an unknown or duplicated dependency, a cycle, a reference to a
+            step that is not an earlier dependency, a JMESPath that does not parse), its ``loc`` ending at the step.
+        """
+        problems: list[tuple[int, str]] = []
+        names = {step.name for step in self.steps}
+        index: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            if step.name in index:
+                problems.append((i, f"step name {step.name!r} is used twice"))
+            index.setdefault(step.name, i)
+            parents = step.depends_on or []
+            for parent in sorted({p for p in parents if parents.count(p) > 1}):
+                problems.append((i, f"step {step.name!r} lists {parent!r} in depends_on twice"))
+            for parent in dict.fromkeys(parents):
+                if parent == step.name:
+                    problems.append((i, f"step {step.name!r} depends on itself"))
+                elif parent not in names:
+                    problems.append((i, f"step {step.name!r} depends on unknown step {parent!r}"))
+        if not problems:
+            cycle = _cycle(self.order_or_none, self.dependencies)
+            if cycle:
+                problems.append((index[cycle[0]], f"depends_on has a cycle among {cycle}"))
+        if not problems:
+            problems.extend(self._reference_problems(index))
+        if problems:
+            raise ValidationError.from_exception_data(
+                "WorkflowDefinition",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("invalid_step", "{problem}", {"problem": problem}),
+                        loc=("steps", i),
+                        input=self.steps[i].name,
+                    )
+                    for i, problem in problems
+                ],
             )
-        for step in self.steps:
-            _check_template(step.input, f"steps[{step.name}].input", ancestors[step.name], allow_step=False)
-            if step.compensation is not None:
-                _check_template(
-                    step.compensation.input,
-                    f"steps[{step.name}].compensation.input",
-                    ancestors[step.name],
-                    allow_step=True,
-                )
         return self
+
+    def _reference_problems(self, index: dict[str, int]) -> list[tuple[int, str]]:
+        ancestors = _ancestors(list(self.order), self.dependencies)
+        count = sum(len(_step_expressions(step)) for step in self.steps)
+        if count > MAX_EXPRESSIONS:
+            return [(0, f"the definition holds {count} JMESPath expressions; at most {MAX_EXPRESSIONS} are allowed")]
+        problems: list[tuple[int, str]] = []
+        for step in self.steps:
+            checks: list[tuple[dict[str, Any], str, bool]] = [(step.input, f"steps[{step.name}].input", False)]
+            if step.compensation is not None:
+                checks.append((step.compensation.input, f"steps[{step.name}].compensation.input", True))
+            if step.when is not None:
+                checks.append(({"when.$": step.when}, f"steps[{step.name}]", False))
+            if isinstance(step, CallbackStep) and step.notify is not None:
+                checks.append((step.notify.input, f"steps[{step.name}].notify.input", False))
+            if isinstance(step, WaitStep) and step.until is not None:
+                checks.append(({"until.$": step.until}, f"steps[{step.name}]", False))
+            for template, where, allow_step in checks:
+                try:
+                    _check_template(template, where, ancestors[step.name], allow_step=allow_step)
+                except ValueError as exc:
+                    problems.append((index[step.name], str(exc)))
+        return problems
 
     @cached_property
     def content_id(self) -> str:
@@ -179,7 +326,7 @@ class WorkflowDefinition(BaseModel):
             if step.depends_on is None:
                 result[step.name] = (previous,) if previous is not None else ()
             else:
-                result[step.name] = tuple(dict.fromkeys(step.depends_on))
+                result[step.name] = tuple(dict.fromkeys(step.depends_on))  # a duplicate is refused by validation
             previous = step.name
         return result
 
@@ -206,13 +353,51 @@ class WorkflowDefinition(BaseModel):
     @cached_property
     def order(self) -> tuple[str, ...]:
         """Step names in a topological order that keeps the written order where dependencies allow."""
-        return tuple(_topological_order([s.name for s in self.steps], self.dependencies))
+        order = self.order_or_none
+        if order is None:  # pragma: no cover - validation refuses a cycle
+            raise ValueError("depends_on has a cycle")
+        return order
+
+    @property
+    def order_or_none(self) -> tuple[str, ...] | None:
+        """`order`, or None when ``depends_on`` has a cycle (validation reports it)."""
+        return _topological_order([s.name for s in self.steps], self.dependencies)
 
     def failure_policy(self, name: str) -> str:
         """``compensate`` or ``hold``: what the failure of step ``name`` does (its own policy, or the definition's)."""
         return self.step(name).on_failure or self.on_failure
 
-    def step(self, name: str) -> StepDefinition:
+    def task(self, name: str) -> TaskStep:
+        """Return the task step called ``name``.
+
+        Raises
+        ------
+        KeyError
+            When the definition has no task step of that name.
+        """
+        step = self.step(name)
+        if not isinstance(step, TaskStep):
+            raise KeyError(name)
+        return step
+
+    def agent_calls(self) -> list[tuple[str, str, str]]:
+        """Every ``(step, agent, action)`` the definition makes agents do: actions, compensations, notifications."""
+        calls = []
+        for step in self.steps:
+            if isinstance(step, TaskStep):
+                calls.append((step.name, step.agent, step.action))
+                if step.compensation is not None:
+                    calls.append((step.name, step.agent, step.compensation.action))
+            elif isinstance(step, CallbackStep) and step.notify is not None:
+                calls.append((step.name, step.notify.agent, step.notify.action))
+        return calls
+
+    @property
+    def tasks(self) -> list[TaskStep]:
+        """The task steps, in written order (the steps that call agents)."""
+        return [step for step in self.steps if isinstance(step, TaskStep)]
+
+    def step(self, name: str) -> AnyStep:
         """Return the step called ``name``.
 
         Raises
@@ -244,8 +429,18 @@ def parse_definition(data: Any) -> WorkflowDefinition:
         raise InvalidDefinitionError(str(exc)) from exc
 
 
-def render(template: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+def render(
+    template: dict[str, Any],
+    context: dict[str, Any],
+    *,
+    where: str = "input",
+    nullable_roots: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
     """Resolve ``key.$`` JMESPath references in ``template`` against ``context``, recursively.
+
+    A reference is ``"key.$": "<expression>"``, or ``"key.$": {"expression": "<expression>", "default": <JSON>}``
+    which renders the default when the expression finds nothing. A reference without a default that finds nothing
+    (null) is an error, not a silent null (issue 12): the step fails with ``MISSING_REFERENCE``.
 
     Parameters
     ----------
@@ -253,35 +448,67 @@ def render(template: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         A step or compensation input; keys ending in ``.$`` hold JMESPath expressions.
     context:
         ``{"input": ..., "steps": {name: {"output": ...}}, "step": {...}}``.
+    where:
+        Where ``template`` sits in the definition (``steps[book].input``): the start of an error's path.
+    nullable_roots:
+        Roots whose expressions may find nothing and render null: a compensation's ``step`` (the compensated step's
+        output is unknown when its action timed out; the agent then finds the action by its original token).
 
     Returns
     -------
     dict
-        A new dict where each ``key.$`` became ``key`` with the expression's value (null when nothing matches).
+        A new dict where each ``key.$`` became ``key`` with the expression's value.
 
     Raises
     ------
+    MissingReferenceError
+        When a reference without a default finds nothing; it names the path (``steps[book].input.guest``) and the
+        expression.
     PayloadTooLargeError
         When an expression would build a value over its limit (``expressions.MAX_BUILT_BYTES``, or
         ``MAX_RENDER_BUILT_BYTES`` for all of them): it is refused before it is built.
     jmespath.exceptions.JMESPathError
         When a function is given a value of the wrong type.
     """
-    return _render_value(template, context, RenderBudget())  # type: ignore[no-any-return]
+    return _render_value(template, context, RenderBudget(), where, nullable_roots)  # type: ignore[no-any-return]
 
 
-def _render_value(value: Any, context: dict[str, Any], budget: RenderBudget) -> Any:
+def _render_value(
+    value: Any, context: dict[str, Any], budget: RenderBudget, path: str, nullable: frozenset[str]
+) -> Any:
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if isinstance(key, str) and key.endswith(_REF_SUFFIX) and isinstance(item, str):
-                out[key[: -len(_REF_SUFFIX)]] = evaluate(item, context, budget)
+            if isinstance(key, str) and key.endswith(_REF_SUFFIX) and isinstance(item, (str, dict)):
+                name = key[: -len(_REF_SUFFIX)]
+                out[name] = _resolve(item, context, budget, f"{path}.{name}", nullable)
             else:
-                out[key] = _render_value(item, context, budget)
+                out[key] = _render_value(item, context, budget, f"{path}.{key}", nullable)
         return out
     if isinstance(value, list):
-        return [_render_value(v, context, budget) for v in value]
+        return [_render_value(v, context, budget, f"{path}[{i}]", nullable) for i, v in enumerate(value)]
     return value
+
+
+def _resolve(
+    reference: str | dict[str, Any], context: dict[str, Any], budget: RenderBudget, path: str, nullable: frozenset[str]
+) -> Any:
+    expression = reference if isinstance(reference, str) else reference["expression"]
+    result = evaluate(expression, context, budget)
+    if result is not None:
+        return result
+    if isinstance(reference, dict):
+        return reference["default"]
+    if nullable and expression_roots(expression) <= nullable:
+        return None
+    raise MissingReferenceError(path, expression)
+
+
+def expression_roots(expression: str) -> frozenset[str]:
+    """The context roots an expression reads (``input``, ``steps``, ``step``), from its cached parse."""
+    roots: set[str] = set()
+    _walk(compiled(expression).parsed, True, roots, set())
+    return frozenset(roots)
 
 
 def _expressions(value: Any) -> list[str]:
@@ -291,14 +518,32 @@ def _expressions(value: Any) -> list[str]:
             if isinstance(key, str) and key.endswith(_REF_SUFFIX):
                 if key == _REF_SUFFIX:
                     raise ValueError(f"{key!r} needs a name before {_REF_SUFFIX!r}: the key its value is rendered as")
-                if not isinstance(item, str):
+                if isinstance(item, dict):
+                    if set(item) != {"expression", "default"} or not isinstance(item["expression"], str):
+                        raise ValueError(
+                            f"{key!r} must hold a JMESPath expression string, or "
+                            '{"expression": "<JMESPath>", "default": <value>}'
+                        )
+                    found.append(item["expression"])
+                elif not isinstance(item, str):
                     raise ValueError(f"{key!r} must hold a JMESPath expression string")
-                found.append(item)
+                else:
+                    found.append(item)
             else:
                 found.extend(_expressions(item))
     elif isinstance(value, list):
         for item in value:
             found.extend(_expressions(item))
+    return found
+
+
+def _step_expressions(step: AnyStep) -> list[str]:
+    found = _expressions(step.input)
+    if step.compensation is not None:
+        found += _expressions(step.compensation.input)
+    if isinstance(step, CallbackStep) and step.notify is not None:
+        found += _expressions(step.notify.input)
+    found += [e for e in (step.when, getattr(step, "until", None)) if e is not None]
     return found
 
 
@@ -371,22 +616,34 @@ def _walk(node: dict[str, Any], at_root: bool, roots: set[str], steps: set[str])
                 _walk(child, at_root, roots, steps)
 
 
-def _topological_order(names: list[str], deps: dict[str, tuple[str, ...]]) -> list[str]:
+def _topological_order(names: list[str], deps: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """Names in a topological order that keeps the written order where it can; None on a cycle."""
     done: list[str] = []
     placed: set[str] = set()
     remaining = list(names)
     while remaining:
+        ready = next((n for n in remaining if all(p in placed for p in deps.get(n, ()))), None)
+        if ready is None:
+            return None
+        done.append(ready)
+        placed.add(ready)
+        remaining.remove(ready)
+    return tuple(done)
+
+
+def _cycle(order: tuple[str, ...] | None, deps: dict[str, tuple[str, ...]]) -> list[str]:
+    """The steps that cannot be ordered (sorted), or [] when there is an order."""
+    if order is not None:
+        return []
+    placed: set[str] = set()
+    progressed = True
+    while progressed:
         progressed = False
-        for name in list(remaining):
-            if all(parent in placed for parent in deps.get(name, ())):
-                done.append(name)
+        for name, parents in deps.items():
+            if name not in placed and all(p in placed for p in parents):
                 placed.add(name)
-                remaining.remove(name)
                 progressed = True
-                break
-        if not progressed:
-            raise ValueError(f"depends_on has a cycle among {sorted(remaining)}")
-    return done
+    return sorted(set(deps) - placed)
 
 
 def _ancestors(order: list[str], deps: dict[str, tuple[str, ...]]) -> dict[str, set[str]]:

@@ -23,6 +23,33 @@ class InvalidDefinitionError(PermanentError):
     """A workflow definition failed validation (unknown dependency, cycle, bad JMESPath reference)."""
 
 
+class MissingReferenceError(InvalidDefinitionError):
+    """A ``key.$`` reference of a step's input resolved to nothing, and the definition gives no default.
+
+    The step fails with ``MISSING_REFERENCE`` (a start whose first step it is gets HTTP 422 and writes nothing).
+    ``path`` is where the value was to go (``steps[book_hotel].input.guest``), ``expression`` the JMESPath that found
+    nothing.
+    """
+
+    def __init__(self, path: str, expression: str) -> None:
+        super().__init__(f"{path}: {expression!r} resolved to nothing (give a default to allow that)")
+        self.path = path
+        self.expression = expression
+
+
+class StepNotEvaluatedError(InvalidDefinitionError):
+    """A step's ``when`` or a wait's ``until`` could not be evaluated at run time (a JMESPath function given a wrong
+    type, a time that is not epoch seconds or ISO 8601, a wait longer than a year).
+
+    The step fails with ``code`` (``CONDITION_NOT_EVALUATED`` or ``WAIT_NOT_EVALUATED``); a start whose first step it
+    is gets HTTP 422.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class WorkflowNotFoundError(PermanentError):
     """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
 

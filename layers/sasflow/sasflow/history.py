@@ -21,6 +21,9 @@ Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b
     <dt> O i a                  the action's attempt a timed out, no attempt left
     <dt> o i a                  the compensation's attempt a timed out, no attempt left
     <dt> N i p code             the request of phase p (a c) could not be prepared
+    <dt> A i a o [code]         a callback step's token was answered (attempt a): outcome o (s: succeeded, r: failed)
+    <dt> K i                    the step was skipped: its condition (when) was false
+    <dt> W i a                  a wait step resumed: its time came (attempt a)
     <dt> U [code]               unwinding started (the workflow's reason says why)
     <dt> H [code]               the workflow is held for a person
     <dt> E STATUS               the workflow reached STATUS (terminal)
@@ -56,6 +59,9 @@ KINDS = {
     "O": "timed_out",
     "o": "compensation_timed_out",
     "N": "not_prepared",
+    "K": "skipped",
+    "A": "callback_applied",
+    "W": "resumed",
     "U": "unwinding",
     "H": "held",
     "E": "finished",
@@ -142,6 +148,18 @@ class HistoryWriter:
         """The request of ``phase`` could not be prepared (its error code)."""
         self._add("N", self.index[step], "c" if phase is Phase.COMPENSATION else "a", _code(code))
 
+    def callback(self, step: str, attempt: int, outcome: Outcome, code: str | None) -> None:
+        """A callback step's token was answered (its success or failure applied)."""
+        self._add("A", self.index[step], attempt, _OUTCOMES[outcome], _code(code))
+
+    def skipped(self, step: str) -> None:
+        """The step's condition was false: it is SKIPPED and counts as done."""
+        self._add("K", self.index[step])
+
+    def resumed(self, step: str, attempt: int) -> None:
+        """A wait step's time came (by its timer or by the supervisor)."""
+        self._add("W", self.index[step], attempt)
+
     def unwinding(self, code: str | None = None) -> None:
         """The workflow started to unwind."""
         self._add("U", _code(code))
@@ -193,12 +211,17 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
             events.append(HistoryEvent(seq, time, kind, status=fields[0]))
             continue
         step = steps[int(fields[0])]
+        if code == "K":
+            events.append(HistoryEvent(seq, time, kind, step=step, phase=Phase.ACTION.value))
+            continue
         if code == "N":
             phase = Phase.COMPENSATION if fields[1] == "c" else Phase.ACTION
             events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, error_code=fields[2]))
             continue
         phase = Phase.COMPENSATION if code in "Crto" else Phase.ACTION
         attempt = int(fields[1])
+        if code == "A":
+            fields.insert(3, "0")  # an answered callback made no call: read it as a reply's line
         if code in "DC":
             events.append(
                 HistoryEvent(
@@ -211,7 +234,7 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
                     complete_by=created_at + int(fields[2]),
                 )
             )
-        elif code in "Rr":
+        elif code in "RrA":
             events.append(
                 HistoryEvent(
                     seq,
@@ -225,7 +248,7 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
                     error_code=fields[4] if len(fields) > 4 else None,
                 )
             )
-        else:  # T t O o
+        else:  # T t O o W
             events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, attempt=attempt))
     return events
 
@@ -241,7 +264,7 @@ class StepTimes:
 
 
 #: Events that end a phase's attempt for good, or settle it by hand.
-_SETTLING = {"reply_applied", "timed_out", "not_prepared"}
+_SETTLING = {"reply_applied", "timed_out", "not_prepared", "resumed", "skipped", "callback_applied"}
 _COMP_SETTLING = {"compensation_reply_applied", "compensation_timed_out"}
 
 

@@ -103,6 +103,9 @@ class StepRecord:
     count; ``comp_attempt_base`` likewise for a retried compensation), may give it an edited input
     (``input_override``), and, when nothing can have happened under the old token (a refusal), a new token
     (``generation``, `token_action`).
+
+    A callback step's attempt in flight keeps ``callback_nonce``: the secret part of its task token
+    (``callbacks.task_token``), new with every attempt.
     """
 
     step: str
@@ -122,6 +125,7 @@ class StepRecord:
     comp_attempt_base: int = 0
     generation: int = 0
     input_override: dict[str, Any] | None = None
+    callback_nonce: str | None = None
 
     @property
     def attempts_used(self) -> int:
@@ -250,7 +254,7 @@ class Snapshot:
         record = self.steps.get(step)
         if record is not None and record.input_override is not None:
             return record.input_override  # an operator's edited input, given with a retry
-        return render(self.workflow.definition.step(step).input, self.context())
+        return render(self.workflow.definition.step(step).input, self.context(), where=f"steps[{step}].input")
 
 
 @dataclass(frozen=True)

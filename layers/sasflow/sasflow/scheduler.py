@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
 from .clock import Clock, epoch_seconds
 from .definition import WorkflowDefinition
 from .errors import (
@@ -172,7 +173,7 @@ class SchedulerService:
         PayloadTooLargeError
             When a first step's input, a request message or the record would exceed its limit (nothing is written).
         """
-        self._check_agents(definition)
+        self.check_agents(definition)
         now = epoch_seconds(self.clock)
         workflow = WorkflowRecord(
             workflow_id=workflow_id_for(owner, idempotency_key, self.id_secret),
@@ -208,16 +209,20 @@ class SchedulerService:
         log_moves(None, stored)
         return StartResult(stored, created=True, messages=transition.messages)
 
-    def _check_agents(self, definition: WorkflowDefinition) -> None:
+    def check_agents(self, definition: WorkflowDefinition) -> None:
+        """Refuse a definition that names an agent, or an action of one, this deployment does not have.
+
+        Raises
+        ------
+        InvalidDefinitionError
+            With every unknown agent, or every (step, agent.action) its agent does not accept (template ``AGENTS``).
+        """
         agents = self.config.agents
-        unknown = sorted({s.agent for s in definition.steps} - set(agents))
+        calls = definition.agent_calls()
+        unknown = sorted({agent for _, agent, _ in calls} - set(agents))
         if unknown:
             raise InvalidDefinitionError(f"unknown agent(s) {unknown}; known agents: {sorted(agents)}")
-        refused = []
-        for step in definition.steps:
-            allowed = agents[step.agent].actions
-            actions = [step.action] + ([step.compensation.action] if step.compensation else [])
-            refused += [f"{step.name}: {step.agent}.{action}" for action in actions if action not in allowed]
+        refused = [f"{step}: {agent}.{action}" for step, agent, action in calls if action not in agents[agent].actions]
         if refused:
             raise InvalidDefinitionError(
                 "action(s) their agent does not accept: "
@@ -325,6 +330,50 @@ class SchedulerService:
             raise WorkflowNotFoundError(workflow_id)
         return stored, messages
 
+    # ------------------------------------------------------------------ callbacks
+    def callback(
+        self, token: str, request: CallbackRequest, *, owner: str | None
+    ) -> tuple[Snapshot, CallbackResult, list[Outgoing]]:
+        """Apply a use of a callback step's task token: complete or fail its attempt, or a heartbeat.
+
+        ``owner`` is the calling client's principal: a token of another principal's workflow is not found. The use
+        is applied with one conditional write like any transition; a refusal is confirmed by a consistent read.
+
+        Returns
+        -------
+        tuple
+            The workflow as stored, the `CallbackResult` of the step, and the messages to send.
+
+        Raises
+        ------
+        CallbackNotFoundError
+            A token this engine did not issue, or of another owner's workflow (HTTP 404).
+        CallbackUsedError
+            Its attempt was answered already (HTTP 409).
+        CallbackExpiredError
+            Its attempt timed out, or the workflow no longer waits for it (HTTP 410).
+        """
+        parsed = parse_token(token)
+
+        def use(transition: Transition) -> None:
+            if owner is not None and transition.snapshot.workflow.owner != owner:
+                raise CallbackNotFoundError("no such task token")
+            transition.apply_callback(parsed, request)
+
+        stored, messages = self._update(parsed.workflow_id, use)
+        if stored is None:
+            raise CallbackNotFoundError("no such task token")
+        record = stored.steps[parsed.step]
+        result = CallbackResult(
+            workflow_id=parsed.workflow_id,
+            step=parsed.step,
+            attempt=parsed.attempt,
+            step_status=record.status.value,
+            workflow_status=stored.workflow.status.value,
+            complete_by=record.complete_by,
+        )
+        return stored, result, messages
+
     # ------------------------------------------------------------------ operator actions
     def operate(
         self,
@@ -400,8 +449,8 @@ class SchedulerService:
         write is conditional on the version read: a stale view can only lose its write, never commit. What a stale
         view must not do is acknowledge a message it decided needs nothing (a reply for an attempt it does not show
         yet would look stale and be dropped), so such a decision is confirmed from a strongly consistent read, as
-        is every read after a lost write. (A stale view that refuses a change, a cancel of a workflow no longer
-        RUNNING, is right: statuses only move forward.)
+        is every read after a lost write, and every refusal (an operator's resume refused as "not paused" by a view
+        that does not show the pause yet would be wrong: a paused flag moves both ways).
         """
         self.correlate(workflow_id)
         consistent = False
@@ -417,7 +466,15 @@ class SchedulerService:
             transition = Transition(
                 self.config, self.rng, self.metrics, base, epoch_seconds(self.clock), oversized=oversized
             )
-            change(transition)
+            try:
+                change(transition)
+            except ConditionFailedError:
+                if not consistent:
+                    # A refusal from a stale view is confirmed first: the latest write may allow the change (a
+                    # resume of a workflow whose pause the stale view does not show yet).
+                    consistent = True
+                    continue
+                raise
             if transition.snapshot is base:
                 if not consistent:
                     consistent = True

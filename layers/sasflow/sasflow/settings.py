@@ -142,6 +142,7 @@ class AgentConfig(BaseModel):
         The actions this agent accepts (``AGENT_ACTIONS``, comma-separated); a request for another is refused.
     remote_base_url:
         Base URL of the remote service; actions are POSTed to ``{base}/{action}``. https, or http on loopback only.
+        None for a Python agent, whose actions are functions (``python_agent.AgentApp``).
     remote_auth:
         How calls authenticate: ``none``, ``sigv4`` (signed for ``execute-api`` with the function's role) or
         ``header`` (``remote_auth_header`` set to the value of ``remote_auth_secret``: ``secretsmanager:<id>`` or
@@ -169,7 +170,7 @@ class AgentConfig(BaseModel):
 
     agent_name: str = Field(min_length=1)
     actions: tuple[str, ...] = Field(min_length=1)
-    remote_base_url: str = Field(min_length=1)
+    remote_base_url: str | None = Field(default=None, min_length=1)
     remote_auth: Literal["none", "sigv4", "header"] = "none"
     remote_auth_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
     remote_auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
@@ -186,7 +187,9 @@ class AgentConfig(BaseModel):
 
     @field_validator("remote_base_url")
     @classmethod
-    def _https_url(cls, value: str) -> str:
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None  # a Python agent (python_agent.AgentApp) calls no service
         if not (value.startswith("https://") or _LOOPBACK_URL.match(value)):
             raise ValueError("REMOTE_BASE_URL must be an https URL (plain http only on loopback)")
         return value.rstrip("/")
@@ -235,7 +238,7 @@ class AgentConfig(BaseModel):
                 "breaker_cache_seconds": "BREAKER_CACHE_SECONDS",
                 "idempotency_expiry_seconds": "IDEMPOTENCY_EXPIRY_SECONDS",
             },
-            required=("AGENT_NAME", "AGENT_ACTIONS", "REMOTE_BASE_URL", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
+            required=("AGENT_NAME", "AGENT_ACTIONS", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
             json_fields=(),
         )
 

@@ -2,7 +2,8 @@
 
 Step: ``PENDING → PROCESSING (attempt n, complete_by) → COMPLETED | FAILED``; on timeout PROCESSING again with
 attempt n+1 while attempts remain. During compensation: ``COMPENSATING → COMPENSATED | COMPENSATION_FAILED``.
-A step never dispatched when compensation starts is sealed as ``SKIPPED`` so that it can never start later.
+A step never dispatched when compensation starts is sealed as ``SKIPPED`` so that it can never start later; a step
+whose ``when`` condition is false is ``SKIPPED`` instead of dispatched, and counts as done for its dependents.
 
 Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COMPENSATION_FAILED``, or on cancel
 ``→ CANCELLING → CANCELLED`` (CANCELLING compensates like COMPENSATING). A step that runs out of attempts under the
@@ -78,6 +79,9 @@ UNWINDING_WORKFLOW = frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANC
 #: The states in which a workflow waits for a person (listed by the operator routes at any table size).
 NEEDS_A_PERSON = frozenset({WorkflowStatus.COMPENSATION_FAILED, WorkflowStatus.HELD})
 IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
+#: What a running workflow's steps count as done for their dependents and for its completion: COMPLETED, or SKIPPED
+#: (while a workflow runs, only a step whose ``when`` was false is SKIPPED; unwinding seals the rest SKIPPED too).
+DONE_STEP = frozenset({StepStatus.COMPLETED, StepStatus.SKIPPED})
 
 #: Allowed step transitions; the store checks every write against them (`check_step_move`, at the store boundary).
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {

@@ -44,6 +44,7 @@ from ..records import (
     check_snapshot_transition,
     deadline_shard,
 )
+from ..registry import DefinitionVersionConflictError, NameRecord, VersionRecord
 from ..states import StepStatus, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ ATTENTION_INDEX = "attention-index"
 WORKFLOW_PREFIX = "WF#"
 _WF_SK = "#WF"
 _DEF_PREFIX = "DEF#"
+#: Registered definitions (registry.py): the names' partition, and each name's versions.
+_DEFNAMES = "DEFNAMES"
+_DEFNAME_PREFIX = "DEFNAME#"
 _DEF_SK = "#DEF"
 
 _serializer = TypeSerializer()
@@ -175,6 +179,7 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
     doc["error"] = _doc(record.error)
     doc["comp_output"] = _doc(record.comp_output)
     doc["comp_error"] = _doc(record.comp_error)
+    doc["callback_nonce"] = record.callback_nonce
     return {k: v for k, v in doc.items() if v is not None}
 
 
@@ -197,6 +202,7 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         comp_attempt_base=doc.get("comp_attempt_base", 0),
         generation=doc.get("generation", 0),
         input_override=_undoc(doc.get("input_override")),
+        callback_nonce=doc.get("callback_nonce"),
     )
 
 
@@ -287,6 +293,21 @@ def _summary(item: dict[str, Any]) -> WorkflowSummary:
     )
 
 
+def _version_record(item: dict[str, Any]) -> VersionRecord:
+    return VersionRecord(
+        version=int(item["sk"].removeprefix("V#")),
+        content_id=item["content_id"],
+        owner=item["owner"],
+        created_at=int(item["created_at"]),
+    )
+
+
+def _name_record(item: dict[str, Any]) -> NameRecord:
+    return NameRecord(
+        name=item["sk"], owner=item["owner"], latest=int(item["latest"]), created_at=int(item["created_at"])
+    )
+
+
 def _is_condition_failure(exc: ClientError) -> bool:
     return exc.response.get("Error", {}).get("Code", "") == "ConditionalCheckFailedException"
 
@@ -349,6 +370,104 @@ class DynamoDBStateStore:
                 return False
             raise
         return True
+
+    # -- definitions by name and version (registry.py)
+    def put_definition_version(
+        self, name: str, version: int, definition: WorkflowDefinition, *, owner: str, now: int
+    ) -> tuple[bool, VersionRecord]:
+        """Register ``name`` version ``version``; return (created, the version as stored).
+
+        The name's item is claimed for ``owner`` first (conditional: a name published by another principal is
+        refused), then the version's item is written only if it does not exist: an existing one is returned as it
+        is, and the caller compares its content. The name's latest version then moves up, never down.
+
+        Raises
+        ------
+        DefinitionVersionConflictError
+            When the name belongs to another principal.
+        """
+        name_key = _ser({"pk": _DEFNAMES, "sk": name})
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=name_key,
+                UpdateExpression=(
+                    "SET #owner = if_not_exists(#owner, :owner), created_at = if_not_exists(created_at, :now)"
+                ),
+                ConditionExpression="attribute_not_exists(pk) OR #owner = :owner",
+                ExpressionAttributeNames={"#owner": "owner"},
+                ExpressionAttributeValues=_ser({":owner": owner, ":now": now}),
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                raise DefinitionVersionConflictError(
+                    f"the definition name {name!r} belongs to another principal"
+                ) from None
+            raise
+        self._ensure_definition(definition)
+        item = {
+            "pk": _DEFNAME_PREFIX + name,
+            "sk": f"V#{version:010d}",
+            "content_id": definition.content_id,
+            "owner": owner,
+            "created_at": now,
+        }
+        created = self._put_new(item)
+        if not created:
+            found = self.client.get_item(
+                TableName=self.table, Key=_ser({"pk": item["pk"], "sk": item["sk"]}), ConsistentRead=True
+            )["Item"]
+            item = _de(found)
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=name_key,
+                UpdateExpression="SET latest = :v",
+                ConditionExpression="attribute_not_exists(latest) OR latest < :v",
+                ExpressionAttributeValues=_ser({":v": version}),
+            )
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise  # a later version is the latest already: nothing to move
+        return created, _version_record(item)
+
+    def definition_name(self, name: str) -> NameRecord | None:
+        """The registered name ``name``, or None."""
+        found = self.client.get_item(
+            TableName=self.table, Key=_ser({"pk": _DEFNAMES, "sk": name}), ConsistentRead=True
+        ).get("Item")
+        if found is None or "latest" not in found:
+            return None
+        return _name_record(_de(found))
+
+    def definition_names(self) -> list[NameRecord]:
+        """Every registered name (every page of their one partition)."""
+        names = []
+        for page in self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=_ser({":pk": _DEFNAMES}),
+        ):
+            names += [_name_record(_de(item)) for item in page["Items"] if "latest" in item]
+        return names
+
+    def definition_versions(self, name: str) -> list[VersionRecord]:
+        """The versions of ``name``, oldest first (every page)."""
+        versions = []
+        for page in self.client.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues=_ser({":pk": _DEFNAME_PREFIX + name}),
+        ):
+            versions += [_version_record(_de(item)) for item in page["Items"]]
+        return versions
+
+    def definition_version(self, name: str, version: int) -> WorkflowDefinition | None:
+        """The definition registered as ``name`` version ``version``, or None."""
+        found = self.client.get_item(
+            TableName=self.table, Key=_ser({"pk": _DEFNAME_PREFIX + name, "sk": f"V#{version:010d}"})
+        ).get("Item")
+        return None if found is None else self._definition(_de(found)["content_id"])
 
     def _know(self, definition: WorkflowDefinition) -> None:
         if len(self._stored) >= _MAX_KNOWN_DEFINITIONS:

@@ -16,6 +16,7 @@ from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
+from ..registry import DefinitionVersionConflictError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
 
 
@@ -37,6 +38,9 @@ class InMemoryStateStore:
         self.writes: dict[str, int] = {}
         #: What an eventually consistent read of a workflow returns instead of its latest version (None: not found).
         self.stale_reads: dict[str, Snapshot | None] = {}
+        #: Registered names and their versions (registry.py).
+        self.names: dict[str, NameRecord] = {}
+        self.versions: dict[tuple[str, int], VersionRecord] = {}
 
     def _count(self, kind: str) -> None:
         self.writes[kind] = self.writes.get(kind, 0) + 1
@@ -56,6 +60,40 @@ class InMemoryStateStore:
             self.workflows[workflow_id] = stored
             self._count("create")
             return stored
+
+    # -- definitions by name and version (see DynamoDBStateStore)
+    def put_definition_version(
+        self, name: str, version: int, definition: WorkflowDefinition, *, owner: str, now: int
+    ) -> tuple[bool, VersionRecord]:
+        """See ``DynamoDBStateStore.put_definition_version``."""
+        with self._lock:
+            known = self.names.get(name)
+            if known is not None and known.owner != owner:
+                raise DefinitionVersionConflictError(f"the definition name {name!r} belongs to another principal")
+            self.definitions.setdefault(definition.content_id, definition)
+            existing = self.versions.get((name, version))
+            record = existing or VersionRecord(version, definition.content_id, owner, now)
+            self.versions[(name, version)] = record
+            latest = max(version, known.latest if known else 0)
+            self.names[name] = NameRecord(name, owner, latest, known.created_at if known else now)
+            return existing is None, record
+
+    def definition_name(self, name: str) -> NameRecord | None:
+        """See ``DynamoDBStateStore.definition_name``."""
+        return self.names.get(name)
+
+    def definition_names(self) -> list[NameRecord]:
+        """See ``DynamoDBStateStore.definition_names``."""
+        return list(self.names.values())
+
+    def definition_versions(self, name: str) -> list[VersionRecord]:
+        """See ``DynamoDBStateStore.definition_versions``."""
+        return sorted((r for (n, _), r in self.versions.items() if n == name), key=lambda r: r.version)
+
+    def definition_version(self, name: str, version: int) -> WorkflowDefinition | None:
+        """See ``DynamoDBStateStore.definition_version``."""
+        record = self.versions.get((name, version))
+        return None if record is None else self.definitions[record.content_id]
 
     def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
         """See ``StateStore.load``; ``stale_reads`` makes eventually consistent reads return older versions."""

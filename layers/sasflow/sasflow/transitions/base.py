@@ -16,14 +16,14 @@ from typing import Any
 
 from jmespath.exceptions import JMESPathError
 
-from ..definition import RetryPolicy, WorkflowDefinition
-from ..errors import InvalidDefinitionError, PayloadTooLargeError
+from ..definition import RetryPolicy, WaitStep, WorkflowDefinition
+from ..errors import InvalidDefinitionError, MissingReferenceError, PayloadTooLargeError, StepNotEvaluatedError
 from ..history import HistoryWriter
-from ..messages import StepError, StepReply, StepRequest, encode
+from ..messages import StepError, StepReply, StepRequest, encode, remote_token
 from ..ports import Counter, Outgoing
 from ..records import Snapshot, StepRecord
 from ..settings import EngineConfig
-from ..states import TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
+from ..states import DONE_STEP, TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 
 logger = logging.getLogger("sasflow.scheduler")
 
@@ -171,6 +171,10 @@ class TransitionBase:
             # the workflow, so this normally finds nothing to do.
             self.advance()
             return
+        if reply.phase is Phase.ACTION and isinstance(self.definition.step(reply.step), WaitStep):
+            self._wait_timer(record)  # a wait step's own timer (forward.ForwardTransitions)
+            self.advance()
+            return
         self.history.reply(
             reply.step,
             reply.phase,
@@ -194,7 +198,8 @@ class TransitionBase:
             for name in self.definition.order
             if name in self.snapshot.steps
             and self.snapshot.steps[name].in_flight
-            and (self.snapshot.steps[name].complete_by or 0) < cutoff
+            # a wait's complete-by is its resume time: due then, with no reply to wait for
+            and (self.snapshot.steps[name].complete_by or 0) < (self.now + 1 if self._waits(name) else cutoff)
         ]
         if not overdue:
             if self.snapshot.workflow.status is WorkflowStatus.HELD:
@@ -242,7 +247,7 @@ class TransitionBase:
                 first = next(self.snapshot.steps[n] for n in self.definition.order if n in {r.step for r in failed})
                 self.fail_workflow(first.step, f"step {first.step} failed: {(first.error or {}).get('code', 'FAILED')}")
                 return
-            if all(self.snapshot.status_of(name) is StepStatus.COMPLETED for name in self.definition.order):
+            if all(self.snapshot.status_of(name) in DONE_STEP for name in self.definition.order):
                 self._finish(WorkflowStatus.COMPLETED)
                 return
             self._dispatch_ready()
@@ -284,8 +289,53 @@ class TransitionBase:
             "step request could not be prepared",
             extra={"workflow_id": self.workflow_id, "step": step, "error": str(error)[:500]},
         )
-        self.refusals.append(error if isinstance(error, PayloadTooLargeError) else InvalidDefinitionError(str(error)))
+        kept = isinstance(error, (PayloadTooLargeError, InvalidDefinitionError))  # MissingReferenceError is one
+        self.refusals.append(error if kept else InvalidDefinitionError(str(error)))
         self.count("StepsNotPrepared")
+
+    def _request(
+        self,
+        step: str,
+        phase: Phase,
+        agent: str,
+        action: str,
+        *,
+        attempt: int,
+        complete_by: int,
+        token_action: str,
+        step_input: dict[str, Any],
+        retry: RetryPolicy,
+        max_calls: int,
+        delay: int,
+        original_action: str | None = None,
+    ) -> Outgoing:
+        """The message of one step request to ``agent``: its remote token derived from ``token_action`` (and, for a
+        compensation, the forward action's ``original_action``), its backoff from ``retry``.
+
+        Raises
+        ------
+        InvalidDefinitionError
+            When ``agent`` is not configured (template ``AGENTS``).
+        PayloadTooLargeError
+            When the message would be over SQS's limit.
+        """
+        request = StepRequest(
+            workflow_id=self.workflow_id,
+            step=step,
+            phase=phase,
+            agent=agent,
+            action=action,
+            attempt=attempt,
+            complete_by=complete_by,
+            token=remote_token(self.workflow_id, step, token_action),
+            original_token=None if original_action is None else remote_token(self.workflow_id, step, original_action),
+            input=step_input,
+            backoff_base_seconds=retry.backoff_base_seconds,
+            backoff_cap_seconds=retry.backoff_cap_seconds,
+            jitter=retry.jitter,
+            max_calls=max_calls,
+        )
+        return self._outgoing(agent, request, delay)
 
     def _outgoing(self, agent: str, request: StepRequest, delay: int) -> Outgoing:
         try:
@@ -294,7 +344,14 @@ class TransitionBase:
             raise InvalidDefinitionError(f"agent {agent!r} is not configured (template AGENTS)") from None
         return Outgoing(queue_url=queue_url, body=encode(request), delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)))
 
+    def _waits(self, name: str) -> bool:
+        record = self.snapshot.steps[name]
+        return record.status is StepStatus.PROCESSING and isinstance(self.definition.step(name), WaitStep)
+
     # ------------------------------------------------------------------ the concerns (transitions/*.py)
+    def _wait_timer(self, record: StepRecord) -> None:
+        raise NotImplementedError  # forward.ForwardTransitions
+
     def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
         raise NotImplementedError  # forward.ForwardTransitions
 
@@ -338,6 +395,10 @@ def _preparation_error(error: Exception) -> dict[str, Any]:
     """The step's error for a request that could not be prepared: a code and a message without internals."""
     if isinstance(error, PayloadTooLargeError):
         code, message = "INPUT_TOO_LARGE", f"{error.what} is {error.size} bytes; the limit is {error.limit} bytes"
+    elif isinstance(error, MissingReferenceError):
+        code, message = "MISSING_REFERENCE", str(error)
+    elif isinstance(error, StepNotEvaluatedError):
+        code, message = error.code, str(error)
     elif isinstance(error, InvalidDefinitionError):
         code, message = "AGENT_NOT_CONFIGURED", str(error)
     elif isinstance(error, RecursionError):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..definition import StepDefinition, render
+from ..definition import AnyStep, CallbackStep, WaitStep, render
 from ..limits import MAX_STEP_INPUT_BYTES, json_size
-from ..messages import StepReply, StepRequest, remote_token
+from ..messages import StepReply
 from ..records import StepRecord
 from ..states import Outcome, Phase, StepStatus, WorkflowStatus
 from .base import (
@@ -23,7 +23,7 @@ class CompensationTransitions(TransitionBase):
     """Unwinding a workflow: which steps to compensate, when, and what their compensations' answers do."""
 
     def _compensation_outcome(self, record: StepRecord, reply: StepReply) -> None:
-        step = self.definition.step(record.step)
+        step = self.definition.task(record.step)
         assert step.compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are ever COMPENSATING
         policy = step.compensation.retry
         if reply.outcome is Outcome.SUCCEEDED:
@@ -46,7 +46,7 @@ class CompensationTransitions(TransitionBase):
             return
         self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_error(reply)))
 
-    def _compensation_timed_out(self, record: StepRecord, step: StepDefinition) -> None:
+    def _compensation_timed_out(self, record: StepRecord, step: AnyStep) -> None:
         assert step.compensation is not None  # nosec B101 # narrows the type: only a step with a compensation is COMPENSATING
         if record.comp_attempts_used < step.compensation.retry.max_attempts:
             self.history.resent(step.name, Phase.COMPENSATION, record.comp_attempt)
@@ -64,8 +64,14 @@ class CompensationTransitions(TransitionBase):
         for name in reversed(definition.order):
             if name not in self.snapshot.steps:
                 self.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
+        # 2. End the waits and the callbacks: they have nothing to undo, and their answer no longer matters.
+        for name in definition.order:
+            record = self.snapshot.steps[name]
+            if record.status is StepStatus.PROCESSING and isinstance(definition.step(name), (WaitStep, CallbackStep)):
+                error = {"code": "UNWOUND", "message": "the workflow unwound while this step waited"}
+                self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=False))
         steps = self.snapshot.steps
-        # 2. Wait while a forward action is in flight: its reply or its timeout decides whether it happened.
+        # 3. Wait while a forward action is in flight: its reply or its timeout decides whether it happened.
         if any(r.status is StepStatus.PROCESSING for r in steps.values()):
             return
         compensating = any(r.status is StepStatus.COMPENSATING for r in steps.values())
@@ -100,33 +106,37 @@ class CompensationTransitions(TransitionBase):
 
     def _dispatch_compensation(self, record: StepRecord, comp_attempt: int, start_at: int, *, delay: int = 0) -> None:
         """Put the compensation of ``record`` in flight; one that cannot be prepared is COMPENSATION_FAILED."""
-        step = self.definition.step(record.step)
+        step = self.definition.task(record.step)
         compensation = step.compensation
         assert compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are compensated
         complete_by = start_at + compensation.timeout_seconds
         try:
             context = self.snapshot.context()
             context["step"] = {"input": self.snapshot.input_of(step.name), "output": record.output}
-            comp_input = render(compensation.input, context)
+            # The compensated step's output is unknown when its action timed out: `step.*` may render null (the
+            # agent then finds the action by its original token); any other reference that finds nothing fails it.
+            comp_input = render(
+                compensation.input,
+                context,
+                where=f"steps[{step.name}].compensation.input",
+                nullable_roots=frozenset({"step"}),
+            )
             json_size(comp_input, MAX_STEP_INPUT_BYTES, what=f"the compensation input of step {step.name}")
-            request = StepRequest(
-                workflow_id=self.workflow_id,
-                step=step.name,
-                phase=Phase.COMPENSATION,
-                agent=step.agent,
-                action=compensation.action,
+            outgoing = self._request(
+                step.name,
+                Phase.COMPENSATION,
+                step.agent,
+                compensation.action,
                 attempt=comp_attempt,
                 complete_by=complete_by,
-                token=remote_token(self.workflow_id, step.name, record.token_action(compensation.action)),
-                original_token=remote_token(self.workflow_id, step.name, record.token_action(step.action)),
-                input=comp_input,
-                backoff_base_seconds=compensation.retry.backoff_base_seconds,
-                backoff_cap_seconds=compensation.retry.backoff_cap_seconds,
-                jitter=compensation.retry.jitter,
+                token_action=record.token_action(compensation.action),
+                original_action=record.token_action(step.action),
+                step_input=comp_input,
+                retry=compensation.retry,
                 # One call per compensation attempt: retries are new supervised attempts, delayed by the backoff.
                 max_calls=1,
+                delay=delay,
             )
-            outgoing = self._outgoing(step.agent, request, delay)
         except _PREPARATION_ERRORS as error:
             # Nothing can undo this step without a person: it waits, COMPENSATION_FAILED, with the reason.
             self._refuse(step.name, error, Phase.COMPENSATION)

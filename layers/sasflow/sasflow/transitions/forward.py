@@ -1,12 +1,36 @@
-"""Transitions of the steps' actions: a reply or a timeout of an attempt, the next attempt, and dispatch."""
+"""Transitions of the steps' actions: a reply or a timeout of an attempt, the next attempt, and dispatch.
+
+A task step's action is a request to its agent. A wait step's "action" is its timer: the step is in flight until its
+resume time (its complete-by), and resumes by a message the scheduler sends itself, delayed until then (waits of
+900 seconds or less, SQS's longest delay), or by the supervisor once the time is past. A step whose ``when`` is
+false is SKIPPED instead of dispatched.
+"""
 
 from __future__ import annotations
 
-from ..definition import StepDefinition
+from datetime import datetime
+from typing import Any
+
+from jmespath.exceptions import JMESPathError
+
+from ..callbacks import (
+    CallbackExpiredError,
+    CallbackNotFoundError,
+    CallbackRequest,
+    CallbackUsedError,
+    TaskToken,
+    new_nonce,
+    nonce_matches,
+    task_token,
+)
+from ..definition import MAX_WAIT_SECONDS, AnyStep, CallbackStep, WaitStep, render
+from ..errors import PayloadTooLargeError, StepNotEvaluatedError
+from ..expressions import RenderBudget, evaluate
 from ..limits import MAX_STEP_INPUT_BYTES, json_size
-from ..messages import StepReply, StepRequest, remote_token
+from ..messages import StepReply, encode
+from ..ports import Outgoing
 from ..records import StepRecord
-from ..states import Outcome, Phase, StepStatus, WorkflowStatus
+from ..states import DONE_STEP, Outcome, Phase, StepStatus, WorkflowStatus
 from .base import (
     _PREPARATION_ERRORS,
     TransitionBase,
@@ -26,6 +50,11 @@ class ForwardTransitions(TransitionBase):
 
     def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
         step = self.definition.step(record.step)
+        if isinstance(step, WaitStep):
+            self._wait_timer(record)
+            return
+        if isinstance(step, CallbackStep) and reply.outcome is Outcome.SUCCEEDED:
+            return  # the notification went out: the step waits for its callback
         running = self.snapshot.workflow.status is WorkflowStatus.RUNNING
         if reply.outcome is Outcome.SUCCEEDED and self.oversized:
             # The action happened, but its output cannot be kept for the steps after it: fail it and undo it.
@@ -53,7 +82,10 @@ class ForwardTransitions(TransitionBase):
             return
         self.set_step(_settled(record, StepStatus.FAILED, error=_error(reply), may_have_happened=True))
 
-    def _forward_timed_out(self, record: StepRecord, step: StepDefinition) -> None:
+    def _forward_timed_out(self, record: StepRecord, step: AnyStep) -> None:
+        if isinstance(step, WaitStep):
+            self._resume_wait(record, by_supervisor=True)  # its time is past: the supervisor resumes it
+            return
         if self.snapshot.workflow.status is WorkflowStatus.RUNNING and record.attempts_used < step.retry.max_attempts:
             self.history.resent(step.name, Phase.ACTION, record.attempt)
             self._dispatch_forward(step, record.attempt + 1, self.now, base=record.evolve(resends=record.resends + 1))
@@ -73,19 +105,234 @@ class ForwardTransitions(TransitionBase):
         for name in self.definition.order:
             if name in self.snapshot.steps:
                 continue
-            if all(self.snapshot.status_of(p) is StepStatus.COMPLETED for p in dependencies[name]):
-                self._dispatch_forward(self.definition.step(name), 1, self.now)
+            if all(self.snapshot.status_of(p) in DONE_STEP for p in dependencies[name]):
+                step = self.definition.step(name)
+                if step.when is None or self._condition_holds(step):
+                    self._dispatch_forward(step, 1, self.now)
+
+    def _condition_holds(self, step: AnyStep) -> bool:
+        """Evaluate ``step.when``; a false one marks the step SKIPPED, one that cannot be evaluated fails it.
+
+        The value counts as JMESPath does: false, null, and an empty string, list or object are false; anything else
+        (0 too) is true. A reference that finds nothing is null, so false: a condition asks, it does not require.
+        """
+        assert step.when is not None  # nosec B101 # narrows the type: called only for a step with a condition
+        try:
+            value = evaluate(step.when, self.snapshot.context(), RenderBudget())
+        except (JMESPathError, PayloadTooLargeError, RecursionError, TypeError, ValueError) as exc:
+            error = StepNotEvaluatedError(
+                "CONDITION_NOT_EVALUATED", f"steps[{step.name}].when: {step.when[:200]!r} could not be evaluated: {exc}"
+            )
+            self._refuse(step.name, error)
+            pending = StepRecord(step=step.name, status=StepStatus.PENDING)
+            self.set_step(
+                _settled(pending, StepStatus.FAILED, error=_preparation_error(error), may_have_happened=False)
+            )
+            return False
+        if value is None or value is False or (isinstance(value, (str, list, dict)) and not value):
+            self.set_step(StepRecord(step=step.name, status=StepStatus.SKIPPED))
+            self.history.skipped(step.name)
+            self.count("StepsSkipped")
+            return False
+        return True
+
+    # ------------------------------------------------------------------ wait steps
+    def _wait_timer(self, record: StepRecord) -> None:
+        """A wait step's timer message arrived: resume it, or arm the timer again if it came early."""
+        complete_by = record.complete_by or self.now
+        if self.now + 1 >= complete_by:  # one second for the clocks of two Lambda invocations
+            self._resume_wait(record, by_supervisor=False)
+            return
+        step = self.definition.step(record.step)
+        assert isinstance(step, WaitStep)  # nosec B101 # narrows the type: only a wait's timer comes here
+        self._arm_timer(step, record, complete_by)
+
+    def _resume_wait(self, record: StepRecord, *, by_supervisor: bool) -> None:
+        self.history.resumed(record.step, record.attempt)
+        self.set_step(_settled(record, StepStatus.COMPLETED, output={"until": record.complete_by}))
+        self.count("WaitsResumedBySupervisor" if by_supervisor else "WaitsResumed")
+
+    def _resume_time(self, step: WaitStep) -> int:
+        """When ``step`` resumes (epoch seconds): ``now + seconds``, or its ``until`` (a time already past: now).
+
+        Raises
+        ------
+        MissingReferenceError
+            When ``until`` finds nothing.
+        StepNotEvaluatedError
+            When ``until`` is not epoch seconds or an ISO 8601 time with its offset, or is more than a year away.
+        """
+        if step.seconds is not None:
+            return self.now + step.seconds
+        assert step.until is not None  # nosec B101 # a wait gives exactly one of seconds and until
+        value = render({"until.$": step.until}, self.snapshot.context(), where=f"steps[{step.name}]")["until"]
+        at: float
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise StepNotEvaluatedError("WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value!r}: not a time")
+        if isinstance(value, str):
+            try:
+                parsed = datetime.fromisoformat(value)
+            except ValueError:
+                raise StepNotEvaluatedError(
+                    "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value[:64]!r}: not an ISO 8601 time"
+                ) from None
+            if parsed.tzinfo is None:
+                raise StepNotEvaluatedError(
+                    "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value[:64]!r}: an ISO time needs its offset"
+                )
+            at = parsed.timestamp()
+        else:
+            at = float(value)
+        if at > self.now + MAX_WAIT_SECONDS:
+            raise StepNotEvaluatedError(
+                "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is more than {MAX_WAIT_SECONDS} seconds away"
+            )
+        return max(self.now, int(-(-at // 1)))  # whole seconds, rounded up: never resumed before its time
+
+    def _start_wait(self, step: WaitStep, attempt: int, base: StepRecord | None) -> None:
+        pending = base or StepRecord(step=step.name, status=StepStatus.PENDING)
+        try:
+            complete_by = self._resume_time(step)
+        except _PREPARATION_ERRORS as error:
+            self._refuse(step.name, error)
+            self.set_step(
+                _settled(pending, StepStatus.FAILED, error=_preparation_error(error), may_have_happened=False)
+            )
+            return
+        record = pending.evolve(status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by)
+        self.history.dispatched(step.name, Phase.ACTION, attempt, complete_by)
+        self._arm_timer(step, record, complete_by)
+
+    def _arm_timer(self, step: WaitStep, record: StepRecord, complete_by: int) -> None:
+        """Keep ``record`` in flight until ``complete_by``; send its timer when that is within SQS's longest delay."""
+        self.set_step(record)
+        delay = complete_by - self.now
+        if delay <= _MAX_TIMER_DELAY:
+            timer = StepReply(
+                workflow_id=self.workflow_id,
+                step=step.name,
+                phase=Phase.ACTION,
+                attempt=record.attempt,
+                outcome=Outcome.SUCCEEDED,
+            )
+            self.messages.append(_timer(self.config.response_queue_url, timer, delay))
+
+    # ------------------------------------------------------------------ callback steps
+    def _issue_token(
+        self, step: CallbackStep, attempt: int, start_at: int, base: StepRecord | None, delay: int
+    ) -> None:
+        """Put a callback step's ``attempt`` in flight with a new task token, and send its notification if any."""
+        complete_by = start_at + step.timeout_seconds
+        pending = base or StepRecord(step=step.name, status=StepStatus.PENDING)
+        record = pending.evolve(
+            status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by, callback_nonce=new_nonce()
+        )
+        outgoing = None
+        if step.notify is not None:
+            notify = step.notify
+            try:
+                notify_input = render(notify.input, self.snapshot.context(), where=f"steps[{step.name}].notify.input")
+                notify_input["task_token"] = task_token(
+                    self.workflow_id, step.name, attempt, record.callback_nonce or ""
+                )
+                json_size(notify_input, MAX_STEP_INPUT_BYTES, what=f"the notification input of step {step.name}")
+                outgoing = self._request(
+                    step.name,
+                    Phase.ACTION,
+                    notify.agent,
+                    notify.action,
+                    attempt=attempt,
+                    complete_by=complete_by,
+                    # one notification per token: the remote token (and the agent's idempotency key) names the attempt
+                    token_action=f"{record.token_action(notify.action)}@{attempt}",
+                    step_input=notify_input,
+                    retry=step.retry,
+                    max_calls=3,
+                    delay=delay,
+                )
+            except _PREPARATION_ERRORS as error:
+                self._refuse(step.name, error)
+                self.set_step(
+                    _settled(pending, StepStatus.FAILED, error=_preparation_error(error), may_have_happened=False)
+                )
+                return
+        self.set_step(record)
+        self.history.dispatched(step.name, Phase.ACTION, attempt, complete_by)
+        if outgoing is not None:
+            self.messages.append(outgoing)
+        self.count("CallbackTokensIssued")
+
+    def apply_callback(self, token: TaskToken, request: CallbackRequest) -> None:
+        """Apply a use of a callback step's task token (``POST /callbacks/{token}``), then advance.
+
+        Raises
+        ------
+        CallbackNotFoundError
+            When the token names no callback step's attempt of this workflow (or its nonce is not that attempt's).
+        CallbackUsedError
+            When its attempt was answered already (success or failure).
+        CallbackExpiredError
+            When its attempt timed out or was superseded, or the workflow no longer waits for it.
+        """
+        names = {s.name for s in self.definition.steps}
+        step = self.definition.step(token.step) if token.step in names else None
+        record = self.snapshot.steps.get(token.step)
+        if not isinstance(step, CallbackStep) or record is None or token.attempt > record.attempt:
+            raise CallbackNotFoundError("no such task token")
+        if token.attempt < record.attempt:
+            raise CallbackExpiredError(f"attempt {token.attempt} of step {step.name} is over: it timed out")
+        if not nonce_matches(record.callback_nonce, token.nonce):
+            raise CallbackNotFoundError("no such task token")
+        workflow = self.snapshot.workflow
+        if record.status is not StepStatus.PROCESSING:
+            code = (record.error or {}).get("code")
+            if record.status is StepStatus.COMPLETED or (
+                record.status is StepStatus.FAILED and code == "CALLBACK_FAILED"
+            ):
+                raise CallbackUsedError(f"the token of step {step.name} was used already (it is {record.status.value})")
+            raise CallbackExpiredError(
+                f"step {step.name} no longer waits for this token ({code or record.status.value})"
+            )
+        if workflow.status is not WorkflowStatus.RUNNING and workflow.status is not WorkflowStatus.HELD:
+            raise CallbackExpiredError(f"workflow is {workflow.status.value}: it no longer waits for this token")
+        if request.status == "heartbeat":
+            self.set_step(record.evolve(complete_by=self.now + step.timeout_seconds))
+            self.count("CallbackHeartbeats")
+            return
+        if request.status == "succeeded":
+            self.history.callback(step.name, record.attempt, Outcome.SUCCEEDED, None)
+            self.set_step(_settled(record, StepStatus.COMPLETED, output=request.output))
+        else:
+            error = {
+                "code": "CALLBACK_FAILED",
+                "message": (request.error.message if request.error else request.reason or "failed by its callback")[
+                    :2048
+                ],
+            }
+            if request.error is not None:
+                error["cause"] = request.error.code
+            self.history.callback(step.name, record.attempt, Outcome.REJECTED, "CALLBACK_FAILED")
+            self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=False))
+        self.count("CallbacksApplied")
+        self.advance()
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch_forward(
-        self, step: StepDefinition, attempt: int, start_at: int, *, base: StepRecord | None = None, delay: int = 0
+        self, step: AnyStep, attempt: int, start_at: int, *, base: StepRecord | None = None, delay: int = 0
     ) -> None:
         """Put ``step`` in flight as ``attempt`` and queue its request; a request that cannot be prepared fails it.
 
         Every failure while preparing a dispatch ends on the step that caused it (rendering its input, a size over
         the limits, an agent no longer configured): the step is FAILED with the reason, in this same write, so the
-        workflow unwinds at once instead of a reply failing again and again until the step times out.
+        workflow unwinds at once instead of a reply failing again and again until the step times out. A wait step
+        starts its wait instead.
         """
+        if isinstance(step, WaitStep):
+            self._start_wait(step, attempt, base)
+            return
+        if isinstance(step, CallbackStep):
+            self._issue_token(step, attempt, start_at, base, delay)
+            return
         complete_by = start_at + step.timeout_seconds
         record = (base or StepRecord(step=step.name, status=StepStatus.PENDING)).evolve(
             status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by
@@ -93,22 +340,19 @@ class ForwardTransitions(TransitionBase):
         try:
             step_input = self.snapshot.input_of(step.name)
             json_size(step_input, MAX_STEP_INPUT_BYTES, what=f"the input of step {step.name}")
-            request = StepRequest(
-                workflow_id=self.workflow_id,
-                step=step.name,
-                phase=Phase.ACTION,
-                agent=step.agent,
-                action=step.action,
+            outgoing = self._request(
+                step.name,
+                Phase.ACTION,
+                step.agent,
+                step.action,
                 attempt=attempt,
                 complete_by=complete_by,
-                token=remote_token(self.workflow_id, step.name, record.token_action(step.action)),
-                input=step_input,
-                backoff_base_seconds=step.retry.backoff_base_seconds,
-                backoff_cap_seconds=step.retry.backoff_cap_seconds,
-                jitter=step.retry.jitter,
+                token_action=record.token_action(step.action),
+                step_input=step_input,
+                retry=step.retry,
                 max_calls=step.retry.max_attempts,
+                delay=delay,
             )
-            outgoing = self._outgoing(step.agent, request, delay)
         except _PREPARATION_ERRORS as error:
             # An earlier attempt may have reached the service; a first dispatch never did.
             failed = base or StepRecord(step=step.name, status=StepStatus.PENDING)
@@ -120,3 +364,12 @@ class ForwardTransitions(TransitionBase):
         self.set_step(record)
         self.history.dispatched(step.name, Phase.ACTION, attempt, complete_by)
         self.messages.append(outgoing)
+
+
+#: SQS's longest DelaySeconds: a wait no longer than this is resumed by its own delayed message.
+_MAX_TIMER_DELAY = 900
+
+
+def _timer(queue_url: str, timer: StepReply, delay: int) -> Outgoing:
+    body: Any = encode(timer)
+    return Outgoing(queue_url=queue_url, body=body, delay_seconds=max(0, min(_MAX_TIMER_DELAY, delay)))

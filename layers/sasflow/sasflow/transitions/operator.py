@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..definition import StepDefinition
-from ..errors import ConditionFailedError
+from ..definition import AnyStep
+from ..errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError
 from ..history import decode
 from ..records import StepRecord
 from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
@@ -39,13 +39,30 @@ class OperatorTransitions(TransitionBase):
     """Cancel and the operator actions."""
 
     # ------------------------------------------------------------------ bookkeeping
-    def already_done(self, action_id: str) -> bool:
-        """Whether the history holds an operator action of this id (a repeated request: answer, change nothing)."""
+    def already_done(self, action_id: str, action: str, step: str | None = None) -> bool:
+        """Whether the history holds an operator action of this id (a repeated request: answer, change nothing).
+
+        Raises
+        ------
+        IdempotencyKeyConflictError
+            When the id was used for another action, or for the same action on another step (the API's 409
+            ``IDEMPOTENCY_KEY_REUSED``): a reused key must not answer "done" for what it did not do.
+        """
         if not action_id:
             return False
         workflow = self.snapshot.workflow
         events = decode(self.snapshot.history, workflow.created_at, [s.name for s in workflow.definition.steps])
-        return any(e.kind == "operator_action" and (e.detail or {}).get("id") == action_id for e in events)
+        for event in events:
+            detail = event.detail or {}
+            if event.kind != "operator_action" or detail.get("id") != action_id:
+                continue
+            if detail.get("action") != action or (step is not None and detail.get("step") not in (None, step)):
+                done = str(detail.get("action")) + (f" of step {detail['step']}" if detail.get("step") else "")
+                raise IdempotencyKeyConflictError(
+                    f"Idempotency-Key {action_id!r} was already used for {done}, not this {action}"
+                )
+            return True
+        return False
 
     def _audit(self, action: str, principal: str, reason: str, action_id: str, step: str | None = None) -> None:
         self.history.operator(action, principal, reason, step=step, id=action_id)
@@ -60,8 +77,11 @@ class OperatorTransitions(TransitionBase):
 
     def _held_failed_step(self, step: str | None) -> StepRecord:
         self._refuse_unless(
-            self._status() is WorkflowStatus.HELD, f"workflow is {self._status().value}: only a HELD workflow's step"
+            self._status() is WorkflowStatus.HELD,
+            f"workflow is {self._status().value}: only a step of a HELD workflow can be retried or skipped",
         )
+        if step is not None and step not in {s.name for s in self.definition.steps}:
+            raise InvalidDefinitionError(f"the workflow has no step {step!r}")
         failed = [r for r in self.snapshot.steps.values() if r.status is StepStatus.FAILED]
         if step is None:
             self._refuse_unless(len(failed) == 1, f"name the step: {sorted(r.step for r in failed)} failed")
@@ -87,7 +107,7 @@ class OperatorTransitions(TransitionBase):
             When the workflow is neither RUNNING nor HELD (a COMPLETED one compensates nothing).
         """
         status = self._status()
-        if status in (WorkflowStatus.CANCELLING, WorkflowStatus.CANCELLED) or self.already_done(action_id):
+        if status in (WorkflowStatus.CANCELLING, WorkflowStatus.CANCELLED) or self.already_done(action_id, "cancel"):
             return
         self._refuse_unless(
             status in (WorkflowStatus.RUNNING, WorkflowStatus.HELD), f"workflow is {status.value}: nothing to cancel"
@@ -117,9 +137,10 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When the workflow is not HELD, or the step is not FAILED.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "retry", step):
             return
         record = self._held_failed_step(step)
+        self._refuse_unless(not self.snapshot.workflow.paused, "workflow is paused: resume it, then retry the step")
         definition = self.definition.step(record.step)
         self._audit("retry", principal, reason, action_id, record.step)
         base = record.evolve(
@@ -130,10 +151,12 @@ class OperatorTransitions(TransitionBase):
         )
         self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(hold_until=None, reason=None))
         self.set_status(WorkflowStatus.RUNNING)
+        # The edited input is on the step before its request is prepared (Snapshot.input_of reads it from there).
+        self.set_step(base)
         self._resume_step(definition, base)
         self.advance()
 
-    def _resume_step(self, definition: StepDefinition, base: StepRecord) -> None:
+    def _resume_step(self, definition: AnyStep, base: StepRecord) -> None:
         self._dispatch_forward(definition, base.attempt + 1, self.now, base=base)
 
     def skip(self, principal: str, reason: str, action_id: str, *, step: str | None = None, output: Any = None) -> None:
@@ -144,7 +167,7 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When the workflow is not HELD, or the step is not FAILED.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "skip", step):
             return
         record = self._held_failed_step(step)
         self._audit("skip", principal, reason, action_id, record.step)
@@ -161,7 +184,7 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When the workflow is neither RUNNING nor HELD.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "compensate"):
             return
         status = self._status()
         self._refuse_unless(
@@ -207,7 +230,7 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When no compensation failed.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "retry-compensation", step):
             return
         for record in self._reopen("retry-compensation", principal, reason, action_id, step):
             base = record.evolve(comp_attempt_base=record.comp_attempt, comp_error=None, comp_deferrals=0)
@@ -222,7 +245,7 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When no compensation failed.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "resolve", step):
             return
         for record in self._reopen("resolve", principal, reason, action_id, step):
             done_by_hand = {"resolved_by": principal, "reason": reason}
@@ -238,10 +261,13 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When the workflow is terminal or paused already.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "pause"):
             return
         workflow = self.snapshot.workflow
-        self._refuse_unless(workflow.status not in TERMINAL_WORKFLOW, f"workflow is {workflow.status.value}")
+        self._refuse_unless(
+            workflow.status not in TERMINAL_WORKFLOW,
+            f"workflow is {workflow.status.value}: it has finished, nothing is left to pause or resume",
+        )
         self._refuse_unless(not workflow.paused, "workflow is paused already")
         self._audit("pause", principal, reason, action_id)
         self.snapshot = self.snapshot.with_workflow(workflow.evolve(paused=True))
@@ -255,10 +281,13 @@ class OperatorTransitions(TransitionBase):
         ConditionFailedError
             When the workflow is not paused.
         """
-        if self.already_done(action_id):
+        if self.already_done(action_id, "resume"):
             return
         workflow = self.snapshot.workflow
-        self._refuse_unless(workflow.status not in TERMINAL_WORKFLOW, f"workflow is {workflow.status.value}")
+        self._refuse_unless(
+            workflow.status not in TERMINAL_WORKFLOW,
+            f"workflow is {workflow.status.value}: it has finished, nothing is left to pause or resume",
+        )
         self._refuse_unless(workflow.paused, "workflow is not paused")
         self._audit("resume", principal, reason, action_id)
         self.snapshot = self.snapshot.with_workflow(workflow.evolve(paused=False))

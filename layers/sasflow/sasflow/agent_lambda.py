@@ -1,0 +1,73 @@
+"""The Lambda handler of an agent, HTTP (functions/agent) or Python (``python_agent.AgentApp.handler``).
+
+One place for the powertools wiring both kinds share: Logger with the lean keys, Tracer, Metrics, batch
+processing with partial failures, ``register_lambda_context`` for idempotency, and the outbox that sends replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from .agent import RemoteClient
+from .batch import OutboxBatchProcessor
+from .bootstrap import AgentServices, Lazy, build_agent
+from .ports import Outgoing
+from .tracing import build_tracer, lean_log_keys
+
+
+def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    """Build an agent's handler over ``services`` (called at each invocation: a ``Lazy`` builds them once per
+    sandbox, on the first one; tests and the simulation swap it for their own).
+    """
+    logger = Logger()
+    tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
+    metrics = Metrics()
+    copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+    processor = OutboxBatchProcessor(lambda: services().bus)
+
+    def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
+        """Do one step request and return its reply; a failure fails this record only."""
+        return services().runtime.process(
+            record.body, lambda: lambda_context.get_remaining_time_in_millis() / 1000.0, message_id=record.message_id
+        )
+
+    @logger.inject_lambda_context
+    @lean_log_keys(logger)
+    @tracer.capture_lambda_handler
+    @metrics.log_metrics
+    def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+        """Process a batch of step requests and report partial failures."""
+        built = services()
+        built.idempotency_config.register_lambda_context(context)
+        return dict(
+            process_partial_response(event=event, record_handler=handle_request, processor=processor, context=context)
+        )
+
+    handler.metrics = metrics  # type: ignore[attr-defined] # the count function of `agent_services`
+    return handler
+
+
+def agent_services(handler: Any, remote: RemoteClient | None = None) -> Lazy[AgentServices]:
+    """The services of ``handler``'s agent, built from the environment on first use; ``remote`` is a Python agent's
+    app (None: the HTTP client of ``REMOTE_BASE_URL``), whose actions are checked against ``AGENT_ACTIONS``."""
+    metrics = handler.metrics
+
+    def count(name: str, value: int = 1) -> None:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+    def build() -> AgentServices:
+        built = build_agent(metrics=count, remote=remote)
+        check = getattr(remote, "check", None)
+        if check is not None:
+            check(built.config.actions)  # every action agents.yaml allows has its function
+        return built
+
+    return Lazy(build)

@@ -1,0 +1,72 @@
+"""Callback steps through the real API handler and the CLI on moto: the token works once, for its owner only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.conftest import Deployed
+from tests.integration.test_cli import cli
+from tests.support.lambdas import ROOT
+
+TRIP = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
+
+
+def trip_with_approval() -> dict[str, Any]:
+    body = json.loads(json.dumps(TRIP))
+    body["definition"]["steps"].insert(1, {"name": "approval", "type": "callback", "timeout_seconds": 600})
+    return body
+
+
+def waiting_token(deployed: Deployed) -> tuple[str, str]:
+    status, view = deployed.api("POST", "/workflows", trip_with_approval())
+    assert status == 201
+    deployed.pump()
+    status, view = deployed.api("GET", f"/workflows/{view['workflow_id']}")
+    [approval] = [s for s in view["steps"] if s["name"] == "approval"]
+    assert (approval["type"], approval["status"]) == ("callback", "PROCESSING")
+    return view["workflow_id"], approval["task_token"]
+
+
+def test_an_answer_applies_once_and_a_second_use_is_409(deployed: Deployed) -> None:
+    wid, token = waiting_token(deployed)
+    status, result = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded", "output": {"ok": True}})
+    assert (status, result["step_status"], result["workflow_status"]) == (200, "COMPLETED", "RUNNING")
+    status, again = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded", "output": {"ok": True}})
+    assert (status, again["error"]) == (409, "CALLBACK_ALREADY_USED")
+    deployed.pump()
+    assert deployed.api("GET", f"/workflows/{wid}")[1]["status"] == "COMPLETED"
+
+
+def test_another_owner_and_a_forged_token_get_404_and_change_nothing(deployed: Deployed) -> None:
+    wid, token = waiting_token(deployed)
+    status, body = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded"}, caller="client-b")
+    assert (status, body["error"]) == (404, "CALLBACK_NOT_FOUND")
+    forged = token.rsplit("~", 1)[0] + "~" + "x" * 32
+    assert deployed.api("POST", f"/callbacks/{forged}", {"status": "succeeded"})[0] == 404
+    assert deployed.api("POST", "/callbacks/nonsense", {"status": "succeeded"})[0] == 404
+    status, body = deployed.api("POST", f"/callbacks/{token}", {"status": "maybe"})
+    assert (status, body["error"]) == (422, "VALIDATION_ERROR")
+    [approval] = [s for s in deployed.api("GET", f"/workflows/{wid}")[1]["steps"] if s["name"] == "approval"]
+    assert approval["status"] == "PROCESSING"
+
+
+def test_a_token_of_a_workflow_that_no_longer_waits_is_410(deployed: Deployed) -> None:
+    wid, token = waiting_token(deployed)
+    assert deployed.api("POST", f"/workflows/{wid}/cancel")[0] == 202
+    status, body = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded"})
+    assert (status, body["error"]) == (410, "CALLBACK_EXPIRED")
+
+
+def test_approve_and_reject_through_the_cli(deployed: Deployed) -> None:
+    wid, token = waiting_token(deployed)
+    answered = cli(deployed, "approve", token, "--output", '{"approved_by": "ada"}', caller="client-a")
+    assert (answered["step"], answered["step_status"]) == ("approval", "COMPLETED")
+    deployed.pump()
+    assert deployed.api("GET", f"/workflows/{wid}")[1]["status"] == "COMPLETED"
+    wid, token = waiting_token(deployed)
+    rejected = cli(deployed, "reject", token, "--reason", "over budget", caller="client-a")
+    assert rejected["step_status"] == "FAILED"
+    deployed.pump()
+    view = deployed.api("GET", f"/workflows/{wid}")[1]
+    assert (view["status"], view["reason"]) == ("COMPENSATED", "step approval failed: CALLBACK_FAILED")
