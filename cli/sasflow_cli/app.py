@@ -51,7 +51,8 @@ definitions_app = typer.Typer(help="Definitions registered by name and version."
 app.add_typer(definitions_app, name="definitions")
 
 console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+#: The API's messages name paths like ``steps[b].input``: printed whole, as they are (never read as Rich markup).
+errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 @dataclass
@@ -501,18 +502,34 @@ def definitions_push(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Publish each definition as its name and version (201 new, 200 unchanged; a changed version is refused)."""
+    """Publish each definition as its name and version (a file needs both; an unchanged one is accepted again, a
+    changed one under a published version is refused)."""
     state = _state(ctx)
-    results = []
-    for file in definition_files(paths or [Path("definitions")]):
-        document = _json_arg(str(file), str(file))
-        name, version = document.get("name"), document.get("version", 1)
-        view = state.client.publish_definition(str(name), int(version), document)
+    results: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
+    files = definition_files(paths or [Path("definitions")])
+    if not files:
+        raise typer.BadParameter(f"no definition files in {', '.join(str(p) for p in paths or ['definitions'])}")
+    for file in files:  # every file is tried; the refused ones are named, and the command then exits 1
+        try:
+            document = json.loads(file.read_text(encoding="utf-8"))
+            name, version = document["name"], document["version"]
+            view = state.client.publish_definition(str(name), int(version), document)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            refused.append({"file": str(file), "error": "UNREADABLE", "message": f"{type(error).__name__}: {error}"})
+            continue
+        except ApiError as error:
+            refused.append({"file": str(file), "error": error.code, "message": error.message})
+            continue
         results.append({"file": str(file), **view})
         if not as_json:
-            console.print(f"{file}: {view['name']} v{view['version']} ({view['content_id'][:12]})")
+            console.print(f"{file}: {view['name']} v{view['version']} ({view['content_id'][:12]})", highlight=False)
     if as_json:
-        _print_json({"published": results})
+        _print_json({"published": results, "refused": refused})
+    for entry in refused:
+        errors.print(f"{entry['file']}: {entry['error']}: {entry['message']}")
+    if refused:
+        raise typer.Exit(1)
 
 
 @definitions_app.command("list")

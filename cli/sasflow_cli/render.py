@@ -67,12 +67,13 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _error(error: Any) -> str:
+def _error(error: Any) -> Text:
+    """An error cell: its code and the start of its message, as plain text (``steps[b]`` is not Rich markup)."""
     if not error:
-        return ""
+        return Text("")
     if isinstance(error, Mapping):
-        return f"{error.get('code', '')} {_short(error.get('message', ''), 50)}".strip()
-    return _short(error)
+        return Text(f"{error.get('code', '')} {_short(error.get('message', ''), 50)}".strip())
+    return Text(_short(error))
 
 
 def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> RenderableType:

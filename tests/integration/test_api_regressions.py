@@ -277,3 +277,23 @@ def test_a_definition_error_points_at_its_step_and_says_its_reason_once(deployed
             "type": "invalid_step",
         },
     ]
+
+
+@pytest.mark.parametrize(
+    ("first_step", "code"),
+    [
+        ({"when": "abs(input.traveller)"}, "CONDITION_NOT_EVALUATED"),
+        ({"name": "hold", "type": "wait", "until": "input.traveller"}, "WAIT_NOT_EVALUATED"),
+    ],
+)
+def test_a_first_step_that_cannot_be_evaluated_is_422_with_its_own_code(
+    deployed: Deployed, first_step: dict[str, Any], code: str
+) -> None:
+    body = json.loads(json.dumps(TRIP))
+    steps = body["definition"]["steps"]
+    if first_step.get("type") == "wait":
+        steps.insert(0, first_step)
+    else:
+        steps[0].update(first_step)
+    status, answer = post_raw(deployed, json.dumps(body).encode())
+    assert_refused(deployed, status, answer, (422, code))

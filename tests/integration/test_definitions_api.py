@@ -41,7 +41,7 @@ def test_the_path_and_the_body_must_agree_and_the_agents_must_exist(deployed: De
 def test_a_name_belongs_to_its_first_publisher(deployed: Deployed) -> None:
     assert deployed.api("PUT", "/definitions/trip/versions/1", definition())[0] == 201
     status, body = deployed.api("PUT", "/definitions/trip/versions/2", definition(version=2), caller="client-b")
-    assert (status, body["error"]) == (409, "DEFINITION_VERSION_EXISTS")
+    assert (status, body["error"]) == (409, "DEFINITION_NAME_TAKEN")
     assert "belongs to another principal" in body["message"]
 
 
@@ -88,3 +88,24 @@ def test_definitions_push_publishes_the_files_once_and_a_start_names_them(deploy
     assert [d["name"] for d in listed["definitions"]] == ["order-fulfilment", "trip-booking"]
     status, view = deployed.api("POST", "/workflows", {"definition": {"name": "trip-booking"}, "input": TRIP["input"]})
     assert (status, view["definition_name"], view["definition_version"]) == (201, "trip-booking", 1)
+
+
+def test_definitions_push_tries_every_file_and_names_the_refused_ones(deployed: Deployed, tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from sasflow_cli.app import CliState, app
+    from sasflow_cli.client import SasflowClient
+    from tests.integration.test_cli import DeployedTransport
+
+    (tmp_path / "a.json").write_text(json.dumps(definition()))
+    (tmp_path / "b.json").write_text("{not json")
+    (tmp_path / "c.json").write_text(json.dumps(definition(version=1, on_failure="hold")))  # a changed v1
+    deployed.fn("ApiFunction")
+    client = SasflowClient(
+        "http://deployed.test", lambda m, u, b, h: dict(h), transport=DeployedTransport(deployed, "client-a")
+    )
+    result = CliRunner().invoke(app, ["definitions", "push", str(tmp_path)], obj=CliState(client_=client))
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'b.json'}: UNREADABLE" in result.stderr
+    assert f"{tmp_path / 'c.json'}: DEFINITION_VERSION_EXISTS" in result.stderr
+    assert [v["version"] for v in deployed.api("GET", "/definitions/trip")[1]["versions"]] == [1]

@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from sasflow_cli import render
 from sasflow_cli.app import CliState, app
 from sasflow_cli.client import ApiError, SasflowClient
 from sasflow_cli.watch import watch
@@ -157,3 +159,20 @@ def test_no_target_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["get", "wf-1"], env={"SASFLOW_URL": "", "SASFLOW_STACK": ""})
     assert result.exit_code == 2
     assert "--url URL (local stack) or --stack NAME (deployed)" in result.stderr
+
+
+def test_a_message_that_names_a_step_path_is_printed_as_it_is() -> None:
+    # Found by a new user: Rich read "[b]" of "steps[b].when" as markup and printed "steps.when"
+    message = "steps[b].when: 'abs(input.t)' could not be evaluated"
+    transport = FakeTransport((422, {"error": "CONDITION_NOT_EVALUATED", "message": message}))
+    state = CliState(client_=client(transport, []), new_key=lambda: "key-8")
+    result = CliRunner().invoke(app, ["retry", "wf-1", "--reason", "r", "--step", "b"], obj=state)
+    assert result.exit_code == 1
+    assert f"error: CONDITION_NOT_EVALUATED (422): {message}" in result.stderr
+    view = {
+        "workflow_id": "w",
+        "steps": [{"name": "b", "error": {"code": "MISSING_REFERENCE", "message": "steps[b].x"}}],
+    }
+    screen = Console(width=200, record=True)
+    screen.print(render.workflow_table(view))
+    assert "MISSING_REFERENCE steps[b].x" in screen.export_text()

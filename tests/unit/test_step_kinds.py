@@ -382,3 +382,31 @@ def test_a_cancel_during_a_callback_ends_it_and_its_token_is_410() -> None:
     assert p.snapshot(wid).workflow.status is WorkflowStatus.CANCELLED
     with pytest.raises(CallbackExpiredError, match="UNWOUND"):
         answer(p, token, "succeeded", output={})
+
+
+def test_an_answer_past_complete_by_and_its_grace_is_410_and_a_heartbeat_is_in_the_history() -> None:
+    # Found by a new user: a heartbeat after complete-by revived an attempt the supervisor was about to time out
+    p = Pipeline(grace=30)
+    wid = p.start(with_steps(approval(timeout_seconds=60)), TRIP_INPUT)
+    p.pump()
+    token = token_of(p, wid)
+    p.clock.advance(50)
+    answer(p, token, "heartbeat")  # complete-by moves to now + 60
+    assert ("heartbeat", "approval") in [(e.kind, e.step) for e in events_of(p.snapshot(wid))]
+    p.clock.advance(60 + 31)
+    with pytest.raises(CallbackExpiredError, match="past its complete-by"):
+        answer(p, token, "heartbeat")
+    assert p.snapshot(wid).steps["approval"].status is StepStatus.PROCESSING  # the supervisor times it out
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"status": "failed"}, "a failed answer needs its error"),
+        ({"status": "succeeded", "output": 1, "error": {"code": "X", "message": "m"}}, "takes no error"),
+        ({"status": "heartbeat", "output": {"a": 1}}, "takes no output"),
+    ],
+)
+def test_an_answer_must_have_the_shape_of_its_status(body: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CallbackRequest.model_validate(body)

@@ -58,6 +58,7 @@ from .clock import epoch_seconds
 from .definition import WorkflowDefinition
 from .errors import (
     ConditionFailedError,
+    ConditionNotEvaluatedError,
     DeadLetterQueueNotFoundError,
     IdempotencyKeyConflictError,
     InvalidCursorError,
@@ -65,6 +66,7 @@ from .errors import (
     MissingReferenceError,
     PayloadTooLargeError,
     UnauthenticatedError,
+    WaitNotEvaluatedError,
     WorkflowNotFoundError,
 )
 from .identity import principal_of
@@ -74,6 +76,7 @@ from .ports import MessageBus
 from .registry import (
     DefinitionList,
     DefinitionName,
+    DefinitionNameTakenError,
     DefinitionNotFoundError,
     DefinitionNotRegisteredError,
     DefinitionRef,
@@ -125,12 +128,15 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     CallbackNotFoundError: _Refusal(404, "CALLBACK_NOT_FOUND", "No such task token"),
     DefinitionNotFoundError: _Refusal(404, "DEFINITION_NOT_FOUND", "No such registered definition"),
     DefinitionNotRegisteredError: _Refusal(422, "DEFINITION_NOT_FOUND", "A start names an unregistered definition"),
+    DefinitionNameTakenError: _Refusal(409, "DEFINITION_NAME_TAKEN", "The definition name is another principal's"),
     DefinitionVersionConflictError: _Refusal(
         409, "DEFINITION_VERSION_EXISTS", "A version is immutable; a name is its publisher's"
     ),
     CallbackUsedError: _Refusal(409, "CALLBACK_ALREADY_USED", "The task token was used already"),
     CallbackExpiredError: _Refusal(410, "CALLBACK_EXPIRED", "The task token's attempt is over"),
     MissingReferenceError: _Refusal(422, "MISSING_REFERENCE", "A reference of the first step's input found nothing"),
+    ConditionNotEvaluatedError: _Refusal(422, "CONDITION_NOT_EVALUATED", "A first step's when could not be evaluated"),
+    WaitNotEvaluatedError: _Refusal(422, "WAIT_NOT_EVALUATED", "A first step's until is not a time"),
     RequestValidationError: _Refusal(422, "VALIDATION_ERROR", "Invalid request", _validation_message),
 }
 #: A ``RequestValidationError`` whose body is not JSON text at all (RFC 9110: the request is malformed).

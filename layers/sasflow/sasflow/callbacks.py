@@ -14,7 +14,8 @@ the token                                              answer
 names no workflow of the caller, or its nonce is wrong 404 ``CALLBACK_NOT_FOUND``
 its attempt is waiting                                 200: applied (success, failure, or a heartbeat)
 its attempt was answered already                       409 ``CALLBACK_ALREADY_USED``
-its attempt timed out, or its workflow moved on        410 ``CALLBACK_EXPIRED``
+its attempt is past complete-by + the grace, timed out 410 ``CALLBACK_EXPIRED``
+or its workflow moved on
 ====================================================== =========================================================
 """
 
@@ -26,7 +27,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import ConditionFailedError
 from .messages import StepError
@@ -107,7 +108,17 @@ class CallbackRequest(BaseModel):
     status: Literal["succeeded", "failed", "heartbeat"]
     output: Any = None
     error: StepError | None = None
-    reason: str | None = Field(default=None, max_length=1024, description="Why (kept in the history with a failure).")
+    reason: str | None = Field(default=None, max_length=1024, description="Why (kept with a failure's error).")
+
+    @model_validator(mode="after")
+    def _shape_of_its_status(self) -> CallbackRequest:
+        given = {name for name in ("output", "error", "reason") if getattr(self, name) is not None}
+        allowed = {"succeeded": {"output"}, "failed": {"error", "reason"}, "heartbeat": set()}[self.status]
+        if given - allowed:
+            raise ValueError(f"a {self.status} answer takes no {', '.join(sorted(given - allowed))}")
+        if self.status == "failed" and self.error is None:
+            raise ValueError("a failed answer needs its error: {code, message}")
+        return self
 
 
 class CallbackResult(BaseModel):

@@ -50,6 +50,20 @@ class StepNotEvaluatedError(InvalidDefinitionError):
         self.code = code
 
 
+class ConditionNotEvaluatedError(StepNotEvaluatedError):
+    """A step's ``when`` could not be evaluated (``CONDITION_NOT_EVALUATED``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("CONDITION_NOT_EVALUATED", message)
+
+
+class WaitNotEvaluatedError(StepNotEvaluatedError):
+    """A wait step's ``until`` is not a time, or more than a year away (``WAIT_NOT_EVALUATED``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("WAIT_NOT_EVALUATED", message)
+
+
 class WorkflowNotFoundError(PermanentError):
     """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
 

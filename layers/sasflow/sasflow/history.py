@@ -22,6 +22,7 @@ Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b
     <dt> o i a                  the compensation's attempt a timed out, no attempt left
     <dt> N i p code             the request of phase p (a c) could not be prepared
     <dt> A i a o [code]         a callback step's token was answered (attempt a): outcome o (s: succeeded, r: failed)
+    <dt> B i a                  a heartbeat of a callback step's attempt a (its complete-by moved on)
     <dt> K i                    the step was skipped: its condition (when) was false
     <dt> W i a                  a wait step resumed: its time came (attempt a)
     <dt> U [code]               unwinding started (the workflow's reason says why)
@@ -61,6 +62,7 @@ KINDS = {
     "N": "not_prepared",
     "K": "skipped",
     "A": "callback_applied",
+    "B": "heartbeat",
     "W": "resumed",
     "U": "unwinding",
     "H": "held",
@@ -151,6 +153,10 @@ class HistoryWriter:
     def callback(self, step: str, attempt: int, outcome: Outcome, code: str | None) -> None:
         """A callback step's token was answered (its success or failure applied)."""
         self._add("A", self.index[step], attempt, _OUTCOMES[outcome], _code(code))
+
+    def heartbeat(self, step: str, attempt: int) -> None:
+        """A heartbeat of a callback step's attempt."""
+        self._add("B", self.index[step], attempt)
 
     def skipped(self, step: str) -> None:
         """The step's condition was false: it is SKIPPED and counts as done."""
@@ -248,7 +254,7 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
                     error_code=fields[4] if len(fields) > 4 else None,
                 )
             )
-        else:  # T t O o W
+        else:  # T t O o W B
             events.append(HistoryEvent(seq, time, kind, step=step, phase=phase.value, attempt=attempt))
     return events
 

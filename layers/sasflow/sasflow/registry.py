@@ -43,6 +43,10 @@ class DefinitionVersionConflictError(ConditionFailedError):
     """That name and version hold another definition, or the name is another principal's: HTTP 409."""
 
 
+class DefinitionNameTakenError(DefinitionVersionConflictError):
+    """The name was published first by another principal: only it may publish versions of it (HTTP 409)."""
+
+
 class DefinitionRef(BaseModel):
     """A start's reference to a registered definition: its name, and a version (null: the latest)."""
 

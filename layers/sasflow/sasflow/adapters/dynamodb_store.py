@@ -44,7 +44,7 @@ from ..records import (
     check_snapshot_transition,
     deadline_shard,
 )
-from ..registry import DefinitionVersionConflictError, NameRecord, VersionRecord
+from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import StepStatus, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -383,7 +383,7 @@ class DynamoDBStateStore:
 
         Raises
         ------
-        DefinitionVersionConflictError
+        DefinitionNameTakenError
             When the name belongs to another principal.
         """
         name_key = _ser({"pk": _DEFNAMES, "sk": name})
@@ -400,9 +400,7 @@ class DynamoDBStateStore:
             )
         except ClientError as exc:
             if _is_condition_failure(exc):
-                raise DefinitionVersionConflictError(
-                    f"the definition name {name!r} belongs to another principal"
-                ) from None
+                raise DefinitionNameTakenError(f"the definition name {name!r} belongs to another principal") from None
             raise
         self._ensure_definition(definition)
         item = {

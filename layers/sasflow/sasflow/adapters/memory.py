@@ -16,7 +16,7 @@ from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
-from ..registry import DefinitionVersionConflictError, NameRecord, VersionRecord
+from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
 
 
@@ -69,7 +69,7 @@ class InMemoryStateStore:
         with self._lock:
             known = self.names.get(name)
             if known is not None and known.owner != owner:
-                raise DefinitionVersionConflictError(f"the definition name {name!r} belongs to another principal")
+                raise DefinitionNameTakenError(f"the definition name {name!r} belongs to another principal")
             self.definitions.setdefault(definition.content_id, definition)
             existing = self.versions.get((name, version))
             record = existing or VersionRecord(version, definition.content_id, owner, now)

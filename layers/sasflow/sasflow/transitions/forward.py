@@ -24,7 +24,7 @@ from ..callbacks import (
     task_token,
 )
 from ..definition import MAX_WAIT_SECONDS, AnyStep, CallbackStep, WaitStep, render
-from ..errors import PayloadTooLargeError, StepNotEvaluatedError
+from ..errors import ConditionNotEvaluatedError, PayloadTooLargeError, WaitNotEvaluatedError
 from ..expressions import RenderBudget, evaluate
 from ..limits import MAX_STEP_INPUT_BYTES, json_size
 from ..messages import StepReply, encode
@@ -120,8 +120,8 @@ class ForwardTransitions(TransitionBase):
         try:
             value = evaluate(step.when, self.snapshot.context(), RenderBudget())
         except (JMESPathError, PayloadTooLargeError, RecursionError, TypeError, ValueError) as exc:
-            error = StepNotEvaluatedError(
-                "CONDITION_NOT_EVALUATED", f"steps[{step.name}].when: {step.when[:200]!r} could not be evaluated: {exc}"
+            error = ConditionNotEvaluatedError(
+                f"steps[{step.name}].when: {step.when[:200]!r} could not be evaluated: {exc}"
             )
             self._refuse(step.name, error)
             pending = StepRecord(step=step.name, status=StepStatus.PENDING)
@@ -159,7 +159,7 @@ class ForwardTransitions(TransitionBase):
         ------
         MissingReferenceError
             When ``until`` finds nothing.
-        StepNotEvaluatedError
+        WaitNotEvaluatedError
             When ``until`` is not epoch seconds or an ISO 8601 time with its offset, or is more than a year away.
         """
         if step.seconds is not None:
@@ -168,25 +168,22 @@ class ForwardTransitions(TransitionBase):
         value = render({"until.$": step.until}, self.snapshot.context(), where=f"steps[{step.name}]")["until"]
         at: float
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise StepNotEvaluatedError("WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value!r}: not a time")
+            raise WaitNotEvaluatedError(f"steps[{step.name}].until is {value!r}: not a time")
         if isinstance(value, str):
             try:
                 parsed = datetime.fromisoformat(value)
             except ValueError:
-                raise StepNotEvaluatedError(
-                    "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value[:64]!r}: not an ISO 8601 time"
+                raise WaitNotEvaluatedError(
+                    f"steps[{step.name}].until is {value[:64]!r}: not an ISO 8601 time"
                 ) from None
             if parsed.tzinfo is None:
-                raise StepNotEvaluatedError(
-                    "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is {value[:64]!r}: an ISO time needs its offset"
-                )
+                raise WaitNotEvaluatedError(f"steps[{step.name}].until is {value[:64]!r}: an ISO time needs its offset")
             at = parsed.timestamp()
         else:
             at = float(value)
         if at > self.now + MAX_WAIT_SECONDS:
-            raise StepNotEvaluatedError(
-                "WAIT_NOT_EVALUATED", f"steps[{step.name}].until is more than {MAX_WAIT_SECONDS} seconds away"
-            )
+            hint = " (milliseconds? until is in epoch seconds)" if at > 10_000_000_000 else ""
+            raise WaitNotEvaluatedError(f"steps[{step.name}].until is more than {MAX_WAIT_SECONDS} seconds away{hint}")
         return max(self.now, int(-(-at // 1)))  # whole seconds, rounded up: never resumed before its time
 
     def _start_wait(self, step: WaitStep, attempt: int, base: StepRecord | None) -> None:
@@ -295,7 +292,11 @@ class ForwardTransitions(TransitionBase):
             )
         if workflow.status is not WorkflowStatus.RUNNING and workflow.status is not WorkflowStatus.HELD:
             raise CallbackExpiredError(f"workflow is {workflow.status.value}: it no longer waits for this token")
+        if self.now > (record.complete_by or 0) + self.config.deadline_grace_seconds:
+            # past complete-by and its grace: the supervisor times it out (as it does an agent's late reply)
+            raise CallbackExpiredError(f"attempt {record.attempt} of step {step.name} is past its complete-by")
         if request.status == "heartbeat":
+            self.history.heartbeat(step.name, record.attempt)
             self.set_step(record.evolve(complete_by=self.now + step.timeout_seconds))
             self.count("CallbackHeartbeats")
             return
