@@ -509,7 +509,7 @@ def definitions_push(
     refused: list[dict[str, Any]] = []
     files = definition_files(paths or [Path("definitions")])
     if not files:
-        raise typer.BadParameter(f"no definition files in {', '.join(str(p) for p in paths or ['definitions'])}")
+        raise typer.BadParameter(f"no definition files in {', '.join(str(p) for p in paths or [Path('definitions')])}")
     for file in files:  # every file is tried; the refused ones are named, and the command then exits 1
         try:
             document = json.loads(file.read_text(encoding="utf-8"))
