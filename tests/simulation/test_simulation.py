@@ -77,12 +77,11 @@ def test_a_lost_update_is_caught_when_workflow_writes_are_not_conditional(monkey
     """Mutation check: with the version condition taken off the workflow write, two schedulers that read the same
     version both commit (the join race of parallel replies, a reply racing the supervisor); the simulation's
     targeted interleave (a second scheduler between the first one's read and write) must expose that as a
-    violation of invariant 9 (stale reads and the other interleaves expose more). Lost updates heal themselves
-    (the supervisor resends, the agent answers from its idempotency record), so of the outcome invariants none sees
-    them; invariants 10 and 11 may (an overwritten write takes a step back to an attempt whose reply was applied, or
-    loses the progress of an attempt, which then times out with no fault of its own). A lost callback answer does not
-    heal (its approver got its 200 and does not answer again): invariant 16 sees it, and the step may then wait past
-    the end of the run: this check runs without callbacks (the seeded runs above have them)."""
+    violation of invariant 9 (stale reads and the other interleaves expose more). Most lost updates heal themselves
+    (the supervisor resends, the agent answers from its idempotency record); some show in the outcome invariants
+    too (an overwritten write loses a compensation's progress, a step goes back to an attempt whose reply was
+    applied): which ones depends on the seed, so only invariant 9's own violation is required here. It runs without
+    the new step kinds (the seeded runs above have them), which keeps it short."""
 
     def unconditional_save(self: DynamoDBStateStore, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         version = expect.version + 1
@@ -93,9 +92,7 @@ def test_a_lost_update_is_caught_when_workflow_writes_are_not_conditional(monkey
     monkeypatch.setattr(DynamoDBStateStore, "save", unconditional_save)
     report = run_one(2, 60, Faults(**PLAIN_STEPS))
     assert report.faults["concurrent instance took a message of the same workflow"] >= 1
-    kinds = {v.kind for v in report.violations}
-    assert "lost update" in kinds
-    assert kinds <= {"lost update", "stale reply applied", "unexplained unwind"}
+    assert "lost update" in {v.kind for v in report.violations}
 
 
 # The suite turns powertools' warning into an error (pyproject.toml); here the simulation must see the behaviour.

@@ -17,8 +17,8 @@ from sasflow.callbacks import (
 )
 from sasflow.definition import parse_definition
 from sasflow.errors import InvalidDefinitionError, StepNotEvaluatedError
-from sasflow.messages import decode_reply
-from sasflow.states import StepStatus, WorkflowStatus
+from sasflow.messages import StepReply, decode_reply
+from sasflow.states import Outcome, Phase, StepStatus, WorkflowStatus
 from tests.support.pipeline import OWNER, REPLIES, TRIP_INPUT, Pipeline, trip_definition
 
 
@@ -410,3 +410,22 @@ def test_an_answer_past_complete_by_and_its_grace_is_410_and_a_heartbeat_is_in_t
 def test_an_answer_must_have_the_shape_of_its_status(body: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CallbackRequest.model_validate(body)
+
+
+def test_a_deferred_notification_goes_again_with_the_token_already_shown() -> None:
+    # Found by the simulation: an open circuit deferred the notification, and its re-dispatch drew a new token, so
+    # the one a person already held answered 404
+    p = Pipeline()
+    notify = {"agent": "payments", "action": "charge", "input": {}}
+    wid = p.start(with_steps(approval(notify=notify)), TRIP_INPUT)
+    p.run_agent("flights")
+    p.run_scheduler()
+    shown = token_of(p, wid)
+    p.bus.receive("queue/payments")  # the notification, taken by an agent whose circuit is open
+    deferred = StepReply(
+        workflow_id=wid, step="approval", phase=Phase.ACTION, attempt=1, outcome=Outcome.DEFERRED, retry_after_seconds=5
+    )
+    p.bus.send(p.scheduler.on_reply(deferred))
+    assert token_of(p, wid) == shown
+    assert [r.input["task_token"] for r in p.requests("payments")] == [shown]
+    assert answer(p, shown, "succeeded", output={}).step_status == "COMPLETED"

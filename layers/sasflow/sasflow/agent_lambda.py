@@ -7,7 +7,7 @@ processing with partial failures, ``register_lambda_context`` for idempotency, a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
@@ -16,11 +16,13 @@ from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from .agent import RemoteClient
 from .batch import OutboxBatchProcessor
 from .bootstrap import AgentServices, Lazy, build_agent
 from .ports import Outgoing
 from .tracing import build_tracer, lean_log_keys
+
+if TYPE_CHECKING:  # the runtime (tenacity, the breaker) is imported by build_agent, on the first invocation
+    from .agent import RemoteClient
 
 
 def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:

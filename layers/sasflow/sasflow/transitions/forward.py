@@ -221,8 +221,12 @@ class ForwardTransitions(TransitionBase):
         """Put a callback step's ``attempt`` in flight with a new task token, and send its notification if any."""
         complete_by = start_at + step.timeout_seconds
         pending = base or StepRecord(step=step.name, status=StepStatus.PENDING)
+        # A notification deferred by an open circuit goes again under the same attempt: its token stays the one
+        # already shown (a person may hold it); only a new attempt issues a new token.
+        same_attempt = pending.attempt == attempt and pending.callback_nonce is not None
+        nonce = pending.callback_nonce if same_attempt else new_nonce()
         record = pending.evolve(
-            status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by, callback_nonce=new_nonce()
+            status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by, callback_nonce=nonce
         )
         outgoing = None
         if step.notify is not None:
