@@ -41,6 +41,11 @@
 16. Callbacks: a task token is applied at most once (one 200 for a success or a failure), only to the attempt it
     was issued for (its history has the reply of that attempt), and what was applied is what the step kept: a
     callback step COMPLETED holds the output of its token's applied success, and none completed without one.
+17. Map steps: every child is terminal when its parent is, and none is orphaned (each stored child belongs to a
+    stored parent's map step, which started it). A COMPLETED map step counts its children as they ended (succeeded
+    = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
+    unwound parent (COMPENSATED, CANCELLED) no child is left COMPLETED: each unwound with it (children are
+    workflows, so invariants 2 to 16 hold for each of them too).
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ import jmespath
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.api_models import events_of
 from sasflow.callbacks import task_token
-from sasflow.definition import CallbackStep, TaskStep, WaitStep
+from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
@@ -103,8 +108,10 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if len(effect.undone_by) > 1:
                 violations.append(Violation("effect undone twice", effect.workflow_id, effect.token))
 
-    if len(snapshots) != sim.workflows:
-        violations.append(Violation("workflow count", "-", f"{len(snapshots)} stored, {sim.workflows} started"))
+    started = sum(1 for s in snapshots.values() if s.workflow.parent is None)
+    if started != sim.workflows:
+        violations.append(Violation("workflow count", "-", f"{started} stored, {sim.workflows} started"))
+    violations.extend(_map_violations(snapshots))
 
     for workflow_id, snapshot in snapshots.items():
         status = snapshot.workflow.status.value
@@ -226,12 +233,72 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     return violations
 
 
+def _map_violations(snapshots: dict[str, Snapshot]) -> list[Violation]:
+    """Invariant 17: map steps' children follow their parents (see the module's docstring)."""
+    violations: list[Violation] = []
+    by_parent: dict[tuple[str, str], dict[int, Snapshot]] = {}
+    for snapshot in snapshots.values():
+        parent = snapshot.workflow.parent
+        if parent is None:
+            continue
+        by_parent.setdefault((parent.workflow_id, parent.step), {})[parent.index] = snapshot
+        owner = snapshots.get(parent.workflow_id)
+        record = owner.steps.get(parent.step) if owner is not None else None
+        if record is None or record.map is None or parent.index >= record.map.launched:
+            violations.append(
+                Violation("orphaned child", snapshot.workflow.workflow_id, f"parent {parent.workflow_id}")
+            )
+    for workflow_id, snapshot in snapshots.items():
+        status = snapshot.workflow.status.value
+        for step in snapshot.workflow.definition.steps:
+            if not isinstance(step, MapStep):
+                continue
+            record = snapshot.steps.get(step.name)
+            kids = by_parent.get((workflow_id, step.name), {})
+            if status in TERMINAL:
+                for index, child in sorted(kids.items()):
+                    if child.workflow.status.value not in TERMINAL:
+                        detail = f"{step.name}[{index}] is {child.workflow.status.value}"
+                        violations.append(Violation("child not terminal under a terminal parent", workflow_id, detail))
+            if record is None:
+                continue
+            skipped = any(
+                e.kind == "operator_action" and (e.detail or {}).get("action") == "skip" and e.step == step.name
+                for e in events_of(snapshot)
+            )
+            if record.status.value == "COMPLETED" and record.map is not None and not skipped:
+                completed = sorted(i for i, c in kids.items() if c.workflow.status.value == "COMPLETED")
+                output = record.output or {}
+                if len(kids) != record.map.total or output.get("succeeded") != len(completed):
+                    detail = (
+                        f"{step.name}: {len(kids)} children of {record.map.total}, {len(completed)} completed, {output}"
+                    )
+                    violations.append(Violation("map completed out of step with its children", workflow_id, detail))
+                if output.get("failed", 0) > step.tolerated(record.map.total):
+                    violations.append(Violation("map completed over its tolerance", workflow_id, step.name))
+                results = output.get("results") or []
+                wrong = [i for i in completed if i >= len(results) or results[i] is None]
+                if wrong:
+                    violations.append(Violation("map result missing", workflow_id, f"{step.name} {wrong}"))
+            if status in ("COMPENSATED", "CANCELLED"):
+                left = sorted(i for i, c in kids.items() if c.workflow.status.value == "COMPLETED")
+                if left:
+                    detail = f"{step.name} children {left} still COMPLETED"
+                    violations.append(Violation("child not unwound with its parent", workflow_id, detail))
+    return violations
+
+
 def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[str, Any]]) -> list[Violation]:
     """Invariants 10 and 13 for one unwound workflow (see the module's docstring)."""
     workflow_id = snapshot.workflow.workflow_id
     if snapshot.workflow.status.value == "CANCELLED":
         return []  # a client or an operator asked for it
     reason = snapshot.workflow.reason or ""
+    parent = snapshot.workflow.parent
+    if parent is not None and reason == "its parent unwound":
+        parent_snapshot = sim.state_store().load(parent.workflow_id)
+        unwound = parent_snapshot is not None and parent_snapshot.workflow.status.value != "COMPLETED"
+        return [] if unwound else [Violation("child unwound under a parent that did not", workflow_id, reason)]
     if reason == "compensation requested by an operator":
         asked = any(d.get("action") == "compensate" for d in audited)
         return [] if asked else [Violation("operator unwind without its audit", workflow_id, reason)]

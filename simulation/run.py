@@ -88,6 +88,22 @@ def trip_definition(shape: str) -> dict[str, Any]:
     return definition
 
 
+#: The child definition of the simulation's map steps: charge one order, refunded when undone.
+MAP_CHILD: dict[str, Any] = {
+    "name": "charge-order",
+    "steps": [
+        {
+            "name": "charge_order",
+            "agent": "payments",
+            "action": "charge",
+            "input": {"amount.$": "input.item", "currency": "EUR"},
+            "timeout_seconds": 30,
+            "compensation": {"action": "refund", "input": {"amount.$": "input.item"}},
+        }
+    ],
+}
+
+
 def _unwound_wait(step_item: dict[str, Any] | None) -> bool:
     """Whether a step's stored entry is a wait ended because its workflow unwound (FAILED, ``UNWOUND``)."""
     fields = (step_item or {}).get("M", {})
@@ -325,6 +341,8 @@ class Simulation:
                 old_steps.get(name) != new_steps.get(name)
                 and tag not in replies
                 and not _unwound_wait(new_steps.get(name))
+                # a map step moves on its children's reports and its ticks, all sent to its first attempt
+                and not ("map" in old_steps.get(name, {}).get("M", {}) and any(t[:2] == tag[:2] for t in replies))
             ):
                 answered = sorted(t[3] for t in replies if t[:3] == tag[:3])
                 self.stale_applied.append(
@@ -573,6 +591,23 @@ class Simulation:
                 approval["depends_on"] = ["reserve_flight"]
                 _step(definition, "charge_card")["depends_on"].append("approval")
             definition["steps"].insert(1, approval)
+        if self.rng.random() < self.faults.map_step:
+            # A map after the flight: a child workflow per order (each charges, and refunds when undone), under a
+            # small concurrency and tolerance, so children fail, are cancelled and compensate with their parent.
+            fan_out: dict[str, Any] = {
+                "name": "charge_orders",
+                "type": "map",
+                "items": "input.orders",
+                "max_concurrency": self.rng.choice([1, 2, 3]),
+                "tolerated_failure": self.rng.choice([0, 1, "50%"]),
+                "timeout_seconds": self.rng.choice([60, 300]),
+                "definition": MAP_CHILD,
+            }
+            trip_input["orders"] = [100 + index * 10 + i for i in range(self.rng.randint(0, 4))]
+            if shape == "dag":
+                fan_out["depends_on"] = ["reserve_flight"]
+                _step(definition, "charge_card")["depends_on"].append("charge_orders")
+            definition["steps"].insert(1, fan_out)
         body = {"definition": definition, "input": trip_input}
         event = start_event(body, key=f"sim-{self.seed}-{index}")
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
@@ -780,8 +815,9 @@ class Simulation:
                         return  # the invariants will report what did not finish
 
     def _all_terminal(self) -> bool:
-        statuses = [s.workflow.status.value for s in self.stored_workflows()]
-        return len(statuses) == self.workflows and all(s in _TERMINAL for s in statuses)
+        snapshots = self.stored_workflows()
+        started = sum(1 for s in snapshots if s.workflow.parent is None)  # map steps' children are workflows too
+        return started == self.workflows and all(s.workflow.status.value in _TERMINAL for s in snapshots)
 
     def dynamodb_checker(self) -> Any:
         """A client without crash hooks, for the simulation's own reads."""

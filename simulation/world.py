@@ -75,6 +75,8 @@ class Faults:
     #: ticks: approves, rejects, sends heartbeats, forgets (the step times out, its retry issues a new token), and
     #: uses tokens twice and late.
     callback_step: float = 0.3
+    #: Share of workflows with a map step after the flight: a child workflow per order (0 to 3 of them).
+    map_step: float = 0.3
 
     @classmethod
     def none(cls) -> Faults:

@@ -19,6 +19,7 @@ from sasflow.records import Snapshot
 from sasflow.states import WorkflowStatus
 from sasflow.transitions import Transition, TransitionBase
 from sasflow.transitions.forward import ForwardTransitions
+from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
@@ -305,3 +306,34 @@ def test_an_expired_token_applied_to_the_next_attempt_is_caught(monkeypatch: pyt
     monkeypatch.setattr(ForwardTransitions, "apply_callback", any_attempt)
     kind = "callback applied to another attempt"
     assert kind in caught_within(kind, CALLBACKS, 40, seeds=range(41, 45))
+
+
+MAPS = Faults(map_step=1.0, operator_action=0.0, hold_policy=0.0)
+
+
+def test_a_map_whose_unwind_forgets_its_children_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 17: a map step's unwind that asks no child to unwind leaves children COMPLETED
+    under a parent that was undone."""
+    monkeypatch.setattr(MapTransitions, "_launch_unwinds", lambda self, step, record: None)
+    monkeypatch.setattr(simulation.run, "MAX_TICKS_AFTER_LAST_START", 20)
+    kinds = {v.kind for v in run_one(51, 30, Faults(map_step=1.0, remote_reject=0.3, operator_action=0.0)).violations}
+    assert "child not unwound with its parent" in kinds or "not terminal" in kinds
+
+
+def test_a_map_that_completes_before_its_children_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 17: a map step completed once its children are started, not once they ended."""
+    original = MapTransitions._launch
+
+    def complete_early(self: MapTransitions, step: Any, record: Any) -> None:
+        original(self, step, record)
+        started = self.snapshot.steps[record.step]
+        if started.map is not None and started.map.launched == started.map.total:
+            self._map_completed(started, step, [])
+
+    monkeypatch.setattr(MapTransitions, "_launch", complete_early)
+    kinds = {v.kind for v in run_one(51, 30, MAPS).violations}
+    assert {
+        "child not terminal under a terminal parent",
+        "map completed out of step with its children",
+        "map result missing",
+    } & kinds

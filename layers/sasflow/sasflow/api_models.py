@@ -64,11 +64,24 @@ class StartWorkflowRequest(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict, description="Workflow input; steps refer to it as input.*")
 
 
+class MapView(BaseModel):
+    """A map step's progress over its children (forward, and while they unwind)."""
+
+    total: int = Field(description="Items: one child each.")
+    started: int
+    ended: int = Field(description="Children that reported their end.")
+    failed: int = Field(description="Children that ended without completing.")
+    unwound: int | None = Field(default=None, description="While the step is undone: children that have unwound.")
+    id_prefix: str = Field(description="The children's ids are this prefix followed by the item index.")
+
+
 class StepView(BaseModel):
     """One step as the API shows it. Times are epoch seconds, from the workflow's history."""
 
     name: str
-    type: str = Field(default="task", description="task (an agent's action), wait (a timer) or callback.")
+    type: str = Field(
+        default="task", description="task (an agent's action), wait (a timer), callback or map (a child per item)."
+    )
     agent: str | None = Field(default=None, description="The task's agent; null for a wait.")
     action: str | None = Field(default=None, description="The task's action; null for a wait.")
     status: StepStatus
@@ -95,6 +108,11 @@ class StepView(BaseModel):
     compensation_finished_at: int | None = Field(default=None, description="When the compensation ended.")
     compensation_output: Any = None
     compensation_error: dict[str, Any] | None = Field(default=None, description="The compensation's last error.")
+    children: MapView | None = Field(
+        default=None,
+        description="A map step's children: how many started, ended and failed (each is a workflow "
+        "of its own, id <workflow id>:<step index>:<item index>).",
+    )
 
 
 class WorkflowView(BaseModel):
@@ -150,6 +168,7 @@ class WorkflowView(BaseModel):
                     else None,
                     compensation_output=record.comp_output if record else None,
                     compensation_error=record.comp_error if record else None,
+                    children=_children(workflow.workflow_id, workflow.definition.order.index(step.name), record),
                 )
             )
         return cls(
@@ -167,6 +186,20 @@ class WorkflowView(BaseModel):
             input=workflow.input,
             steps=steps,
         )
+
+
+def _children(workflow_id: str, step_index: int, record: StepRecord | None) -> MapView | None:
+    if record is None or record.map is None:
+        return None
+    progress = record.map
+    return MapView(
+        total=progress.total,
+        started=progress.launched,
+        ended=progress.reported,
+        failed=progress.failed,
+        unwound=record.comp_map.reported if record.comp_map is not None else None,
+        id_prefix=f"{workflow_id}:{step_index}:",
+    )
 
 
 def _action_in_flight(record: StepRecord) -> bool:

@@ -194,6 +194,69 @@ class CallbackStep(_StepBase):
     input: ClassVar[dict[str, Any]] = {}
 
 
+#: The most items one map step runs (Step Functions' Distributed Map runs up to 10,000 children in parallel).
+MAX_MAP_ITEMS = 10_000
+#: The most children of one map step in flight at once.
+MAX_MAP_CONCURRENCY = 1_000
+_PERCENT = re.compile(r"^(100|[0-9]{1,2})(\.[0-9]{1,2})?%$")
+
+
+class MapStep(_StepBase):
+    """A step that runs a child workflow for each item of a list (``type: map``), at most ``max_concurrency`` at once.
+
+    ``items`` is a JMESPath over ``{input, steps}`` (like ``when``) giving a list of at most `MAX_MAP_ITEMS` items,
+    evaluated once when the step is reached. Child ``i`` is a workflow of ``definition`` whose input is
+    ``{"item": items[i], "index": i}``, with its own item in the store (id ``<parent id>:<step index>:<i>``), its own
+    history, deadlines and compensation; it reports to its parent when it ends. The step COMPLETES once every child
+    has ended and at most ``tolerated_failure`` of them did not complete (a count, or a percentage of the items such
+    as ``"10%"``); its output is ``{"total", "succeeded", "failed", "results"}`` where ``results[i]`` is child
+    ``i``'s output (its last step's output; null for a child that did not complete), unless ``collect`` is false.
+    One failure more than tolerated fails the step: the workflow unwinds, and the unwind of a map step unwinds its
+    children (a running child is cancelled, a completed one compensates its steps). ``timeout_seconds`` bounds the
+    time without any child ending: past it (and the grace) the supervisor checks the children in flight (a report
+    lost between a child's last write and its message is found again), and never fails the step for it.
+
+    A child definition cannot hold a map step itself (one level of fan-out), and its steps count towards
+    nothing of the parent's (the parent stays one item: the children are not in it).
+    """
+
+    type: Literal["map"]
+    items: str = Field(min_length=1, max_length=MAX_EXPRESSION_CHARS)
+    definition: WorkflowDefinition
+    max_concurrency: int = Field(default=100, ge=1, le=MAX_MAP_CONCURRENCY)
+    tolerated_failure: StrictInt | str = Field(
+        default=0, description="Children that may fail without failing the step: a count (>= 0) or a percentage."
+    )
+    timeout_seconds: int = Field(
+        default=900,
+        ge=5,
+        le=MAX_WAIT_SECONDS,
+        description="Seconds without a child ending before the supervisor checks the children in flight.",
+    )
+    collect: StrictBool = Field(default=True, description="Collect the children's outputs in the step's output.")
+
+    #: Read generically by the engine: a map's undo is its children's, not an agent's action; it has no remote input.
+    compensation: ClassVar[None] = None
+    input: ClassVar[dict[str, Any]] = {}
+
+    @model_validator(mode="after")
+    def _one_level_and_tolerance(self) -> MapStep:
+        if any(isinstance(step, MapStep) for step in self.definition.steps):
+            raise ValueError("a map step's definition cannot hold a map step itself (one level of fan-out)")
+        tolerated = self.tolerated_failure
+        if isinstance(tolerated, int) and tolerated < 0:
+            raise ValueError("tolerated_failure is a count >= 0 or a percentage such as '10%'")
+        if isinstance(tolerated, str) and not _PERCENT.match(tolerated):
+            raise ValueError(f"tolerated_failure {tolerated[:20]!r} is not a count or a percentage such as '10%'")
+        return self
+
+    def tolerated(self, total: int) -> int:
+        """How many of ``total`` children may fail without failing the step (a percentage rounds down)."""
+        if isinstance(self.tolerated_failure, int):
+            return self.tolerated_failure
+        return int(total * float(self.tolerated_failure[:-1]) // 100)
+
+
 _STEP_KINDS: dict[str, type[BaseModel]] = {}
 
 
@@ -205,16 +268,16 @@ def _step_by_type(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         model = _STEP_KINDS.get(kind) if isinstance(kind, str) else None
         if model is None:
             raise PydanticCustomError(
-                "invalid_step_type", "type must be task, wait or callback, not {kind}", {"kind": repr(kind)[:40]}
+                "invalid_step_type", "type must be task, wait, callback or map, not {kind}", {"kind": repr(kind)[:40]}
             )
         return model.model_validate(value)
     return handler(value)
 
 
-#: One step of a definition: a task (the default when ``type`` is absent), a wait or a callback.
-AnyStep = TaskStep | WaitStep | CallbackStep
+#: One step of a definition: a task (the default when ``type`` is absent), a wait, a callback or a map.
+AnyStep = TaskStep | WaitStep | CallbackStep | MapStep
 StepDefinition = Annotated[AnyStep, WrapValidator(_step_by_type)]
-_STEP_KINDS.update(task=TaskStep, wait=WaitStep, callback=CallbackStep)
+_STEP_KINDS.update(task=TaskStep, wait=WaitStep, callback=CallbackStep, map=MapStep)
 
 
 class WorkflowDefinition(BaseModel):
@@ -300,6 +363,8 @@ class WorkflowDefinition(BaseModel):
                 checks.append((step.notify.input, f"steps[{step.name}].notify.input", False))
             if isinstance(step, WaitStep) and step.until is not None:
                 checks.append(({"until.$": step.until}, f"steps[{step.name}]", False))
+            if isinstance(step, MapStep):
+                checks.append(({"items.$": step.items}, f"steps[{step.name}]", False))
             for template, where, allow_step in checks:
                 try:
                     _check_template(template, where, ancestors[step.name], allow_step=allow_step)
@@ -390,6 +455,10 @@ class WorkflowDefinition(BaseModel):
                     calls.append((step.name, step.agent, step.compensation.action))
             elif isinstance(step, CallbackStep) and step.notify is not None:
                 calls.append((step.name, step.notify.agent, step.notify.action))
+            elif isinstance(step, MapStep):
+                calls.extend(
+                    (f"{step.name}.{child}", agent, action) for child, agent, action in step.definition.agent_calls()
+                )
         return calls
 
     @property
@@ -405,14 +474,22 @@ class WorkflowDefinition(BaseModel):
         KeyError
             When the definition has no such step.
         """
-        for step in self.steps:
-            if step.name == name:
-                return step
-        raise KeyError(name)
+        return self._by_name[name]
+
+    @cached_property
+    def _by_name(self) -> dict[str, AnyStep]:
+        return {step.name: step for step in self.steps}
+
+    def leaves(self) -> tuple[str, ...]:
+        """The steps no other step depends on, in order: a child workflow's output is its last leaf's output."""
+        return tuple(name for name in self.order if not self.dependents[name])
 
     def referenced_steps(self, name: str) -> set[str]:
         """Names of the earlier steps whose outputs the input of step ``name`` refers to."""
         return set(_STEP_REF.findall(_expressions_text(self.step(name).input)))
+
+
+MapStep.model_rebuild()
 
 
 def parse_definition(data: Any) -> WorkflowDefinition:
@@ -543,7 +620,7 @@ def _step_expressions(step: AnyStep) -> list[str]:
         found += _expressions(step.compensation.input)
     if isinstance(step, CallbackStep) and step.notify is not None:
         found += _expressions(step.notify.input)
-    found += [e for e in (step.when, getattr(step, "until", None)) if e is not None]
+    found += [e for e in (step.when, getattr(step, "until", None), getattr(step, "items", None)) if e is not None]
     return found
 
 

@@ -57,6 +57,14 @@ class ConditionNotEvaluatedError(StepNotEvaluatedError):
         super().__init__("CONDITION_NOT_EVALUATED", message)
 
 
+class MapItemsNotEvaluatedError(StepNotEvaluatedError):
+    """A map step's ``items`` is not a list, or holds more than ``definition.MAX_MAP_ITEMS`` items
+    (``MAP_ITEMS_NOT_EVALUATED``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("MAP_ITEMS_NOT_EVALUATED", message)
+
+
 class WaitNotEvaluatedError(StepNotEvaluatedError):
     """A wait step's ``until`` is not a time, or more than a year away (``WAIT_NOT_EVALUATED``)."""
 

@@ -26,6 +26,7 @@ Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b
     <dt> K i                    the step was skipped: its condition (when) was false
     <dt> W i a                  a wait step resumed: its time came (attempt a)
     <dt> U [code]               unwinding started (the workflow's reason says why)
+    <dt> X                      a map step's child: its parent unwound, so it unwinds too
     <dt> H [code]               the workflow is held for a person
     <dt> E STATUS               the workflow reached STATUS (terminal)
     <dt> P {json}               an operator action: action, principal, reason, step, id
@@ -65,6 +66,7 @@ KINDS = {
     "B": "heartbeat",
     "W": "resumed",
     "U": "unwinding",
+    "X": "parent_unwound",
     "H": "held",
     "E": "finished",
     "P": "operator_action",
@@ -170,6 +172,10 @@ class HistoryWriter:
         """The workflow started to unwind."""
         self._add("U", _code(code))
 
+    def parent_unwound(self) -> None:
+        """A map step's child is asked to unwind by its parent (cancelled if running, compensated if completed)."""
+        self._add("X")
+
     def held(self, code: str | None = None) -> None:
         """The workflow waits for a person."""
         self._add("H", _code(code))
@@ -210,7 +216,7 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
         if code == "P":
             events.append(HistoryEvent(seq, time, kind, step=json.loads(tail).get("step"), detail=json.loads(tail)))
             continue
-        if code in "SUH":
+        if code in "SUHX":
             events.append(HistoryEvent(seq, time, kind, error_code=fields[0] if fields else None))
             continue
         if code == "E":

@@ -106,6 +106,10 @@ class StepReply(BaseModel):
     retryable: bool = False
     calls: int = Field(default=0, ge=0)
     outcome_unknown: bool = False
+    #: A child of a map step reporting its end to its parent (``workflow_id`` is then the parent's): the child's
+    #: index and terminal status. A map step's reply without ``child`` is its own tick: start what comes next.
+    child: int | None = Field(default=None, ge=0)
+    child_status: Literal["COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"] | None = None
 
 
 def encode(message: BaseModel) -> str:

@@ -42,6 +42,13 @@ class StateStore(Protocol):
         """
         ...
 
+    def load_many(self, workflow_ids: Sequence[str]) -> dict[str, Snapshot]:
+        """Read many workflows (a map step's children) with as few reads as the store allows, eventually consistent.
+
+        Returns the ones found, by id. DynamoDB: BatchGetItem, 100 keys a call (unprocessed keys are read again).
+        """
+        ...
+
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """Replace the stored workflow by ``snapshot`` if it is still at ``expect.version``; return it as stored.
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .definition import WorkflowDefinition, render
+from .fanout import MapProgress, ParentRef
 from .states import (
     IN_FLIGHT_STEP,
     NEEDS_A_PERSON,
@@ -54,6 +55,8 @@ class WorkflowRecord:
     attention, attention_since:
         Whether it waits for a person (``HELD``, ``COMPENSATION_FAILED``, ``PAUSED``), and since when (epoch
         seconds): the keys of the sparse attention index, so those workflows are listed at any table size.
+    parent:
+        For a child of a map step: its parent (``fanout.ParentRef``), which it reports to when it ends.
     """
 
     workflow_id: str
@@ -71,6 +74,7 @@ class WorkflowRecord:
     hold_until: int | None = None
     attention: str | None = None
     attention_since: int | None = None
+    parent: ParentRef | None = None
 
     @property
     def needs_attention(self) -> str | None:
@@ -106,6 +110,9 @@ class StepRecord:
 
     A callback step's attempt in flight keeps ``callback_nonce``: the secret part of its task token
     (``callbacks.task_token``), new with every attempt.
+
+    A map step keeps its progress over its children: ``map`` forward, ``comp_map`` while they unwind
+    (``fanout.MapProgress``).
     """
 
     step: str
@@ -126,6 +133,8 @@ class StepRecord:
     generation: int = 0
     input_override: dict[str, Any] | None = None
     callback_nonce: str | None = None
+    map: MapProgress | None = None
+    comp_map: MapProgress | None = None
 
     @property
     def attempts_used(self) -> int:
@@ -346,10 +355,19 @@ def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
         raise ValueError("a snapshot cannot change its workflow id")
     if after.history[: len(before.history)] != before.history:
         raise ValueError(f"workflow {old.workflow_id}: history is append-only")
-    audited = any(line.split(" ", 2)[1:2] == ["P"] for line in after.history[len(before.history) :])
-    if old.status in TERMINAL_WORKFLOW and not (audited and old.status in OPERATOR_WORKFLOW_TRANSITIONS):
+    codes = {line.split(" ", 2)[1:2][0] for line in after.history[len(before.history) :] if " " in line}
+    audited = "P" in codes
+    # A completed child of a map step compensates when its parent unwinds: the write carries that event (X).
+    by_parent = "X" in codes and old.parent is not None and old.status is WorkflowStatus.COMPLETED
+    if (
+        old.status in TERMINAL_WORKFLOW
+        and not (audited and old.status in OPERATOR_WORKFLOW_TRANSITIONS)
+        and not by_parent
+    ):
         raise ValueError(f"workflow {old.workflow_id} is {old.status.value}: terminal states never change")
-    if old.status is not new.status:
+    if by_parent:
+        check_workflow_move(WorkflowStatus.RUNNING, new.status)  # as if it had unwound before completing
+    elif old.status is not new.status:
         check_workflow_move(old.status, new.status, audited=audited)
     removed = set(before.steps) - set(after.steps)
     if removed:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
 from .clock import Clock, epoch_seconds
-from .definition import WorkflowDefinition
+from .definition import MapStep, WorkflowDefinition
 from .errors import (
     ConditionFailedError,
     ConfigurationError,
@@ -35,12 +35,14 @@ from .errors import (
     PayloadTooLargeError,
     WorkflowNotFoundError,
 )
-from .messages import StepReply
+from .fanout import ChildCommand, child_id
+from .messages import StepReply, canonical_hash
 from .ports import Counter, Outgoing, StateStore, no_metrics
-from .records import Snapshot, WorkflowRecord, index_key_for
+from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
 from .settings import EngineConfig
-from .states import WorkflowStatus
+from .states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
 from .transitions import MIN_DEFERRAL_SECONDS, Transition, backoff_seconds
+from .transitions.base import child_report
 
 __all__ = [
     "MIN_DEFERRAL_SECONDS",
@@ -207,7 +209,8 @@ class SchedulerService:
         self.metrics("WorkflowsStarted")
         transition.emit_metrics()
         log_moves(None, stored)
-        return StartResult(stored, created=True, messages=transition.messages)
+        messages = transition.messages + self._run_children(stored, transition.children)
+        return StartResult(stored, created=True, messages=messages)
 
     def check_agents(self, definition: WorkflowDefinition) -> None:
         """Refuse a definition that names an agent, or an action of one, this deployment does not have.
@@ -500,8 +503,114 @@ class SchedulerService:
                 continue
             transition.emit_metrics()
             log_moves(base, stored)
-            return stored, transition.messages
+            return stored, transition.messages + self._run_children(stored, transition.children)
         raise ContentionError(workflow_id, MAX_ATTEMPTS)
+
+    # ------------------------------------------------------------------ map steps' children (transitions.mapping)
+    def _run_children(self, parent: Snapshot, commands: Sequence[ChildCommand]) -> list[Outgoing]:
+        """Carry out what the parent's stored write decided for its children; return the messages to send.
+
+        Each command is safe to repeat (a child's start is a conditional create, a report is applied once), and one
+        that fails is logged and left to the supervisor's check of the map step, as a crash here would be: the
+        parent's write is stored, so its own messages must still go.
+        """
+        messages: list[Outgoing] = []
+        for command in commands:
+            try:
+                if command.kind == "collect":
+                    messages += self._collect(parent, command)
+                elif command.kind == "unwind":
+                    messages += self._unwind_child(parent, command)
+                else:
+                    messages += self._start_child(parent, command)
+            except Exception:  # the supervisor's check of the map step does it again
+                logger.exception(
+                    "map step child command failed",
+                    extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id, "kind": command.kind},
+                )
+                self.metrics("ChildCommandsFailed")
+        return messages
+
+    def _child_definition(self, parent: Snapshot, step: str) -> WorkflowDefinition:
+        map_step = parent.workflow.definition.step(step)
+        if not isinstance(map_step, MapStep):  # pragma: no cover - commands come only from map steps
+            raise TypeError(f"step {step} is not a map step")
+        return map_step.definition
+
+    def _child_transition(self, parent: Snapshot, command: ChildCommand, now: int) -> Transition:
+        workflow_input = command.input or {}
+        workflow = WorkflowRecord(
+            workflow_id=command.child_id,
+            status=WorkflowStatus.RUNNING,
+            definition=self._child_definition(parent, command.parent.step),
+            input=workflow_input,
+            request_hash=canonical_hash({"parent": command.parent.doc(), "input": workflow_input}),
+            created_at=now,
+            updated_at=now,
+            owner=parent.workflow.owner,
+            parent=command.parent,
+        )
+        transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now)
+        transition.history.started()
+        return transition
+
+    def _start_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
+        """Start child ``command.child_id`` unless it exists; report one that has ended (a ``check`` finds it)."""
+        existing = self.store.load(command.child_id, consistent=False) if command.kind == "check" else None
+        if existing is None:
+            now = epoch_seconds(self.clock)
+            transition = self._child_transition(parent, command, now)
+            transition.advance()  # a first step that cannot be prepared fails it: the child unwinds and reports
+            try:
+                stored = self.store.create(self._keyed(None, transition.snapshot, now))
+            except ConditionFailedError:
+                existing = self.store.load(command.child_id)
+            else:
+                transition.emit_metrics()
+                log_moves(None, stored)
+                return transition.messages
+        if existing is not None and existing.workflow.status in TERMINAL_WORKFLOW:
+            return [child_report(self.config.response_queue_url, command.parent, existing.workflow.status.value)]
+        return []
+
+    def _unwind_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
+        """Unwind one child of an unwinding map step; report it at once when there is nothing left to do."""
+        child = self.store.load(command.child_id)
+        if child is None:
+            if command.reported:
+                # It reported its end, so it existed, and it is gone: its retention (TTL) passed. Nothing can undo
+                # what it did any more: the map step's compensation fails for a person to look at.
+                return [child_report(self.config.response_queue_url, command.parent, "COMPENSATION_FAILED")]
+            # Never started (its start was decided, then lost): store it CANCELLED, so no late start can run it.
+            now = epoch_seconds(self.clock)
+            transition = self._child_transition(parent, command, now)
+            transition.history.parent_unwound()
+            for name in transition.definition.order:
+                transition.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
+            transition.set_status(WorkflowStatus.CANCELLED, reason="its parent unwound before it started")
+            try:
+                self.store.create(transition.snapshot)
+            except ConditionFailedError:
+                return self._unwind_child(parent, command)  # it started meanwhile: unwind it as it is
+            return transition.messages
+        if child.workflow.status in TERMINAL_WORKFLOW and child.workflow.status is not WorkflowStatus.COMPLETED:
+            return [child_report(self.config.response_queue_url, command.parent, child.workflow.status.value)]
+        _, messages = self._update(command.child_id, lambda transition: transition.unwind_by_parent())
+        return messages
+
+    def _collect(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
+        """Read the children's outputs (BatchGetItem) and complete the map step with them."""
+        name, attempt = command.parent.step, command.parent.attempt
+        record = parent.steps.get(name)
+        if record is None or record.map is None:  # pragma: no cover - a collect comes from a map step in flight
+            return []
+        workflow_id = parent.workflow.workflow_id
+        step_index = parent.workflow.definition.order.index(name)
+        ids = [child_id(workflow_id, step_index, index) for index in range(record.map.total)]
+        children = self.store.load_many(ids)
+        results = [child_output(children.get(i)) for i in ids]
+        _, messages = self._update(workflow_id, lambda transition: transition.complete_map(name, attempt, results))
+        return messages
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
         """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""
@@ -509,6 +618,16 @@ class SchedulerService:
         return snapshot.with_index_key(
             index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
         )
+
+
+def child_output(child: Snapshot | None) -> Any:
+    """A map step child's output: the output of its last step that no other step depends on (None unless
+    COMPLETED)."""
+    if child is None or child.workflow.status is not WorkflowStatus.COMPLETED:
+        return None
+    last = child.workflow.definition.leaves()[-1]
+    record = child.steps.get(last)
+    return record.output if record is not None else None
 
 
 def log_moves(before: Snapshot | None, after: Snapshot) -> None:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from botocore.exceptions import ClientError
 
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
+from ..fanout import MapProgress, ParentRef
 from ..ports import WorkflowSummary
 from ..records import (
     DeadlineEntry,
@@ -180,6 +182,8 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
     doc["comp_output"] = _doc(record.comp_output)
     doc["comp_error"] = _doc(record.comp_error)
     doc["callback_nonce"] = record.callback_nonce
+    doc["map"] = record.map.doc() if record.map is not None else None
+    doc["comp_map"] = record.comp_map.doc() if record.comp_map is not None else None
     return {k: v for k, v in doc.items() if v is not None}
 
 
@@ -203,6 +207,8 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         generation=doc.get("generation", 0),
         input_override=_undoc(doc.get("input_override")),
         callback_nonce=doc.get("callback_nonce"),
+        map=MapProgress.from_doc(_plain(doc.get("map"))),
+        comp_map=MapProgress.from_doc(_plain(doc.get("comp_map"))),
     )
 
 
@@ -241,6 +247,7 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "attn": workflow.attention,
         "attn_since": workflow.attention_since,
         "expires_at": workflow.expires_at,
+        "parent": workflow.parent.doc() if workflow.parent is not None else None,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -270,6 +277,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         attention=item.get("attn"),
         attention_since=item.get("attn_since"),
         expires_at=item.get("expires_at"),
+        parent=ParentRef.from_doc(_plain(item.get("parent"))),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()
@@ -513,6 +521,27 @@ class DynamoDBStateStore:
         response = self.client.get_item(TableName=self.table, Key=workflow_key(workflow_id), ConsistentRead=consistent)
         item = response.get("Item")
         return self.from_item(item) if item else None
+
+    def load_many(self, workflow_ids: Sequence[str]) -> dict[str, Snapshot]:
+        """Read many workflows with BatchGetItem, 100 keys a call, eventually consistent (see ``StateStore``).
+
+        Keys DynamoDB leaves unprocessed (throttling) are asked again with a backoff (1, 2, 4 ... 64 ms).
+        """
+        found: dict[str, Snapshot] = {}
+        ids = list(dict.fromkeys(workflow_ids))
+        for start in range(0, len(ids), 100):
+            keys = [workflow_key(workflow_id) for workflow_id in ids[start : start + 100]]
+            for wait in range(8):
+                response = self.client.batch_get_item(RequestItems={self.table: {"Keys": keys}})
+                for item in response.get("Responses", {}).get(self.table, []):
+                    snapshot = self.from_item(item)
+                    found[snapshot.workflow.workflow_id] = snapshot
+                unprocessed: dict[str, Any] = response.get("UnprocessedKeys") or {}
+                keys = (unprocessed.get(self.table) or {}).get("Keys", [])
+                if not keys:
+                    break
+                time.sleep(0.001 * 2**wait)  # BatchGetItem's documented advice: retry unprocessed keys with backoff
+        return found
 
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """Replace the workflow's item if it is still at ``expect.version`` (see ``StateStore``)."""

@@ -102,6 +102,15 @@ class InMemoryStateStore:
                 return self.stale_reads[workflow_id]
             return self.workflows.get(workflow_id)
 
+    def load_many(self, workflow_ids: Sequence[str]) -> dict[str, Snapshot]:
+        """The workflows of ``workflow_ids`` that exist, by id (see ``StateStore``)."""
+        found = {}
+        for workflow_id in workflow_ids:
+            snapshot = self.load(workflow_id)
+            if snapshot is not None:
+                found[workflow_id] = snapshot
+        return found
+
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """See ``StateStore.save``."""
         check_snapshot_transition(expect, snapshot)

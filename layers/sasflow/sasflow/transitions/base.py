@@ -16,8 +16,9 @@ from typing import Any
 
 from jmespath.exceptions import JMESPathError
 
-from ..definition import RetryPolicy, WaitStep, WorkflowDefinition
+from ..definition import MapStep, RetryPolicy, WaitStep, WorkflowDefinition
 from ..errors import InvalidDefinitionError, MissingReferenceError, PayloadTooLargeError, StepNotEvaluatedError
+from ..fanout import ChildCommand, ParentRef
 from ..history import HistoryWriter
 from ..messages import StepError, StepReply, StepRequest, encode, remote_token
 from ..ports import Counter, Outgoing
@@ -87,7 +88,9 @@ class TransitionBase:
         self.messages: list[Outgoing] = []
         #: Requests that could not be prepared in this call (their steps were failed); a start refuses on them.
         self.refusals: list[Exception] = []
-        self._metrics: list[str] = []
+        #: What the scheduler does to map steps' children once this call's write is stored (transitions.mapping).
+        self.children: list[ChildCommand] = []
+        self._metrics: list[tuple[str, int]] = []
         workflow = base.workflow
         #: The history of this call: every event is appended to ``snapshot``, so the write that stores the change
         #: stores its events (history.py).
@@ -119,6 +122,9 @@ class TransitionBase:
         self._touch()
         if status in TERMINAL_WORKFLOW:
             self.history.finished(status.value)
+            parent = self.snapshot.workflow.parent
+            if parent is not None:  # a map step's child tells its parent, by the write that ends it
+                self.messages.append(child_report(self.config.response_queue_url, parent, status.value))
         elif status in UNWINDING_WORKFLOW and workflow.status not in UNWINDING_WORKFLOW:
             self.history.unwinding(_reason_code(reason))
 
@@ -133,14 +139,14 @@ class TransitionBase:
         if workflow is not self.snapshot.workflow:
             self.snapshot = self.snapshot.with_workflow(workflow)
 
-    def count(self, metric: str) -> None:
-        """Count ``metric`` once this call's write is stored."""
-        self._metrics.append(metric)
+    def count(self, metric: str, value: int = 1) -> None:
+        """Count ``metric`` (by ``value``) once this call's write is stored."""
+        self._metrics.append((metric, value))
 
     def emit_metrics(self) -> None:
         """Hand the counted metrics to the counter (after the write succeeded)."""
-        for name in self._metrics:
-            self.metrics(name)
+        for name, value in self._metrics:
+            self.metrics(name, value)
 
     @property
     def definition(self) -> WorkflowDefinition:
@@ -158,6 +164,10 @@ class TransitionBase:
         record = self.snapshot.steps.get(reply.step)
         if record is None:
             logger.warning("reply for a step never dispatched", extra={"workflow_id": reply.workflow_id})
+            return
+        if isinstance(self.definition.step(reply.step), MapStep):
+            self._map_reply(record, reply)  # a child's report, or the step's tick (transitions.mapping)
+            self.advance()
             return
         in_flight_status = StepStatus.COMPENSATING if reply.phase is Phase.COMPENSATION else StepStatus.PROCESSING
         if record.attempt_for(reply.phase) != reply.attempt or (
@@ -220,7 +230,9 @@ class TransitionBase:
             return  # otherwise the index entry was out of date (it is eventually consistent)
         for record in overdue:
             step = self.definition.step(record.step)
-            if record.status is StepStatus.PROCESSING:
+            if isinstance(step, MapStep):
+                self._map_timed_out(record, step)
+            elif record.status is StepStatus.PROCESSING:
                 self._forward_timed_out(record, step)
             else:
                 self._compensation_timed_out(record, step)
@@ -352,6 +364,18 @@ class TransitionBase:
     def _wait_timer(self, record: StepRecord) -> None:
         raise NotImplementedError  # forward.ForwardTransitions
 
+    def _map_reply(self, record: StepRecord, reply: StepReply) -> None:
+        raise NotImplementedError  # mapping.MapTransitions
+
+    def _map_timed_out(self, record: StepRecord, step: MapStep) -> None:
+        raise NotImplementedError  # mapping.MapTransitions
+
+    def _start_map(self, step: MapStep, attempt: int, base: StepRecord | None) -> None:
+        raise NotImplementedError  # mapping.MapTransitions
+
+    def _start_map_compensation(self, record: StepRecord) -> None:
+        raise NotImplementedError  # mapping.MapTransitions
+
     def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
         raise NotImplementedError  # forward.ForwardTransitions
 
@@ -440,6 +464,20 @@ def _settled(
         # if the workflow unwinds, whatever a later attempt reports (DESIGN Rule 6).
         changes.update(may_have_happened=may_have_happened or record.may_have_happened)
     return record.evolve(**changes)
+
+
+def child_report(queue_url: str, parent: ParentRef, status: str) -> Outgoing:
+    """The message by which child ``parent.index`` reports its terminal ``status`` to its parent's map step."""
+    report = StepReply(
+        workflow_id=parent.workflow_id,
+        step=parent.step,
+        phase=Phase.ACTION,
+        attempt=parent.attempt,
+        outcome=Outcome.SUCCEEDED if status == WorkflowStatus.COMPLETED.value else Outcome.REJECTED,
+        child=parent.index,
+        child_status=status,  # type: ignore[arg-type]  # a terminal status's value
+    )
+    return Outgoing(queue_url=queue_url, body=encode(report))
 
 
 def _output_too_large() -> dict[str, Any]:

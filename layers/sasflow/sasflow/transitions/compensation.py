@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..definition import AnyStep, CallbackStep, WaitStep, render
+from ..definition import AnyStep, CallbackStep, MapStep, WaitStep, render
 from ..limits import MAX_STEP_INPUT_BYTES, json_size
 from ..messages import StepReply
 from ..records import StepRecord
@@ -64,12 +64,20 @@ class CompensationTransitions(TransitionBase):
         for name in reversed(definition.order):
             if name not in self.snapshot.steps:
                 self.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
-        # 2. End the waits and the callbacks: they have nothing to undo, and their answer no longer matters.
+        # 2. End the waits and the callbacks: they have nothing to undo, and their answer no longer matters. End a map
+        #    in flight too: its children are unwound by its compensation (those started may have done something).
         for name in definition.order:
             record = self.snapshot.steps[name]
-            if record.status is StepStatus.PROCESSING and isinstance(definition.step(name), (WaitStep, CallbackStep)):
+            if record.status is not StepStatus.PROCESSING:
+                continue
+            kind = definition.step(name)
+            if isinstance(kind, (WaitStep, CallbackStep)):
                 error = {"code": "UNWOUND", "message": "the workflow unwound while this step waited"}
                 self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=False))
+            elif isinstance(kind, MapStep):
+                error = {"code": "UNWOUND", "message": "the workflow unwound while this map step's children ran"}
+                started = record.map is not None and record.map.launched > 0
+                self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=started))
         steps = self.snapshot.steps
         # 3. Wait while a forward action is in flight: its reply or its timeout decides whether it happened.
         if any(r.status is StepStatus.PROCESSING for r in steps.values()):
@@ -82,7 +90,8 @@ class CompensationTransitions(TransitionBase):
 
         def needs(name: str) -> bool:
             record = steps[name]
-            has_compensation = definition.step(name).compensation is not None
+            kind = definition.step(name)
+            has_compensation = kind.compensation is not None or isinstance(kind, MapStep)
             maybe = record.status is StepStatus.COMPLETED or (
                 record.status is StepStatus.FAILED and record.may_have_happened
             )
@@ -106,6 +115,9 @@ class CompensationTransitions(TransitionBase):
 
     def _dispatch_compensation(self, record: StepRecord, comp_attempt: int, start_at: int, *, delay: int = 0) -> None:
         """Put the compensation of ``record`` in flight; one that cannot be prepared is COMPENSATION_FAILED."""
+        if isinstance(self.definition.step(record.step), MapStep):
+            self._start_map_compensation(record)  # its children unwind (transitions.mapping)
+            return
         step = self.definition.task(record.step)
         compensation = step.compensation
         assert compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are compensated

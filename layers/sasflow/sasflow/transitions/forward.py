@@ -23,7 +23,7 @@ from ..callbacks import (
     nonce_matches,
     task_token,
 )
-from ..definition import MAX_WAIT_SECONDS, AnyStep, CallbackStep, WaitStep, render
+from ..definition import MAX_WAIT_SECONDS, AnyStep, CallbackStep, MapStep, WaitStep, render
 from ..errors import ConditionNotEvaluatedError, PayloadTooLargeError, WaitNotEvaluatedError
 from ..expressions import RenderBudget, evaluate
 from ..limits import MAX_STEP_INPUT_BYTES, json_size
@@ -55,6 +55,7 @@ class ForwardTransitions(TransitionBase):
             return
         if isinstance(step, CallbackStep) and reply.outcome is Outcome.SUCCEEDED:
             return  # the notification went out: the step waits for its callback
+        assert not isinstance(step, MapStep)  # nosec B101 # narrows the type: a map's replies go to transitions.mapping
         running = self.snapshot.workflow.status is WorkflowStatus.RUNNING
         if reply.outcome is Outcome.SUCCEEDED and self.oversized:
             # The action happened, but its output cannot be kept for the steps after it: fail it and undo it.
@@ -86,6 +87,7 @@ class ForwardTransitions(TransitionBase):
         if isinstance(step, WaitStep):
             self._resume_wait(record, by_supervisor=True)  # its time is past: the supervisor resumes it
             return
+        assert not isinstance(step, MapStep)  # nosec B101 # narrows the type: handle_overdue routes maps elsewhere
         if self.snapshot.workflow.status is WorkflowStatus.RUNNING and record.attempts_used < step.retry.max_attempts:
             self.history.resent(step.name, Phase.ACTION, record.attempt)
             self._dispatch_forward(step, record.attempt + 1, self.now, base=record.evolve(resends=record.resends + 1))
@@ -337,6 +339,9 @@ class ForwardTransitions(TransitionBase):
             return
         if isinstance(step, CallbackStep):
             self._issue_token(step, attempt, start_at, base, delay)
+            return
+        if isinstance(step, MapStep):
+            self._start_map(step, attempt, base)
             return
         complete_by = start_at + step.timeout_seconds
         record = (base or StepRecord(step=step.name, status=StepStatus.PENDING)).evolve(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..definition import AnyStep
+from ..definition import AnyStep, MapStep
 from ..errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError
 from ..history import decode
 from ..records import StepRecord
@@ -142,6 +142,11 @@ class OperatorTransitions(TransitionBase):
         record = self._held_failed_step(step)
         self._refuse_unless(not self.snapshot.workflow.paused, "workflow is paused: resume it, then retry the step")
         definition = self.definition.step(record.step)
+        self._refuse_unless(
+            not isinstance(definition, MapStep),
+            f"step {record.step} is a map step: its children ran as workflows of their own; skip it (with the "
+            "output its later steps need) or compensate the workflow",
+        )
         self._audit("retry", principal, reason, action_id, record.step)
         base = record.evolve(
             attempt_base=record.attempt,
