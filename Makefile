@@ -10,6 +10,7 @@
 #   make build        sam build (no container) -> .aws-sam/build
 #   make run | up     the local stack (python -m devstack run | up); pass extra args with ARGS="..."
 #   make load         1,000 trip bookings under faults on the local stack, checked (python -m devstack load)
+#   make map          one workflow with a map step of 10,000 children on the local stack, checked
 #   make fuzz         schemathesis against the local API's /openapi.json, >= 2,000 cases (tools/fuzz.py)
 #   make sim          deterministic fault-injection simulation, >= 10,000 workflows (python -m simulation)
 #   make bench        cost per step vs Step Functions, requests vs the minimum, sweep, throughput, cold start
@@ -72,7 +73,7 @@ PYTEST_TIMEOUT ?= 1200
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: help venv sam-venv checkov-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up lock \
+.PHONY: help venv sam-venv checkov-venv lint fmt typecheck cfn-lint sam-validate pytest test build run up map lock \
 	lock-dev lock-sam lock-checkov clean distclean
 
 help:
@@ -253,6 +254,10 @@ load: venv
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" \
 		timeout --foreground --kill-after=30 $$(( $(LOAD_TIME_LIMIT) + 180 )) \
 		$(PY) -m devstack load --time-limit $(LOAD_TIME_LIMIT) $(ARGS)
+
+# One workflow with a map step of 10,000 children on the local stack, checked (python -m devstack map).
+map: venv template
+	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack map $(ARGS)
 
 # --------------------------------------------------------------------------------------------- maintenance
 # Re-resolve requirements in throw-away venvs (no constraints) and record every transitive pin.

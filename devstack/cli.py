@@ -318,6 +318,23 @@ def load(
     raise typer.Exit(result.exit_code)
 
 
+@app.command("map")
+def map_run(
+    items: Annotated[
+        int, typer.Option(help="Items of the map step: one child workflow each.", min=1, max=10_000)
+    ] = 10_000,
+    concurrency: Annotated[int, typer.Option(help="The map step's max_concurrency.", min=1, max=1_000)] = 500,
+    time_limit: Annotated[float, typer.Option(help="Wall-clock limit of the run (seconds).", min=30.0)] = 3600.0,
+) -> None:
+    """Run one workflow with a map step of ITEMS children on the local stack; check it (exit 1 on a failure)."""
+    from devstack.fanout import render, run_map
+
+    result = run_map(items, concurrency, time_limit, console)
+    render(result, console)
+    gc.freeze()
+    raise typer.Exit(1 if result.problems else 0)
+
+
 def main() -> None:
     """Entry point of ``python -m devstack``."""
     app()
