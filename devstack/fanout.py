@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import time
-from random import Random
 from dataclasses import dataclass, field
+from random import Random
 from typing import Any
 
 import urllib3
