@@ -51,8 +51,8 @@ def map_definition(concurrency: int) -> dict[str, Any]:
     return {
         "name": "charge-every-order",
         "steps": [
-            {"name": "reserve_flight", "agent": "flights", "action": "reserve", "input": {"traveller.$": "input.traveller"},
-             "compensation": {"action": "cancel_reservation"}},
+            {"name": "reserve_flight", "agent": "flights", "action": "reserve",
+             "input": {"traveller.$": "input.traveller"}, "compensation": {"action": "cancel_reservation"}},
             {"name": "charge_orders", "type": "map", "items": "input.orders", "definition": CHILD,
              "max_concurrency": concurrency, "timeout_seconds": 600},
             {"name": "book_hotel", "agent": "hotels", "action": "book", "input": {"traveller.$": "input.traveller"},
