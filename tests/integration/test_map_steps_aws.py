@@ -1,0 +1,88 @@
+"""A map step through the real handlers on moto: children stored as workflows, reports, collection, the view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore
+from sasflow.fanout import MapProgress, child_id
+from tests.integration.conftest import Deployed
+
+CHILD = {
+    "name": "charge-one",
+    "steps": [
+        {
+            "name": "charge",
+            "agent": "payments",
+            "action": "charge",
+            "input": {"amount.$": "input.item", "currency": "EUR"},
+            "compensation": {"action": "refund", "input": {"amount.$": "input.item"}},
+        }
+    ],
+}
+
+
+def body(orders: list[Any], **options: Any) -> dict[str, Any]:
+    return {
+        "definition": {
+            "name": "charge-orders",
+            "steps": [{"name": "charge_all", "type": "map", "items": "input.orders", "definition": CHILD, **options}],
+        },
+        "input": {"orders": orders},
+    }
+
+
+def store(deployed: Deployed) -> DynamoDBStateStore:
+    return DynamoDBStateStore(deployed.physical["StateTable"], boto3.client("dynamodb"))
+
+
+def test_a_map_of_twelve_completes_through_the_handlers_with_every_child_a_workflow(deployed: Deployed) -> None:
+    status, started = deployed.api("POST", "/workflows", body([10 * i for i in range(12)], max_concurrency=5))
+    assert status == 201
+    wid = started["workflow_id"]
+    deployed.pump()
+    status, view = deployed.api("GET", f"/workflows/{wid}")
+    assert status == 200 and view["status"] == "COMPLETED"
+    step = view["steps"][0]
+    assert step["type"] == "map"
+    assert step["children"] == {
+        "total": 12, "started": 12, "ended": 12, "failed": 0, "unwound": None, "id_prefix": f"{wid}:0:",
+    }  # fmt: skip
+    output = step["output"]
+    assert (output["total"], output["succeeded"], output["failed"]) == (12, 12, 0)
+    assert [r["service"] for r in output["results"]] == ["payments"] * 12
+    # the children: workflows of their own, read back with BatchGetItem, owned by the caller
+    children = store(deployed).load_many([child_id(wid, 0, i) for i in range(13)])
+    assert sorted(children) == sorted(child_id(wid, 0, i) for i in range(12))
+    assert {c.workflow.status.value for c in children.values()} == {"COMPLETED"}
+    assert [children[child_id(wid, 0, i)].workflow.input for i in range(12)] == [
+        {"item": 10 * i, "index": i} for i in range(12)
+    ]
+    parent = children[child_id(wid, 0, 3)].workflow.parent
+    assert parent is not None and (parent.workflow_id, parent.step, parent.index) == (wid, "charge_all", 3)
+    status, child_view = deployed.api("GET", f"/workflows/{child_id(wid, 0, 3)}")
+    assert status == 200 and child_view["input"] == {"item": 30, "index": 3}
+    assert sorted(deployed.remote["payments"].service.effects().values()) == [1] * 12
+    # the parent's item holds counters: the map progress round-trips through DynamoDB
+    snapshot = store(deployed).load(wid)
+    assert snapshot is not None and snapshot.steps["charge_all"].map == MapProgress(total=12, launched=12, low=12)
+
+
+def test_a_cancelled_map_cancels_its_children_through_the_handlers(deployed: Deployed) -> None:
+    status, started = deployed.api("POST", "/workflows", body([1, 2, 3, 4], max_concurrency=2))
+    wid = started["workflow_id"]
+    deployed.driver("SchedulerFunction").deliver()  # the map's tick starts two children
+    status, _ = deployed.api("POST", f"/workflows/{wid}/cancel", {"reason": "changed my mind"})
+    assert status == 202
+    deployed.pump()
+    status, view = deployed.api("GET", f"/workflows/{wid}")
+    assert view["status"] == "CANCELLED"
+    assert view["steps"][0]["children"]["unwound"] == 2
+    children = store(deployed).load_many([child_id(wid, 0, i) for i in range(4)])
+    assert sorted(children) == [child_id(wid, 0, 0), child_id(wid, 0, 1)]
+    assert {c.workflow.status.value for c in children.values()} <= {"CANCELLED", "COMPENSATED"}
+    effects = deployed.remote["payments"].service.effects()
+    undone = deployed.remote["payments"].service.compensations()
+    assert set(undone) == set(effects)  # every charge that happened was refunded
