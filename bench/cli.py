@@ -73,7 +73,7 @@ def bench(
     throughput_workflows: Annotated[int, typer.Option(help="Workflows of the local-stack throughput run.")] = 60,
     cold_start_repeats: Annotated[int, typer.Option(help="Fresh interpreters per handler (best of).")] = 5,
     only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
-    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3).")] = "",
+    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S5).")] = "",
     write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
 ) -> None:
     """Run the bench and print the table."""

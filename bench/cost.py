@@ -405,7 +405,7 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
         table.append(Row(f"{name} Step Functions Express", f"cannot run: {express['cannot_run']}"))
     table += [
         Row.with_ratio(
-            f"{name} $ per 1M workflows ({result.scenario.steps} steps)",
+            f"{name} $ per 1M workflows ({len(result.definition['steps'])} steps)",
             data["ours_per_workflow"] * per_million,
             data["anchor_per_workflow"] * per_million,
             data["ours_per_workflow"] / data["anchor_per_workflow"],

@@ -29,6 +29,7 @@ import json
 import logging
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,8 @@ from bench.asl import DEFAULT_COMPENSATION_ATTEMPTS, DEFAULT_MAX_ATTEMPTS, StepO
 
 #: Real seconds to wait for one execution in the runner.
 RUN_TIMEOUT_SECONDS = 120
+#: Runners at once (they mostly sleep through their retries' delays).
+PARALLEL_RUNS = 8
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,16 @@ class _Script:
     def __init__(self) -> None:
         self.calls: Counter[tuple[str, str, str]] = Counter()
         self.plans: dict[str, tuple[StepPlan, ...]] = {}
+        self.notified: dict[str, str] = {}
         self.lock = threading.Lock()
+
+    def reset(self, workflow: str, plans: tuple[StepPlan, ...]) -> None:
+        """Start ``workflow`` over with ``plans``: no call made yet."""
+        with self.lock:
+            self.plans[workflow] = plans
+            self.notified.pop(workflow, None)
+            for key in [key for key in self.calls if key[0] == workflow]:
+                del self.calls[key]
 
     def call(self, workflow: str, step: str, phase: str) -> dict[str, Any]:
         plan = next(p for p in self.plans[workflow] if p.name == step)
@@ -196,13 +208,12 @@ def trip_saga(event: dict[str, Any], context: DurableContext) -> dict[str, Any]:
 
 
 def _notifier(workflow: str) -> Any:
+    """The submitter: hands the callback id to whoever answers it (here the runner's caller, `run_plans`)."""
+
     def notify(callback_id: str, _context: Any) -> None:
-        _PENDING_CALLBACKS.append(callback_id)
+        _SCRIPT.notified[workflow] = callback_id
 
     return notify
-
-
-_PENDING_CALLBACKS: list[str] = []
 
 
 def plans_for(definition: dict[str, Any], observed: dict[str, StepObservation]) -> tuple[StepPlan, ...]:
@@ -243,9 +254,7 @@ def run_plans(plans: tuple[StepPlan, ...], workflow_input: dict[str, Any], *, wo
     # The SDK logs every failed attempt with its traceback; the planned failures are not news.
     logging.getLogger("aws_durable_execution_sdk_python").setLevel(logging.CRITICAL)
     logging.getLogger("aws_durable_execution_sdk_python_testing").setLevel(logging.CRITICAL)
-    _PENDING_CALLBACKS.clear()
-    _SCRIPT.plans[workflow] = plans
-    _SCRIPT.calls.clear()
+    _SCRIPT.reset(workflow, plans)
     event = {"workflow": workflow, **workflow_input}
     with DurableFunctionTestRunner(handler=trip_saga, skip_time=False, poll_interval=0.01) as runner:
         arn = runner.run_async(input=json.dumps(event), execution_timeout=RUN_TIMEOUT_SECONDS)
@@ -308,11 +317,16 @@ def durable_counts(
         had it), so results.json carries what each figure is made of.
     """
     by_plan: Counter[tuple[StepPlan, ...]] = Counter(plans_for(definition, observed) for observed in workflows.values())
+    ordered = sorted(by_plan.items(), key=lambda item: -item[1])
+    # Each retry waits a real second in the runner (the SDK's least delay): the plans run side by side.
+    with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+        runs = list(
+            pool.map(lambda item: run_plans(item[1][0], workflow_input, workflow=f"w-{item[0]}"), enumerate(ordered))
+        )
     totals = Counter[str]()
     statuses: Counter[str] = Counter()
     per_plan = []
-    for plans, weight in sorted(by_plan.items(), key=lambda item: -item[1]):
-        counts = run_plans(plans, workflow_input)
+    for (plans, weight), counts in zip(ordered, runs, strict=True):
         for key in ("executions", "operations", "retries", "bytes_written", "invocations"):
             totals[key] += getattr(counts, key) * weight
         for status, n in counts.statuses.items():
