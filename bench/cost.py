@@ -22,7 +22,9 @@ Definitions (printed with the table, so a reader can recompute any figure from t
   walk (ExecutionStarted/Succeeded or Failed; per Task state TaskStateEntered, per attempt TaskScheduled,
   TaskStarted and TaskSucceeded or TaskFailed, TaskStateExited; FailStateEntered), each the JSON line of
   `express_log_event`, at $0.50 per GB (GiB here, which can only make the anchor cheaper). Express cannot run a
-  workflow over 5 minutes or with a callback (``.waitForTaskToken``): such a scenario gets a "cannot run" row.
+  workflow over 5 minutes or with a callback (``.waitForTaskToken``): such a scenario gets a "cannot run" row. A
+  lost invocation is billed as one more attempt at the same latency, not as the Task's timeout it would wait
+  (which can only make the anchor cheaper).
 - **Lambda durable functions** run the same saga (`bench.durable_saga`, the SDK's local testing runner):
   ``operations * $8/1M + bytes written * $0.25/GiB + invocations * $0.20/1M`` (the function's own Lambda requests:
   its first invocation and every replay). Its Lambda GB-seconds are left out: while a step runs they are the remote

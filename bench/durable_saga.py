@@ -7,7 +7,8 @@ step hands the callback id to the notifier, as our ``notify`` and Step Functions
 when a step is rejected or given up, one ``context.step`` per compensation, in reverse order.
 
 The remote services are a script: for each step, how many calls the service received in our run and how the last
-one ended (`StepPlan`), so the durable function makes exactly the calls our run made. `run_plans` runs the function
+one ended (`StepPlan`), so the durable function makes exactly the calls our run made (an invocation of ours lost
+before its call is one more failed attempt there, retried like a transient error). `run_plans` runs the function
 with ``DurableFunctionTestRunner`` (real clock: the runner's skip clock fires the execution timeout while a
 callback waits) and reads what the runner recorded in the execution's history:
 
