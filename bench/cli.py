@@ -25,6 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS_MD = ROOT / "bench" / "results.md"
 RESULTS_JSON = ROOT / "bench" / "results.json"
 
+RECOMPUTE = """\
+How to recompute a figure by hand from `bench/results.json` (`scenarios.<S>`; per 1M steps: divide by `steps_run`
+and multiply by 10^6):
+
+- Step Functions Standard: `step_functions_transitions * 0.025 / 1000`.
+- Step Functions Express: `express.requests * 1.00 / 1e6 + express.gb_seconds * 0.00001667`; with logging, plus
+  `express.log_bytes * 0.50 / 2**30`. `express.remote_latency_seconds` is the latency each Task attempt is billed
+  for; `express.cannot_run` says why a scenario has no Express figure.
+- Lambda durable functions: `durable.operations * 8.00 / 1e6 + durable.bytes_written * 0.25 / 2**30 +
+  durable.invocations * 0.20 / 1e6` (`durable.by_plan`: each distinct plan the SDK's runner ran, its counts and how
+  many workflows had it).
+- Ours: `ours_dollars.total` (its lines are in `ours_dollars`).
+- Per-step overhead (`throughput.latency`, seconds): `p50`, `p95` and `calls_p50`, `calls_p95` (the same calls back
+  to back) of each path; `throughput.batching_windows` are the template's windows by function."""
+
 app = typer.Typer(add_completion=False, help="Cost and scale of sasflow, measured side by side with Step Functions.")
 console = Console(soft_wrap=True)
 
@@ -73,7 +88,7 @@ def bench(
     throughput_workflows: Annotated[int, typer.Option(help="Workflows of the local-stack throughput run.")] = 60,
     cold_start_repeats: Annotated[int, typer.Option(help="Fresh interpreters per handler (best of).")] = 5,
     only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
-    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3).")] = "",
+    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S5).")] = "",
     write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
 ) -> None:
     """Run the bench and print the table."""
@@ -140,7 +155,9 @@ def _results_markdown(header: str, table: str) -> str:
             (cost.__doc__ or "").strip(),
             "",
             "Raw counts (requests by service and operation, WRU/RRU, SQS chunks, Lambda milliseconds, Step Functions "
-            "transitions) are in `bench/results.json`.",
+            "transitions, the Express and durable-functions counts) are in `bench/results.json`.",
+            "",
+            RECOMPUTE,
             "",
         ]
     )

@@ -1,4 +1,5 @@
-"""Cost per step of S1/S2/S3, side by side with Step Functions Standard, and requests per step against the minimum.
+"""Cost per step of S1/S2/S3/S5, side by side with Step Functions Standard and Express and with Lambda durable
+functions, and requests per step against the minimum.
 
 Definitions (printed with the table, so a reader can recompute any figure from the raw counts in results.json):
 
@@ -12,6 +13,25 @@ Definitions (printed with the table, so a reader can recompute any figure from t
   sides: the agents' own Lambda invocations, compute and logs.
 - **Step Functions' cost** is the transitions of the ASL in `bench.asl` walked with the same outcomes, at
   $0.025 per 1,000.
+- **Step Functions Express** runs the same ASL: one request per workflow, plus its duration billed in 100 ms
+  increments at one 64 MB block (50 MB + the definition + the execution data, well under 64 MB for these sagas),
+  the duration being each Task attempt at a remote latency of `EXPRESS_REMOTE_LATENCY_SECONDS` (0.1 s, printed in
+  the row) plus the Retry intervals the walk waited: ``requests * $1/1M + GB-seconds * $0.00001667`` where
+  ``GB-seconds = sum over workflows of ceil(duration / 0.1) * 0.1 * 64 / 1024``. **With logging** adds the
+  execution history Express writes to CloudWatch Logs (log level ALL, without execution data): the events of the
+  walk (ExecutionStarted/Succeeded or Failed; per Task state TaskStateEntered, per attempt TaskScheduled,
+  TaskStarted and TaskSucceeded or TaskFailed, TaskStateExited; FailStateEntered), each the JSON line of
+  `express_log_event`, at $0.50 per GB (GiB here, which can only make the anchor cheaper). Express cannot run a
+  workflow over 5 minutes or with a callback (``.waitForTaskToken``): such a scenario gets a "cannot run" row. A
+  lost invocation is billed as one more attempt at the same latency, not as the Task's timeout it would wait
+  (which can only make the anchor cheaper).
+- **Lambda durable functions** run the same saga (`bench.durable_saga`, the SDK's local testing runner):
+  ``operations * $8/1M + bytes written * $0.25/GiB + invocations * $0.20/1M`` (the function's own Lambda requests:
+  its first invocation and every replay). Its Lambda GB-seconds are left out: while a step runs they are the remote
+  call's time, which is the agents' compute, left out for us and for Step Functions too.
+- **Step Functions Distributed Map** (the anchor S4 plugs its counts into, `distributed_map_anchor`): one transition
+  per child workflow started, plus each Standard child's own transitions; the Express-children figure is given
+  for reference.
 - **Minimal requests per step**: 2 state writes (dispatch, completion) + 2 idempotency writes (claim,
   result) + send, receive and delete of the request and of the reply, each amortised by the mean batch size that
   operation had in the same run: ``4 + 2/b_send + 2/b_receive + 2/b_delete``. **Actual** is every DynamoDB and
@@ -20,16 +40,233 @@ Definitions (printed with the table, so a reader can recompute any figure from t
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from bench import prices
 from bench.accounting import bill
-from bench.asl import StepObservation, count_transitions, saga_asl
+from bench.asl import StateVisit, StepObservation, count_transitions, saga_asl, walk
 from bench.report import Row
 from bench.scenarios import ScenarioResult, engine_functions
 
-COST_TARGET = 0.20
+#: Our cost per step over Step Functions Standard's, at most (by scenario).
+COST_TARGETS = {"S1": 0.17, "S2": 0.20}
+#: Our cost per step over Lambda durable functions', at most (by scenario).
+DURABLE_TARGETS = {"S1": 0.50}
 REQUEST_TARGET = 1.25
+#: The remote service's latency per Task attempt an Express workflow is billed for (seconds, stated in the row).
+EXPRESS_REMOTE_LATENCY_SECONDS = 0.1
+_GIB = 1024**3
+#: Step Functions' largest execution data (256 KiB): the memory estimate uses it, and is still one 64 MB block.
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+
+# ---------------------------------------------------------------------------------------------------- Express
+def express_log_event(event_type: str, event_id: int, details: dict[str, Any]) -> str:
+    """One execution-history event as Express writes it to CloudWatch Logs (level ALL, no execution data).
+
+    The shape is the one of the Step Functions developer guide, "Logging in CloudWatch Logs" (``id``, ``type``,
+    ``details``, ``previous_event_id``, ``event_timestamp``, ``execution_arn``), with an ARN of the lengths AWS uses.
+    """
+    arn = (
+        "arn:aws:states:us-east-1:123456789012:express:trip-booking:"
+        "4b1f3c0e-6a53-4f2e-9c1d-2f6f0b8a7e11:9a0d7c52-1b3e-4c89-8f10-6d2e5a4b3c21"
+    )
+    return json.dumps(
+        {
+            "id": str(event_id),
+            "type": event_type,
+            "details": details,
+            "previous_event_id": str(event_id - 1),
+            "event_timestamp": "1764619200123",
+            "execution_arn": arn,
+        },
+        separators=(",", ":"),
+    )
+
+
+def express_log_events(visits: list[StateVisit], failed: bool) -> list[str]:
+    """The CloudWatch Logs lines of one Express execution that entered ``visits`` (see `express_log_event`)."""
+    role = "arn:aws:iam::123456789012:role/trip-booking-express"
+    events: list[tuple[str, dict[str, Any]]] = [("ExecutionStarted", {"roleArn": role})]
+    for visit in visits:
+        if visit.type == "Fail":
+            events.append(("FailStateEntered", {"name": visit.name}))
+            continue
+        events.append(("TaskStateEntered", {"name": visit.name}))
+        resource: dict[str, Any] = {"resourceType": "lambda", "resource": "invoke", "region": "us-east-1"}
+        for attempt in range(visit.attempts):
+            events.append(("TaskScheduled", {**resource, "timeoutInSeconds": 30}))
+            events.append(("TaskStarted", resource))
+            last = attempt + 1 == visit.attempts
+            if last and visit.outcome == "ok":
+                events.append(("TaskSucceeded", resource))
+            else:
+                events.append(("TaskFailed", {**resource, "error": "Remote.Transient"}))
+        events.append(("TaskStateExited", {"name": visit.name}))
+    events.append(("ExecutionFailed" if failed else "ExecutionSucceeded", {}))
+    return [express_log_event(kind, index + 1, details) for index, (kind, details) in enumerate(events)]
+
+
+def express_duration_seconds(visits: list[StateVisit], latency_seconds: float) -> float:
+    """An Express execution's duration: each Task attempt at ``latency_seconds`` plus the Retry intervals waited."""
+    tasks = [visit for visit in visits if visit.type == "Task"]
+    return sum(visit.attempts * latency_seconds + sum(visit.retry_intervals) for visit in tasks)
+
+
+def express_billed_gb_seconds(duration_seconds: float, memory_bytes: int) -> float:
+    """GB-seconds billed for one execution: duration rounded up to 100 ms, memory in 64 MB blocks.
+
+    ``memory_bytes`` is the definition's and the execution data's size, on top of the 50 MB base of the AWS Step
+    Functions pricing page's estimate (example 3).
+    """
+    increment = prices.EXPRESS_DURATION_ROUNDING_SECONDS
+    billed_seconds = math.ceil(round(duration_seconds / increment, 9)) * increment
+    memory_mb = prices.EXPRESS_BASE_MEMORY_MB + memory_bytes / (1024 * 1024)
+    blocks = math.ceil(memory_mb / prices.EXPRESS_MEMORY_BLOCK_MB)
+    return billed_seconds * blocks * prices.EXPRESS_MEMORY_BLOCK_MB / 1024
+
+
+def express_dollars(requests: int, gb_seconds: float, log_bytes: int = 0) -> float:
+    """Express's bill: ``requests * $1/1M + gb_seconds * $0.00001667``, plus ``log_bytes`` of CloudWatch Logs."""
+    return (
+        requests * prices.EXPRESS_PER_REQUEST
+        + gb_seconds * prices.EXPRESS_PER_GB_SECOND
+        + log_bytes * prices.CLOUDWATCH_LOGS_PER_BYTE * 1_000_000_000 / _GIB
+    )
+
+
+def express_anchor(result: ScenarioResult, latency_seconds: float = EXPRESS_REMOTE_LATENCY_SECONDS) -> dict[str, Any]:
+    """The raw counts and dollars of the scenario run as Step Functions Express workflows.
+
+    Returns a dict with ``can_run`` (False, with ``cannot_run`` saying why, for a callback step or a workflow over
+    5 minutes), ``requests``, ``gb_seconds``, ``log_events``, ``log_bytes``, ``dollars`` and
+    ``dollars_with_logging``.
+    """
+    asl = saga_asl(result.definition)
+    reasons = []
+    if any(step.get("type") == "callback" for step in result.definition["steps"]):
+        reasons.append("callback step: Express does not support .waitForTaskToken")
+    definition_bytes = len(json.dumps(asl).encode())
+    requests = 0
+    gb_seconds = 0.0
+    log_events = 0
+    log_bytes = 0
+    over_limit = 0
+    longest = 0.0
+    for workflow_id in result.facts:
+        visits = walk(asl, observations(result, workflow_id))
+        duration = express_duration_seconds(visits, latency_seconds)
+        longest = max(longest, duration)
+        over_limit += duration > prices.EXPRESS_MAX_SECONDS
+        requests += 1
+        gb_seconds += express_billed_gb_seconds(duration, definition_bytes + MAX_PAYLOAD_BYTES)
+        lines = express_log_events(visits, failed=visits[-1].type == "Fail")
+        log_events += len(lines)
+        log_bytes += sum(len(line) + 1 for line in lines)
+    if over_limit:
+        reasons.append(f"{over_limit} workflows over 5 minutes")
+    dollars = express_dollars(requests, gb_seconds)
+    return {
+        "can_run": not reasons,
+        "cannot_run": "; ".join(reasons),
+        "remote_latency_seconds": latency_seconds,
+        "requests": requests,
+        "gb_seconds": gb_seconds,
+        "memory_block_mb": prices.EXPRESS_MEMORY_BLOCK_MB,
+        "definition_bytes": definition_bytes,
+        "longest_duration_seconds": longest,
+        "log_events": log_events,
+        "log_bytes": log_bytes,
+        "dollars": dollars,
+        "dollars_with_logging": express_dollars(requests, gb_seconds, log_bytes),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- durable functions
+def durable_dollars(operations: int, bytes_written: int, invocations: int) -> float:
+    """Lambda durable functions' bill: ``operations * $8/1M + bytes_written * $0.25/GiB + invocations * $0.20/1M``.
+
+    Data retained (per GB-month) and the function's GB-seconds are left out (see the module's definitions).
+    """
+    return (
+        operations * prices.DURABLE_PER_OPERATION
+        + bytes_written * prices.DURABLE_PER_BYTE_WRITTEN * 1_000_000_000 / _GIB
+        + invocations * prices.LAMBDA_PER_REQUEST
+    )
+
+
+def durable_anchor(result: ScenarioResult) -> dict[str, Any]:
+    """The scenario's saga run as a Lambda durable function by the SDK's local testing runner: counts and dollars."""
+    from bench.durable_saga import durable_counts
+
+    workflows = {workflow_id: observations(result, workflow_id) for workflow_id in result.facts}
+    sample_input = {"traveller": "t-0", "route": "LHR-JFK", "nights": 1, "amount": 100}
+    counts = durable_counts(result.definition, workflows, sample_input)
+    total = counts["total"]
+    return {
+        **total,
+        "dollars": durable_dollars(total["operations"], total["bytes_written"], total["invocations"]),
+        "by_plan": counts["plans"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- Distributed Map
+def distributed_map_anchor(
+    items: int,
+    child_transitions_per_item: float,
+    *,
+    parent_transitions: int = 0,
+    express_child_seconds: float = EXPRESS_REMOTE_LATENCY_SECONDS,
+    express_child_memory_bytes: int = 0,
+) -> dict[str, Any]:
+    """Step Functions' bill for a Distributed Map over ``items`` items (the anchor of S4's cost per item).
+
+    Parameters
+    ----------
+    items:
+        Child workflow executions the Map Run starts (one per item, no batching).
+    child_transitions_per_item:
+        Transitions of one child workflow when it is a Standard workflow (from `bench.asl`'s walk of the item's
+        steps: 1 for a single Task that succeeds first time).
+    parent_transitions:
+        The parent's other transitions (the Map state's own entry and the states around it), if any.
+    express_child_seconds, express_child_memory_bytes:
+        Duration and data of one child as an Express workflow, for the reference figure.
+
+    Returns
+    -------
+    dict
+        ``standard_children`` (the priced anchor: ``parent_transitions + items * (1 + child_transitions_per_item)``
+        transitions at $0.025 per 1,000), ``express_children`` (``parent_transitions + items`` transitions, plus
+        ``items`` Express requests and their GB-seconds), each with its raw counts, and the per-item dollars.
+
+    Source: AWS Step Functions developer guide, "Transitions": a Distributed Map is charged one state transition for
+    each child workflow execution it starts; the children are billed as their workflow type.
+    """
+    if items <= 0:
+        raise ValueError(f"items must be positive, not {items}")
+    map_run = items * prices.DISTRIBUTED_MAP_TRANSITIONS_PER_CHILD
+    standard_transitions = parent_transitions + map_run + items * child_transitions_per_item
+    standard = standard_transitions * prices.STEP_FUNCTIONS_PER_TRANSITION
+    gb_seconds = items * express_billed_gb_seconds(express_child_seconds, express_child_memory_bytes)
+    express = (parent_transitions + map_run) * prices.STEP_FUNCTIONS_PER_TRANSITION + express_dollars(items, gb_seconds)
+    return {
+        "items": items,
+        "standard_children": {
+            "transitions": standard_transitions,
+            "dollars": standard,
+            "dollars_per_item": standard / items,
+        },
+        "express_children": {
+            "transitions": parent_transitions + map_run,
+            "requests": items,
+            "gb_seconds": gb_seconds,
+            "dollars": express,
+            "dollars_per_item": express / items,
+        },
+    }
 
 
 def observations(result: ScenarioResult, workflow_id: str) -> dict[str, StepObservation]:
@@ -88,7 +325,14 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
         + usage.billed_by_function[(supervisor, "sqs_requests")] * prices.SQS_PER_REQUEST
         + empty_poll_dollars
     )
+    express = express_anchor(result)
+    durable = durable_anchor(result)
     return {
+        "express": express,
+        "durable": durable,
+        "express_per_step": express["dollars"] / steps,
+        "express_logged_per_step": express["dollars_with_logging"] / steps,
+        "durable_per_step": durable["dollars"] / steps,
         "scenario": result.scenario.name,
         "title": result.scenario.title,
         "workflows": result.workflows,
@@ -122,18 +366,48 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
     """The table rows of one scenario."""
     name = result.scenario.name
     per_million = 1_000_000
-    cost_target = COST_TARGET if name in ("S1", "S2") else None
     request_target = REQUEST_TARGET if name in ("S1", "S3") else None
-    return [
+    ours = data["ours_per_step"]
+    table = [
         Row.with_ratio(
             f"{name} orchestration $ per 1M steps (anchor: Step Functions Standard)",
-            data["ours_per_step"] * per_million,
+            ours * per_million,
             data["anchor_per_step"] * per_million,
-            data["ours_per_step"] / data["anchor_per_step"],
-            at_most=cost_target,
+            ours / data["anchor_per_step"],
+            at_most=COST_TARGETS.get(name),
         ),
         Row.with_ratio(
-            f"{name} $ per 1M workflows ({result.scenario.steps} steps)",
+            f"{name} orchestration $ per 1M steps (anchor: Lambda durable functions, "
+            f"{data['durable']['operations']:,} operations by its local runner)",
+            ours * per_million,
+            data["durable_per_step"] * per_million,
+            ours / data["durable_per_step"],
+            at_most=DURABLE_TARGETS.get(name),
+        ),
+    ]
+    express = data["express"]
+    if express["can_run"]:
+        latency = f"{express['remote_latency_seconds'] * 1000:g} ms"
+        table += [
+            Row.with_ratio(
+                f"{name} orchestration $ per 1M steps (anchor: Step Functions Express, {latency} per call, no logging)",
+                ours * per_million,
+                data["express_per_step"] * per_million,
+                ours / data["express_per_step"],
+            ),
+            Row.with_ratio(
+                f"{name} orchestration $ per 1M steps (anchor: Step Functions Express, {latency} per call, "
+                "execution history to CloudWatch Logs)",
+                ours * per_million,
+                data["express_logged_per_step"] * per_million,
+                ours / data["express_logged_per_step"],
+            ),
+        ]
+    else:
+        table.append(Row(f"{name} Step Functions Express", f"cannot run: {express['cannot_run']}"))
+    table += [
+        Row.with_ratio(
+            f"{name} $ per 1M workflows ({len(result.definition['steps'])} steps)",
             data["ours_per_workflow"] * per_million,
             data["anchor_per_workflow"] * per_million,
             data["ours_per_workflow"] / data["anchor_per_workflow"],
@@ -154,3 +428,4 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
             at_most=request_target,
         ),
     ]
+    return table

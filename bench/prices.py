@@ -8,6 +8,21 @@ Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29:
   payload is billed as one request.
 - Amazon API Gateway pricing: HTTP APIs $1.00 per 1M requests (first 300M), REST APIs $3.50 per 1M.
 - AWS Step Functions pricing, Standard workflows: $0.025 per 1,000 state transitions (retries are transitions too).
+- AWS Step Functions pricing, Express workflows: $1.00 per 1M requests (each execution started) and duration at
+  $0.00001667 per GB-second for the first 1,000 GB-hours a month ($0.06 per GB-hour), "calculated from the time your
+  workflow begins executing until it completes or otherwise terminates, rounded up to the nearest 100ms, and the
+  amount of memory used in the execution of your workflow, billed in 64-MB chunks"; memory used is estimated as
+  "50 MB + state machine definition size + execution data size" (pricing example 3), so a saga of a few KB is one
+  64 MB chunk. An Express workflow runs at most 5 minutes and does not support ``.waitForTaskToken`` (Step Functions
+  developer guide, "Choosing workflow type"); its execution history is kept only in CloudWatch Logs, at the Logs
+  ingestion price below.
+- AWS Step Functions developer guide, "Transitions", Distributed Map: "you're charged one state transition for each
+  child workflow execution that the Distributed Map state starts"; the child workflows are billed as their type
+  (Standard: their own transitions; Express: requests and duration).
+- AWS Lambda pricing, durable functions: $8.00 per 1M durable operations (each step, wait, callback and retry
+  attempt), $0.25 per GB of data written by durable operations (which is what makes "about $8.25 per million steps
+  with 1 KB checkpoints"), and data retained per GB-month (left out here, as our DynamoDB storage is). The durable
+  function's own invocations (the first and every replay) are Lambda requests.
 - Amazon EventBridge: scheduled rules invoke their targets at no charge (the supervisor's Lambda time is billed).
 - Amazon CloudWatch pricing, Logs: $0.50 per GB ingested (Standard log class; counted as 10^9 bytes, which can only
   overstate it). Lambda's own START/END/REPORT lines are not written (template: SystemLogLevel WARN).
@@ -33,3 +48,12 @@ REST_API_PER_REQUEST: Final = 3.50 / 1_000_000
 STEP_FUNCTIONS_PER_TRANSITION: Final = 0.025 / 1_000
 EVENTBRIDGE_SCHEDULED_INVOCATION: Final = 0.0
 CLOUDWATCH_LOGS_PER_BYTE: Final = 0.50 / 1_000_000_000
+EXPRESS_PER_REQUEST: Final = 1.00 / 1_000_000
+EXPRESS_PER_GB_SECOND: Final = 0.00001667
+EXPRESS_MEMORY_BLOCK_MB: Final = 64
+EXPRESS_BASE_MEMORY_MB: Final = 50
+EXPRESS_DURATION_ROUNDING_SECONDS: Final = 0.1
+EXPRESS_MAX_SECONDS: Final = 300
+DISTRIBUTED_MAP_TRANSITIONS_PER_CHILD: Final = 1
+DURABLE_PER_OPERATION: Final = 8.00 / 1_000_000
+DURABLE_PER_BYTE_WRITTEN: Final = 0.25 / 1_000_000_000

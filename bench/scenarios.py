@@ -1,4 +1,4 @@
-"""The bench scenarios (S1, S2, S3), run through the real handlers on moto with every AWS call metered.
+"""The bench scenarios (S1, S2, S3, S5), run through the real handlers on moto with every AWS call metered.
 
 One run: the tables and queues from template.yaml inside ``moto.mock_aws``; the real Lambda handlers (API,
 scheduler, three agents, supervisor) loaded in process, each building its own boto3 clients exactly as on Lambda, so
@@ -20,6 +20,10 @@ How AWS is emulated, and why the counts are what AWS would bill:
 - **Schedule.** The supervisor runs every 60 simulated seconds (the template's ``rate(1 minute)``); EventBridge
   scheduled rules are free, the supervisor's Lambda time and calls are counted.
 - **API Gateway.** Each start is one HTTP API request to the API function.
+- **Callbacks (S5).** The approver answers each callback step's token the second it is issued, with
+  ``POST /callbacks/{token}`` on the API function (one HTTP API request and one invocation, counted). It reads the
+  token from the table (uncounted): it stands for whoever the ``notify`` action reached, and that action (an
+  agent's request carrying the token) is counted like any step's.
 - **Lambda time** is the wall time of each handler call on this machine (moto answers in process, in about the time
   DynamoDB and SQS take), rounded up to 1 ms and billed at the template's ``MemorySize``.
 
@@ -52,9 +56,10 @@ from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.bootstrap import Lazy, build_agent, build_engine
+from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
 from sasflow.records import Snapshot
-from simulation.run import AGENT_FUNCTIONS, START, ClockContext, scheduled_event, start_event
+from simulation.run import AGENT_FUNCTIONS, START, ClockContext, callback_event, scheduled_event, start_event
 from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,6 +92,8 @@ class Scenario:
         timeout, by then the step is overdue and the supervisor resends it).
     seed:
         Seed of every random draw.
+    callback:
+        Whether an approval (a ``callback`` step whose token goes out through ``notify``) follows the first step.
     """
 
     name: str
@@ -97,10 +104,11 @@ class Scenario:
     faults: Faults = field(default_factory=Faults.none)
     lost_invocation: float = 0.0
     seed: int = 7
+    callback: bool = False
 
 
 def scenarios(scale: float = 1.0) -> list[Scenario]:
-    """S1, S2 and S3 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale)."""
+    """S1, S2, S3 and S5 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale)."""
 
     def n(value: int) -> int:
         return max(2, round(value * scale))
@@ -117,6 +125,13 @@ def scenarios(scale: float = 1.0) -> list[Scenario]:
             lost_invocation=0.03,
         ),
         Scenario("S3", "10-step workflows, happy path", 10, n(100)),
+        Scenario(
+            "S5",
+            "3 steps and an approval (a callback step, its token sent through notify), answered at once",
+            3,
+            n(100),
+            callback=True,
+        ),
     ]
 
 
@@ -134,6 +149,28 @@ def chain_definition(steps: int) -> dict[str, Any]:
             step["input"]["previous.$"] = f"steps.{result[-1]['name']}.output.confirmation"
         result.append(step)
     return {"name": f"chain-{steps}", "version": 1, "steps": result}
+
+
+#: The approval of S5: a callback step after the first step, its token sent through an agent's action (as the
+#: simulation's approvals do), one attempt of an hour.
+APPROVAL_STEP: dict[str, Any] = {
+    "name": "approval",
+    "type": "callback",
+    "timeout_seconds": 3600,
+    "notify": {"agent": "payments", "action": "charge", "input": {"amount.$": "input.amount"}},
+}
+
+
+def callback_definition(steps: int) -> dict[str, Any]:
+    """`chain_definition` with `APPROVAL_STEP` after its first step (the next step waits for it)."""
+    definition = chain_definition(steps)
+    first, *rest = definition["steps"]
+    approval = {**APPROVAL_STEP, "depends_on": [first["name"]]}
+    if rest:
+        rest[0] = {**rest[0], "depends_on": ["approval"]}
+    definition["steps"] = [first, approval, *rest]
+    definition["name"] = f"chain-{steps}-approval"
+    return definition
 
 
 @dataclass
@@ -232,7 +269,8 @@ class ScenarioRun:
         self.meter = Meter()
         self.step_calls: Counter[tuple[str, str, str]] = Counter()
         self.lost: Counter[tuple[str, str, str]] = Counter()
-        self.definition = chain_definition(scenario.steps)
+        self.definition = callback_definition(scenario.steps) if scenario.callback else chain_definition(scenario.steps)
+        self.answered: set[str] = set()
         self.receive_batches: list[int] = []
         self.idle_queue_seconds = 0.0
 
@@ -395,6 +433,8 @@ class ScenarioRun:
             for logical_id, event_spec in self.consumers:
                 if self._visible(event_spec.queue_url):
                     self._deliver(logical_id, event_spec)
+            if self.scenario.callback:
+                self._approve()
             if self.clock.now() >= next_tick:
                 ticks += 1
                 self._invoke("SupervisorFunction", scheduled_event(ticks))
@@ -414,6 +454,23 @@ class ScenarioRun:
             idle_queues = sum(1 for _, spec in self.consumers if not self._visible(spec.queue_url))
             self.idle_queue_seconds += idle_queues * (target - self.clock.now())
             self.clock.set(target)
+
+    def _approve(self) -> None:
+        """Answer every callback token issued and not yet answered, through the API function (counted)."""
+        for snapshot in self._stored():
+            record = snapshot.steps.get("approval")
+            if record is None or record.callback_nonce is None or record.status.value != "PROCESSING":
+                continue
+            workflow_id = snapshot.workflow.workflow_id
+            token = task_token(workflow_id, "approval", record.attempt, record.callback_nonce)
+            if token in self.answered:
+                continue
+            self.answered.add(token)
+            body = {"status": "succeeded", "output": {"approved_by": f"approver-{workflow_id[:8]}"}}
+            self.meter.usage.api_requests += 1
+            response = self._invoke("ApiFunction", callback_event(token, body, request_id=f"bench-cb-{token[-8:]}"))
+            if response["statusCode"] != 200:
+                raise RuntimeError(f"callback answer for {workflow_id} failed: {response}")
 
     def _all_terminal(self) -> bool:
         statuses = [snapshot.workflow.status.value for snapshot in self._stored()]

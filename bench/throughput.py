@@ -20,6 +20,12 @@ use ``WaitTimeSeconds=0``, and deletes use receipt handles that the replay itsel
 nothing (an event source's idle long poll) did no work, so it is counted apart and not replayed.
 ceiling steps/s = steps / replay seconds; ratio = ours / ceiling. The product spreads its calls over several
 processes, so a ratio above 1 is possible: the ceiling is one client's, not the server's.
+
+**Per-step overhead** (issue 13), from the same run (zero-latency services): the recorder also writes the message
+ids of every send and receive, and each worker the start of each handler invocation with its records' message ids
+(`_record_invocations`), so `per_step_latency` measures *reply received -> next request sent* and *request sent ->
+agent start* from those timestamps, shown against the template's batching windows (`batching_windows`) and the
+same calls back to back.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import argparse
 import base64
 import contextlib
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -81,12 +88,34 @@ SETTLE_SECONDS: Final = 1.5
 """Wait after the last workflow is terminal, so the pollers settle its last batches before they are stopped."""
 
 _CONTEXT_KEY: Final = "sasflow_bench_call"
+_PARAMS_KEY: Final = "sasflow_bench_params"
 _BYTES_KEY: Final = "__bytes__"
 _RECEIPT_BATCHES: Final = frozenset({"DeleteMessageBatch", "ChangeMessageVisibilityBatch"})
 _RECEIPT_SINGLES: Final = frozenset({"DeleteMessage", "ChangeMessageVisibility"})
 
 
 # ------------------------------------------------------------------------------------------------ recording
+
+
+def _step_key(body: str | None) -> str:
+    """``workflow/step/phase/attempt/kind`` of a step request or reply body, or "" for any other message."""
+    try:
+        message = json.loads(body or "")
+        return "/".join(str(message[k]) for k in ("workflow_id", "step", "phase", "attempt", "kind"))
+    except (ValueError, TypeError, KeyError):
+        return ""
+
+
+def _message_keys(operation: str, params: dict[str, Any], parsed: dict[str, Any]) -> list[list[str]] | None:
+    """``[message id, step key]`` of each message a send sent or a receive returned (see `_step_key`)."""
+    if operation == "SendMessage" and parsed.get("MessageId"):
+        return [[parsed["MessageId"], _step_key(params.get("MessageBody"))]]
+    if operation == "SendMessageBatch":
+        bodies = {entry.get("Id"): entry.get("MessageBody") for entry in params.get("Entries") or []}
+        return [[ok["MessageId"], _step_key(bodies.get(ok.get("Id")))] for ok in parsed.get("Successful") or []]
+    if operation == "ReceiveMessage":
+        return [[m["MessageId"], _step_key(m.get("Body"))] for m in parsed.get("Messages") or []]
+    return None
 
 
 def _encode_bytes(value: Any) -> Any:
@@ -138,20 +167,30 @@ class CallRecorder:
         except (TypeError, ValueError):  # the product's call must go on; it is counted, but cannot be replayed
             text = "null"
         context[_CONTEXT_KEY] = (time.time(), time.perf_counter(), text)
+        context[_PARAMS_KEY] = params
 
     def _after(self, http_response: Any, parsed: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
         error = (parsed.get("Error") or {}).get("Code") if http_response.status_code >= 300 else None
         received = len(parsed.get("Messages") or []) if model.name == "ReceiveMessage" else None
         retries = int((parsed.get("ResponseMetadata") or {}).get("RetryAttempts", 0))
-        self._write(context, model.service_model.service_name, model.name, error, received, retries)
+        messages = _message_keys(model.name, context.get(_PARAMS_KEY) or {}, parsed) if error is None else None
+        self._write(context, model.service_model.service_name, model.name, error, received, retries, messages)
 
     def _after_error(self, exception: Exception, context: dict[str, Any], event_name: str, **_: Any) -> None:
         service, operation = event_name.split(".", 2)[1:]
         self._write(context, service, operation, type(exception).__name__, None, 0)
 
     def _write(
-        self, context: dict[str, Any], service: str, operation: str, error: str | None, received: Any, retries: int
+        self,
+        context: dict[str, Any],
+        service: str,
+        operation: str,
+        error: str | None,
+        received: Any,
+        retries: int,
+        messages: list[list[str]] | None = None,
     ) -> None:
+        context.pop(_PARAMS_KEY, None)
         begun = context.pop(_CONTEXT_KEY, None)
         if begun is None:
             return
@@ -166,6 +205,8 @@ class CallRecorder:
             "retries": retries,
             "cpu": time.process_time(),
         }
+        if messages:
+            head["messages"] = messages
         line = json.dumps(head)[:-1] + ', "params": ' + params + "}\n"
         with self._lock, contextlib.suppress(ValueError):  # ValueError: closed
             self._file.write(line)
@@ -214,6 +255,33 @@ def install_worker_hook() -> None:
     directory = os.environ.get(CALLS_DIR_VARIABLE)
     if directory:
         _install(CallRecorder(Path(directory)))
+        _record_invocations(Path(directory))
+
+
+def _record_invocations(directory: Path) -> None:
+    """Append ``{"started", "message_ids"}`` to ``invocations-<pid>.jsonl`` as each invocation of this worker starts.
+
+    Wraps the handler the devstack worker imports (``devstack.lambda_runtime._import_handler``), so the time is the
+    handler's own start, in this process, before any of its work.
+    """
+    import devstack.lambda_runtime as runtime
+
+    path = directory / f"invocations-{os.getpid()}.jsonl"
+    original = runtime._import_handler
+
+    def import_handler(spec: Any) -> Any:
+        handler = original(spec)
+
+        def timed(event: Any, context: Any) -> Any:
+            started = time.time()
+            ids = [r.get("messageId") for r in (event or {}).get("Records", [])] if isinstance(event, dict) else []
+            with path.open("a", encoding="utf-8") as file:
+                file.write(json.dumps({"started": started, "message_ids": ids}) + "\n")
+            return handler(event, context)
+
+        return timed
+
+    runtime._import_handler = import_handler
 
 
 @contextlib.contextmanager
@@ -242,6 +310,7 @@ class Call:
     retries: int
     cpu: float
     params: dict[str, Any] | None
+    messages: list[list[str]] | None = None
 
     @property
     def key(self) -> str:
@@ -642,6 +711,7 @@ def measure_throughput(
             final = read_final_state(driver.dynamodb, driver.table)
             owners = _owners(stack)
             every_call = read_calls(calls_dir)
+            invocations = read_invocations(calls_dir)
             calls = [call for call in every_call if first_start <= call.order <= until]
             working = [call for call in calls if call.service in REPLAYED_SERVICES and not call.idle]
             driver.restore(before)
@@ -677,6 +747,9 @@ def measure_throughput(
         by_function[owner][call.key] += 1
         waited[owner] += call.seconds
         waited_by_operation[call.key] += call.seconds
+    measured = [i for i in invocations if first_start <= i["started"] <= until]
+    latency = per_step_latency(calls, measured, owners)
+    windows = batching_windows(parameters)
     cpu = _worker_cpu(every_call, first_start, owners)
     cpu[MAIN_PROCESS] = main_cpu
     raw: dict[str, Any] = {
@@ -701,6 +774,8 @@ def measure_throughput(
         "replay": replay_result,
         "ratio": ours / ceiling,
         "phase_seconds": phases,
+        "latency": latency,
+        "batching_windows": windows,
     }
     rows = [
         Row.compare(
@@ -711,8 +786,148 @@ def measure_throughput(
             at_least=TARGET_RATIO,
         ),
         Row("DynamoDB + SQS requests per step on the local stack", len(working) / steps),
+        *latency_rows(latency, windows),
     ]
     return rows, raw
+
+
+# ------------------------------------------------------------------------------------------------ per-step latency
+
+
+def read_invocations(directory: Path) -> list[dict[str, Any]]:
+    """The invocation starts the workers recorded (`_record_invocations`), each with its ``pid``."""
+    found = []
+    for path in sorted(Path(directory).glob("invocations-*.jsonl")):
+        pid = int(path.stem.removeprefix("invocations-"))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                found.append({**json.loads(line), "pid": pid})
+    return found
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank (the value a ``q`` share of samples is at or below)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = math.ceil(round(q * len(ordered), 9))
+    return ordered[max(0, min(len(ordered) - 1, rank - 1))]
+
+
+def per_step_latency(
+    calls: Sequence[Call], invocations: Sequence[dict[str, Any]], owners: dict[int, str]
+) -> dict[str, Any]:
+    """Per-step overhead measured from the run's own timestamps (epoch seconds, one machine's clock).
+
+    - **reply -> next request** (the scheduler): from the end of the event source mapping's ``ReceiveMessage`` that
+      returned an agent's reply to the end of the ``SendMessage(Batch)`` that sent the same workflow's next step
+      request. The same calls back to back: the scheduler's own AWS calls in that time (from its invocation's start
+      to that send), their durations summed.
+    - **request -> agent start**: from the end of the send of a step request to the start of the agent's handler
+      invocation whose records hold that message (the worker records it before the handler runs). The same calls
+      back to back: the part of the mapping's ``ReceiveMessage`` that returned the message after it was sent.
+
+    Returns ``reply_to_next_request`` and ``request_to_agent_start``, each with ``samples``, ``p50``, ``p95`` and
+    ``calls_p50``, ``calls_p95`` (seconds).
+    """
+    sent: dict[str, tuple[float, str]] = {}
+    received: dict[str, Call] = {}
+    for call in calls:
+        for message_id, key in call.messages or []:
+            if call.operation == "ReceiveMessage":
+                if owners.get(call.pid) == MAIN_PROCESS and message_id not in received:
+                    received[message_id] = call
+            elif message_id not in sent:
+                sent[message_id] = (call.ended, key)
+    started: dict[str, dict[str, Any]] = {}
+    for each in sorted(invocations, key=lambda i: i["started"]):
+        for message_id in each.get("message_ids") or []:
+            started.setdefault(message_id, each)
+    requests_by_workflow: defaultdict[str, list[tuple[float, str]]] = defaultdict(list)
+    for message_id, (at, key) in sent.items():
+        if key.endswith("/step.request"):
+            requests_by_workflow[key.split("/", 1)[0]].append((at, message_id))
+    for requests in requests_by_workflow.values():
+        requests.sort()
+    by_pid: defaultdict[int, list[Call]] = defaultdict(list)
+    for call in calls:
+        by_pid[call.pid].append(call)
+
+    to_agent: list[float] = []
+    to_agent_calls: list[float] = []
+    to_next: list[float] = []
+    to_next_calls: list[float] = []
+    for message_id, (at, key) in sent.items():
+        found = started.get(message_id)
+        receive = received.get(message_id)
+        if found is None or receive is None:
+            continue
+        invocation: dict[str, Any] = found
+        if key.endswith("/step.request"):
+            to_agent.append(invocation["started"] - at)
+            to_agent_calls.append(max(0.0, receive.ended - max(receive.started, at)))
+            continue
+        if not key.endswith("/step.reply"):
+            continue
+        workflow, step = key.split("/")[:2]
+        later = [(t, mid) for t, mid in requests_by_workflow.get(workflow, []) if t > receive.ended]
+        if not later or sent[later[0][1]][1].split("/")[1] == step:
+            continue  # the last step's reply (the workflow completes) or a resend of the same step
+        next_sent = later[0][0]
+        to_next.append(next_sent - receive.ended)
+        own = [c for c in by_pid[invocation["pid"]] if invocation["started"] <= c.started and c.ended <= next_sent]
+        to_next_calls.append(sum(c.seconds for c in own))
+
+    def summary(values: list[float], same_calls: list[float]) -> dict[str, Any]:
+        return {
+            "samples": len(values),
+            "p50": percentile(values, 0.50),
+            "p95": percentile(values, 0.95),
+            "calls_p50": percentile(same_calls, 0.50),
+            "calls_p95": percentile(same_calls, 0.95),
+        }
+
+    return {
+        "reply_to_next_request": summary(to_next, to_next_calls),
+        "request_to_agent_start": summary(to_agent, to_agent_calls),
+    }
+
+
+def batching_windows(parameters: dict[str, str]) -> dict[str, float]:
+    """``MaximumBatchingWindowInSeconds`` of each SQS event source mapping of template.yaml, by function (seconds),
+    with the template's parameters resolved (its defaults, overridden by ``parameters``)."""
+    from devstack.demo import ROOT
+    from devstack.template import SqsEventSpec, Stack
+
+    stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
+    return {
+        spec.logical_id: event.batching_window_seconds
+        for spec in stack.functions()
+        for event in spec.events
+        if isinstance(event, SqsEventSpec)
+    }
+
+
+def latency_rows(latency: dict[str, Any], windows: dict[str, float]) -> list[Row]:
+    """The two latency rows: p50 / p95 against the configured windows and the same calls back to back."""
+    scheduler_window = windows.get("SchedulerFunction", float("nan"))
+    agent_windows = sorted({w for fn, w in windows.items() if fn != "SchedulerFunction"})
+    agents = "/".join(f"{w:g}" for w in agent_windows) or "?"
+    rows = []
+    for key, title, window in (
+        ("reply_to_next_request", "reply received -> next request sent (scheduler)", f"{scheduler_window:g} s"),
+        ("request_to_agent_start", "request sent -> agent start", f"{agents} s"),
+    ):
+        figures = latency[key]
+        rows.append(
+            Row(
+                f"per-step overhead on the local stack, {title}, p50 / p95 (s; {figures['samples']} steps; "
+                f"anchor: the batching window; the same calls back to back)",
+                f"{figures['p50']:.3f} / {figures['p95']:.3f}",
+                f"window {window}; calls {figures['calls_p50']:.3f} / {figures['calls_p95']:.3f}",
+            )
+        )
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:

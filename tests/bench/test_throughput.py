@@ -51,13 +51,20 @@ def test_a_small_run_counts_the_products_calls_and_replays_them_for_the_ceiling(
     # and the rows carry the 9 steps over the times measured (both within this test's own wall time), the ratio
     # of the two rates being the replay's time over the run's
     assert 0 < raw["ceiling_seconds"] < wall and 0 < raw["elapsed_seconds"] < wall
-    speed, requests = rows
+    speed, requests, to_next, to_agent = rows
     assert speed.ours == pytest.approx(9 / raw["elapsed_seconds"])
     assert speed.anchor == pytest.approx(9 / raw["ceiling_seconds"])
     assert speed.ratio == pytest.approx(raw["ceiling_seconds"] / raw["elapsed_seconds"])
     assert speed.target == ">= 0.5"  # the verdict on each side of it: tests/bench/test_report.py
     assert requests.ours == pytest.approx(total / 9)
     assert (requests.ratio, requests.met) == (None, None)
+    # and the per-step overhead was measured on every hop: 6 replies followed by a next request (the last step's
+    # reply of each workflow ends it), 9 requests each started an agent invocation
+    latency = raw["latency"]
+    assert (latency["reply_to_next_request"]["samples"], latency["request_to_agent_start"]["samples"]) == (6, 9)
+    assert 0 < latency["request_to_agent_start"]["p50"] <= latency["request_to_agent_start"]["p95"] < wall
+    assert "reply received -> next request sent" in to_next.metric and "agent start" in to_agent.metric
+    assert raw["batching_windows"]["SchedulerFunction"] > 0
 
 
 def test_the_recorder_writes_one_line_per_call_and_skips_clients_made_uncounted(tmp_path: Path) -> None:
