@@ -37,6 +37,11 @@ and multiply by 10^6):
   durable.invocations * 0.20 / 1e6` (`durable.by_plan`: each distinct plan the SDK's runner ran, its counts and how
   many workflows had it).
 - Ours: `ours_dollars.total` (its lines are in `ours_dollars`).
+- S4 (a map step): per item, divide by `items`. Distributed Map with Standard children:
+  `distributed_map.standard_children.transitions * 0.025 / 1000` (one transition per child started, plus each
+  child's own, `child_transitions`, plus the parent's Map state); with Express children (reference):
+  `distributed_map.express_children.transitions * 0.025 / 1000 + items * 1.00 / 1e6 +
+  distributed_map.express_children.gb_seconds * 0.00001667`.
 - Per-step overhead (`throughput.latency`, seconds): `p50`, `p95` and `calls_p50`, `calls_p95` (the same calls back
   to back) of each path; `throughput.batching_windows` are the template's windows by function."""
 
@@ -70,8 +75,9 @@ def run_cost(scale: float, only: list[str] | None) -> tuple[list[Row], dict[str,
         data = cost.figures(result)
         raw[scenario.name] = data
         all_rows += cost.rows(result, data)
+        transitions = data.get("step_functions_transitions", data.get("child_transitions"))
         console.print(
-            f"  {dict(result.statuses)}, {result.steps_run} steps, {data['step_functions_transitions']} Step Functions "
+            f"  {dict(result.statuses)}, {result.steps_run} steps, {transitions} Step Functions "
             f"transitions, {result.wall_seconds:.0f} s"
         )
     return all_rows, raw
@@ -88,7 +94,7 @@ def bench(
     throughput_workflows: Annotated[int, typer.Option(help="Workflows of the local-stack throughput run.")] = 60,
     cold_start_repeats: Annotated[int, typer.Option(help="Fresh interpreters per handler (best of).")] = 5,
     only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
-    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S5).")] = "",
+    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5).")] = "",
     write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
 ) -> None:
     """Run the bench and print the table."""

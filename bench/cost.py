@@ -297,8 +297,96 @@ def step_functions_transitions(result: ScenarioResult) -> int:
     return sum(count_transitions(asl, observations(result, workflow_id)) for workflow_id in result.facts)
 
 
+#: S4's cost per item over Step Functions Distributed Map's (Standard children), at most.
+MAP_TARGET = 0.20
+
+
+def map_figures(result: ScenarioResult) -> dict[str, Any]:
+    """S4's raw counts and figures: our cost per item of a map step, against a Distributed Map's.
+
+    The anchor runs the same fan-out as a Distributed Map whose child workflows are Standard workflows (the child
+    type with the same guarantees: exactly-once steps, callbacks, runs over 5 minutes); each child's transitions are
+    the walk of the child definition's ASL with that child's outcomes, as in S1. The Express-children figure is given
+    for reference.
+    """
+    usage = result.usage
+    cost = bill(usage, result.memory_mb, lambdas=engine_functions())
+    empty_poll_dollars = result.empty_polls * prices.SQS_PER_REQUEST
+    ours = cost.total + empty_poll_dollars
+    map_step = result.definition["steps"][0]
+    child_asl = saga_asl(map_step["definition"])
+    parents = {w for w, steps in result.facts.items() if map_step["name"] in steps}
+    child_transitions = [
+        count_transitions(child_asl, observations(result, workflow_id))
+        for workflow_id in result.facts
+        if workflow_id not in parents
+    ]
+    items = len(child_transitions)
+    anchor = distributed_map_anchor(
+        items,
+        sum(child_transitions) / max(1, items),
+        parent_transitions=len(parents),  # each parent enters its Map state once
+        express_child_seconds=EXPRESS_REMOTE_LATENCY_SECONDS,
+    )
+    requests = usage.requests("dynamodb") + usage.requests("sqs") + usage.requests("s3") + result.empty_polls
+    return {
+        "scenario": result.scenario.name,
+        "title": result.scenario.title,
+        "workflows": result.workflows,
+        "statuses": dict(result.statuses),
+        "children": dict(result.children),
+        "items": items,
+        "steps_run": result.steps_run,
+        "simulated_seconds": result.simulated_seconds,
+        "wall_seconds": round(result.wall_seconds, 1),
+        "usage": usage.as_dict(),
+        "empty_polls_modelled": result.empty_polls,
+        "supervisor_resends": result.supervisor_resends,
+        "ours_dollars": {**cost.as_dict(), "sqs_empty_polls": empty_poll_dollars, "total": ours},
+        "ours_per_item": ours / max(1, items),
+        "requests_per_item": requests / max(1, items),
+        "child_transitions": sum(child_transitions),
+        "distributed_map": anchor,
+        "anchor_per_item": anchor["standard_children"]["dollars_per_item"],
+        "express_children_per_item": anchor["express_children"]["dollars_per_item"],
+        "parent_item_bytes": result.parent_item_bytes,
+        "child_asl": child_asl,
+    }
+
+
+def map_rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
+    """S4's table rows."""
+    name = result.scenario.name
+    per_million = 1_000_000
+    ours = data["ours_per_item"]
+    return [
+        Row.with_ratio(
+            f"{name} orchestration $ per 1M map items (anchor: Step Functions Distributed Map, Standard children)",
+            ours * per_million,
+            data["anchor_per_item"] * per_million,
+            ours / data["anchor_per_item"],
+            at_most=MAP_TARGET,
+        ),
+        Row.with_ratio(
+            f"{name} orchestration $ per 1M map items (reference: Distributed Map, Express children, "
+            f"{EXPRESS_REMOTE_LATENCY_SECONDS * 1000:g} ms each)",
+            ours * per_million,
+            data["express_children_per_item"] * per_million,
+            ours / data["express_children_per_item"],
+        ),
+        Row(
+            f"{name} map items: children COMPLETED, supervisor resends, parent item",
+            f"{data['children'].get('COMPLETED', 0):,} of {data['items']:,}, {data['supervisor_resends']} resends, "
+            f"{data['parent_item_bytes']:,} bytes",
+        ),
+        Row(f"{name} AWS requests per map item (DynamoDB, SQS, S3)", f"{data['requests_per_item']:.2f}"),
+    ]
+
+
 def figures(result: ScenarioResult) -> dict[str, Any]:
     """The raw counts and the derived figures of one scenario (what results.json holds)."""
+    if result.scenario.map_items:
+        return map_figures(result)
     usage = result.usage
     cost = bill(usage, result.memory_mb, lambdas=engine_functions())
     empty_poll_dollars = result.empty_polls * prices.SQS_PER_REQUEST
@@ -364,6 +452,8 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
 
 def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
     """The table rows of one scenario."""
+    if result.scenario.map_items:
+        return map_rows(result, data)
     name = result.scenario.name
     per_million = 1_000_000
     request_target = REQUEST_TARGET if name in ("S1", "S3") else None

@@ -1,4 +1,4 @@
-"""The bench scenarios (S1, S2, S3, S5), run through the real handlers on moto with every AWS call metered.
+"""The bench scenarios (S1, S2, S3, S4, S5), run through the real handlers on moto with every AWS call metered.
 
 One run: the tables and queues from template.yaml inside ``moto.mock_aws``; the real Lambda handlers (API,
 scheduler, three agents, supervisor) loaded in process, each building its own boto3 clients exactly as on Lambda, so
@@ -54,7 +54,7 @@ from devstack.event_sources import build_sqs_record
 from devstack.inprocess import environment, function_environment, load_function_module, offline_aws
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
-from sasflow.adapters.dynamodb_store import DynamoDBStateStore
+from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
@@ -94,6 +94,8 @@ class Scenario:
         Seed of every random draw.
     callback:
         Whether an approval (a ``callback`` step whose token goes out through ``notify``) follows the first step.
+    map_items:
+        When set, each workflow is one map step over this many items (`map_definition`): a child workflow each.
     """
 
     name: str
@@ -105,6 +107,7 @@ class Scenario:
     lost_invocation: float = 0.0
     seed: int = 7
     callback: bool = False
+    map_items: int = 0
 
 
 def scenarios(scale: float = 1.0) -> list[Scenario]:
@@ -125,6 +128,13 @@ def scenarios(scale: float = 1.0) -> list[Scenario]:
             lost_invocation=0.03,
         ),
         Scenario("S3", "10-step workflows, happy path", 10, n(100)),
+        Scenario(
+            "S4",
+            f"a map step of {n(1000):,} items (a one-step child workflow each, 100 at once), happy path",
+            1,
+            1,
+            map_items=n(1000),
+        ),
         Scenario(
             "S5",
             "3 steps and an approval (a callback step, its token sent through notify), answered at once",
@@ -159,6 +169,32 @@ APPROVAL_STEP: dict[str, Any] = {
     "timeout_seconds": 3600,
     "notify": {"agent": "payments", "action": "charge", "input": {"amount.$": "input.amount"}},
 }
+
+
+#: The child workflow of S4's map step: one step of the sample trip (charge the item's amount, refunded when undone).
+MAP_CHILD_STEP: dict[str, Any] = {
+    "name": "charge_item",
+    "agent": "payments",
+    "action": "charge",
+    "input": {"amount.$": "input.item", "currency": "EUR"},
+    "timeout_seconds": 30,
+    "compensation": {"action": "refund", "input": {"amount.$": "input.item"}},
+}
+#: S4's concurrency: children in flight at once.
+MAP_CONCURRENCY = 100
+
+
+def map_definition() -> dict[str, Any]:
+    """S4's workflow: one map step over ``input.orders``, a one-step child workflow each (`MAP_CHILD_STEP`)."""
+    child = {"name": "charge-item", "version": 1, "steps": [MAP_CHILD_STEP]}
+    step = {
+        "name": "charge_items",
+        "type": "map",
+        "items": "input.orders",
+        "definition": child,
+        "max_concurrency": MAP_CONCURRENCY,
+    }
+    return {"name": "map-items", "version": 1, "steps": [step]}
 
 
 def callback_definition(steps: int) -> dict[str, Any]:
@@ -202,6 +238,10 @@ class ScenarioResult:
     memory_mb: dict[str, int]
     definition: dict[str, Any]
     wall_seconds: float = 0.0
+    #: Map steps' children by status (they are workflows of their own; ``statuses`` counts the started ones).
+    children: Counter[str] = field(default_factory=Counter)
+    #: The largest started workflow's item (bytes, by DynamoDB's rules), as last stored.
+    parent_item_bytes: int = 0
 
     @property
     def workflows(self) -> int:
@@ -269,7 +309,12 @@ class ScenarioRun:
         self.meter = Meter()
         self.step_calls: Counter[tuple[str, str, str]] = Counter()
         self.lost: Counter[tuple[str, str, str]] = Counter()
-        self.definition = callback_definition(scenario.steps) if scenario.callback else chain_definition(scenario.steps)
+        if scenario.map_items:
+            self.definition = map_definition()
+        elif scenario.callback:
+            self.definition = callback_definition(scenario.steps)
+        else:
+            self.definition = chain_definition(scenario.steps)
         self.answered: set[str] = set()
         self.receive_batches: list[int] = []
         self.idle_queue_seconds = 0.0
@@ -356,10 +401,15 @@ class ScenarioRun:
             return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
 
     def _start(self, index: int) -> None:
-        body = {
-            "definition": self.definition,
-            "input": {"traveller": f"t-{index}", "route": "LHR-JFK", "nights": 1 + index % 4, "amount": 100 + index},
+        workflow_input: dict[str, Any] = {
+            "traveller": f"t-{index}",
+            "route": "LHR-JFK",
+            "nights": 1 + index % 4,
+            "amount": 100 + index,
         }
+        if self.scenario.map_items:
+            workflow_input["orders"] = [100 + i for i in range(self.scenario.map_items)]
+        body = {"definition": self.definition, "input": workflow_input}
         self.meter.usage.api_requests += 1
         response = self._invoke("ApiFunction", start_event(body, key=f"bench-{self.scenario.name}-{index}"))
         if response["statusCode"] not in (200, 201):
@@ -473,8 +523,9 @@ class ScenarioRun:
                 raise RuntimeError(f"callback answer for {workflow_id} failed: {response}")
 
     def _all_terminal(self) -> bool:
-        statuses = [snapshot.workflow.status.value for snapshot in self._stored()]
-        return len(statuses) == self.scenario.workflows and all(s in TERMINAL for s in statuses)
+        stored = self._stored()
+        started = sum(1 for snapshot in stored if snapshot.workflow.parent is None)  # map children are workflows too
+        return started == self.scenario.workflows and all(s.workflow.status.value in TERMINAL for s in stored)
 
     def _stored(self) -> list[Snapshot]:
         """Every workflow in the state table (the bench's own reads: never counted)."""
@@ -484,9 +535,15 @@ class ScenarioRun:
     def _result(self) -> ScenarioResult:
         statuses: Counter[str] = Counter()
         facts: dict[str, dict[str, StepFacts]] = {}
+        children: Counter[str] = Counter()
+        parent_bytes = 0
         for snapshot in self._stored():
             workflow_id = snapshot.workflow.workflow_id
-            statuses[snapshot.workflow.status.value] += 1
+            if snapshot.workflow.parent is not None:
+                children[snapshot.workflow.status.value] += 1
+            else:
+                statuses[snapshot.workflow.status.value] += 1
+                parent_bytes = max(parent_bytes, item_size(workflow_item(snapshot, version=1, shards=8)))
             for step, record in snapshot.steps.items():
                 facts.setdefault(workflow_id, {})[step] = StepFacts(
                     status=record.status.value,
@@ -512,6 +569,8 @@ class ScenarioRun:
             supervisor_resends=sum(f.resends for steps in facts.values() for f in steps.values()),
             memory_mb={spec.logical_id: spec.memory_mb for spec in self.specs.values()},
             definition=self.definition,
+            children=children,
+            parent_item_bytes=parent_bytes,
         )
 
 

@@ -363,3 +363,27 @@ def test_a_mapping_whose_batching_window_the_bench_does_not_model_is_refused() -
         check_mappings([("Fn", eager)])
     with pytest.raises(ValueError, match="batch size 11"):
         check_mappings([("Fn", dataclasses.replace(ok, batch_size=11))])
+
+
+def test_s4_runs_a_map_step_and_prices_it_against_a_distributed_map_by_hand() -> None:
+    s4 = next(s for s in scenarios(scale=0.012) if s.name == "S4")
+    assert (s4.workflows, s4.map_items) == (1, 12)
+    result = run_scenario(s4)
+    assert dict(result.statuses) == {"COMPLETED": 1}
+    assert dict(result.children) == {"COMPLETED": 12}
+    assert result.steps_run == 13  # the map step and one step per child
+    data = figures(result)
+    assert (data["items"], data["child_transitions"], data["supervisor_resends"]) == (12, 12, 0)
+    # Distributed Map, Standard children: the parent's Map state, one transition per child started, and each
+    # child's one Task: (1 + 12 + 12) transitions at $0.025 per 1,000.
+    standard = data["distributed_map"]["standard_children"]
+    assert standard["transitions"] == 25
+    assert standard["dollars"] == pytest.approx(25 * 0.025 / 1000)
+    assert data["anchor_per_item"] == pytest.approx(25 * 0.025 / 1000 / 12)
+    # per child: its start (one write), its completion (one write), the agent's two idempotency writes
+    by_function = data["usage"]["calls_by_function"]
+    assert by_function["PaymentsAgentFunction dynamodb.PutItem"] == 12
+    assert data["ours_per_item"] == pytest.approx(data["ours_dollars"]["total"] / 12)
+    first = rows(result, data)[0]
+    assert first.metric.startswith("S4 orchestration $ per 1M map items (anchor: Step Functions Distributed Map")
+    assert first.met is True and first.ratio == pytest.approx(data["ours_per_item"] / data["anchor_per_item"])
