@@ -19,7 +19,8 @@
    same version cannot both commit (the write is conditional on the version), so the second decides again from the
    first one's result instead of overwriting it.
 10. Every unwind is explained by the faults injected into that workflow: the step that made it unwind was refused
-    by its service (a business rejection was injected for it), or every attempt it used was touched by a fault
+    by its service (a business rejection was injected for it), a map step had more children end without completing
+    (by themselves, not unwound by it) than it tolerates, a child was unwound by its parent, or every attempt it used was touched by a fault
     that can make an attempt fail (a crash in its invocation, a lost or delayed message of it, a remote failure of
     its calls, an invocation killed after its effect...). An unwind with an attempt that failed by itself is the
     product's doing: the trip was undone although nothing forced it.
@@ -61,6 +62,7 @@ from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.api_models import events_of
 from sasflow.callbacks import task_token
 from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
+from sasflow.fanout import child_id
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
@@ -315,6 +317,24 @@ def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[
     if record is None:
         return [Violation("unwind names a step never dispatched", workflow_id, step)]
     touched = sim.log.touched
+    if match.group("code") == "MAP_FAILURE_TOLERANCE_EXCEEDED":
+        # A map step fails for its children: explained when more of them did not complete than it tolerates
+        # (each child's own unwind is checked as the unwind of a workflow of its own).
+        map_step = definition.step(step)
+        started = record.map.launched if record.map is not None else 0
+        index = definition.order.index(step)
+        children = sim.state_store().load_many([child_id(workflow_id, index, i) for i in range(started)])
+        failed = sum(  # the children that ended without completing by themselves, not unwound by this parent
+            1
+            for c in children.values()
+            if c.workflow.status.value != "COMPLETED" and not any(e.kind == "parent_unwound" for e in events_of(c))
+        )
+        tolerated = map_step.tolerated(record.map.total) if isinstance(map_step, MapStep) and record.map else 0
+        if failed > tolerated:
+            return []
+        return [
+            Violation("unexplained unwind", workflow_id, f"{step}: {failed} children failed, {tolerated} tolerated")
+        ]
     if match.group("code") == "CALLBACK_FAILED":
         refused = any(
             "approver rejected" in touched.get((workflow_id, step, "action", attempt), set())
