@@ -346,13 +346,33 @@ def test_a_faulty_scenario_replays_exactly_for_its_seed() -> None:
     assert figures(first)["step_functions_transitions"] == figures(second)["step_functions_transitions"]
 
 
-def test_a_mapping_whose_batching_window_the_bench_does_not_model_is_refused() -> None:
-    # The emulation delivers each queue once per simulated second: a 0 s window would invoke with smaller batches
-    # (more requests) than it bills, so the run refuses such a template instead of understating its cost.
+def test_a_mapping_whose_batching_window_aws_would_not_take_is_refused() -> None:
+    # The emulation bills any window AWS takes (0 to 300 whole seconds) and batches of at most 10
     ok = SqsEventSpec("Queue", "url", "arn", batch_size=10, batching_window_seconds=1.0)
-    check_mappings([("Fn", ok)])
-    eager = dataclasses.replace(ok, batching_window_seconds=0.0)
-    with pytest.raises(ValueError, match="batching window 0 s, batch size 10"):
-        check_mappings([("Fn", eager)])
+    for window in (0.0, 1.0, 2.0, 300.0):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=window))])
+    with pytest.raises(ValueError, match=r"batching window 0\.5 s, batch size 10"):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=0.5))])
+    with pytest.raises(ValueError, match="batching window 301 s"):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=301.0))])
     with pytest.raises(ValueError, match="batch size 11"):
         check_mappings([("Fn", dataclasses.replace(ok, batch_size=11))])
+
+
+def test_a_zero_second_window_is_billed_with_smaller_batches_and_more_requests_per_step() -> None:
+    # Given the same S1 run deployed with the template's windows and with both windows at 0 s
+    s1 = next(s for s in scenarios(scale=0.05) if s.name == "S1")
+    eager = next(
+        s
+        for s in scenarios(
+            scale=0.05, parameters={"SchedulerBatchingWindowSeconds": "0", "AgentBatchingWindowSeconds": "0"}
+        )
+        if s.name == "S1"
+    )
+    default, zero = run_scenario(s1), run_scenario(eager)
+    # Then both complete every workflow, and at 0 s every batch is smaller, so SQS and Lambda bill more requests
+    assert default.statuses == zero.statuses == {"COMPLETED": s1.workflows}
+    assert sum(zero.receive_batches) == sum(default.receive_batches)
+    assert len(zero.receive_batches) > len(default.receive_batches)
+    assert zero.usage.sqs_billed > default.usage.sqs_billed
+    assert figures(zero)["ours_per_step"] > figures(default)["ours_per_step"]
