@@ -13,9 +13,10 @@ How AWS is emulated, and why the counts are what AWS would bill:
   and ``AgentBatchingWindowSeconds``): ``ReceiveMessage`` up to 10, invoke the handler with the batch,
   ``DeleteMessageBatch`` for the records that did not fail. These requests are made against moto and counted. A
   mapping with a window of W > 0 s drains its queue at most once per W simulated seconds (so a batch holds what
-  arrived in up to W seconds, never more than AWS could gather); a mapping with a 0 s window drains its queue at the
-  instant a message becomes visible, so its batches hold only what arrived together (one ``SendMessageBatch``), the
-  smallest batches and the most requests per step. Lambda's five pollers may split such a batch further, so at 0 s
+  arrived in up to W seconds; AWS gathers for W seconds from the first message, so it never invokes with smaller
+  batches than this); a mapping with a 0 s window drains its queue at the instant a message becomes visible, so its
+  batches hold only what arrived together (one ``SendMessageBatch``), the smallest batches and the most requests
+  per step. Lambda's five pollers may split such a batch further, so at 0 s
   this count is a lower bound. `check_mappings` refuses windows AWS does not take (not whole seconds in 0..300).
 - **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
@@ -443,16 +444,19 @@ class ScenarioRun:
         return last is None or self.clock.now() >= last + event_spec.batching_window_seconds
 
     def _deliver_due(self) -> None:
-        """Each mapping whose window has passed drains its queue once; 0 s mappings again while anything arrives."""
-        for logical_id, event_spec in self.consumers:
-            if self._due(event_spec):
-                self._deliver(logical_id, event_spec)
-                self.last_drain[event_spec.queue_url] = self.clock.now()
-        eager = [(i, s) for i, s in self.consumers if s.batching_window_seconds == 0]
-        while any(self._due(s) for _, s in eager):
-            for logical_id, event_spec in eager:
+        """Each mapping whose window has passed drains its queue.
+
+        With every window of 1 s or more, one pass at each simulated second. With a 0 s window somewhere, time
+        moves by instants, so passes repeat at this instant while a mapping is due (what a 0 s mapping's invocation
+        sends is answered at once; a mapping with a window drains again only once its window has passed).
+        """
+        while True:
+            for logical_id, event_spec in self.consumers:
                 if self._due(event_spec):
                     self._deliver(logical_id, event_spec)
+                    self.last_drain[event_spec.queue_url] = self.clock.now()
+            if not self._eager() or not any(self._due(spec) for _, spec in self.consumers):
+                return
 
     def _eager(self) -> bool:
         return any(spec.batching_window_seconds < 1 for _, spec in self.consumers)

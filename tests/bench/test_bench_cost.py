@@ -241,8 +241,10 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
 # (19 + 18 + 3) / 3; the minimum with batches of one:
 # 4 + 2/1 + 2/1 + 2/1 = 10. Lambda requests (engine only): API 1 + scheduler 3. Step Functions: 3 transitions.
 def test_one_trip_costs_what_a_hand_count_says() -> None:
-    # Given one 3-step workflow on the happy path
-    scenario = Scenario("S1", "one trip", 3, 1)
+    # Given one 3-step workflow on the happy path, deployed with both batching windows at 1 s (each queue drained
+    # once per simulated second)
+    windows = (("AgentBatchingWindowSeconds", "1"), ("SchedulerBatchingWindowSeconds", "1"))
+    scenario = Scenario("S1", "one trip", 3, 1, parameters=windows)
     # When it runs through the bench
     result = run_scenario(scenario)
     data = figures(result)
