@@ -16,8 +16,8 @@ How AWS is emulated, and why the counts are what AWS would bill:
   arrived in up to W seconds; AWS gathers for W seconds from the first message, so it never invokes with smaller
   batches than this); a mapping with a 0 s window drains its queue at the instant a message becomes visible, so its
   batches hold only what arrived together (one ``SendMessageBatch``), the smallest batches and the most requests
-  per step. Lambda's five pollers may split such a batch further, so at 0 s
-  this count is a lower bound. `check_mappings` refuses windows AWS does not take (not whole seconds in 0..300).
+  per step; Lambda's five pollers may split such a batch further, so at 0 s this count is a lower bound.
+  `check_mappings` refuses windows AWS does not take (not whole seconds in 0..300).
 - **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
   Amazon SQS": Lambda starts with five polling connections; ``ReceiveMessageWaitTimeSeconds`` 20 s), so an idle

@@ -45,6 +45,7 @@ from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.records import Snapshot
+from sasflow.states import Outcome
 from simulation.invariants import Violation, check_invariants
 from simulation.world import (
     CrashInjector,
@@ -869,7 +870,7 @@ def _success_tags(event: Any) -> set[Tag]:
             continue
         with contextlib.suppress(ValueError):
             message = json.loads(body)
-            if message.get("kind") == "step.reply" and message.get("outcome") == "SUCCEEDED":
+            if message.get("kind") == "step.reply" and message.get("outcome") == Outcome.SUCCEEDED.value:
                 tags.add(tag)
     return tags
 
