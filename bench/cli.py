@@ -62,12 +62,31 @@ def machine() -> str:
     return f"{platform.machine()}, {cpus} cores{memory}, {platform.system()}, Python {platform.python_version()}"
 
 
-def run_cost(scale: float, only: list[str] | None) -> tuple[list[Row], dict[str, Any]]:
+def parse_overrides(text: str) -> dict[str, str]:
+    """``"A=1 B=2"`` (as ``sam deploy --parameter-overrides`` takes them) as ``{"A": "1", "B": "2"}``.
+
+    Raises
+    ------
+    typer.BadParameter
+        When an item is not ``Name=Value``.
+    """
+    overrides: dict[str, str] = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{item!r}: expected Name=Value")
+        overrides[name] = value
+    return overrides
+
+
+def run_cost(
+    scale: float, only: list[str] | None, parameters: dict[str, str] | None = None
+) -> tuple[list[Row], dict[str, Any]]:
     from bench.scenarios import run_scenario, scenarios
 
     all_rows: list[Row] = []
     raw: dict[str, Any] = {}
-    for scenario in scenarios(scale):
+    for scenario in scenarios(scale, parameters):
         if only and scenario.name not in only:
             continue
         console.print(f"[bold]{scenario.name}[/]: {scenario.title} ({scenario.workflows} workflows) ...")
@@ -95,6 +114,13 @@ def bench(
     cold_start_repeats: Annotated[int, typer.Option(help="Fresh interpreters per handler (best of).")] = 5,
     only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
     scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5).")] = "",
+    parameter_overrides: Annotated[
+        str,
+        typer.Option(
+            help="Template parameters the scenarios deploy with, e.g. 'SchedulerBatchingWindowSeconds=0"
+            " AgentBatchingWindowSeconds=0' (the template's defaults otherwise)."
+        ),
+    ] = "",
     write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
 ) -> None:
     """Run the bench and print the table."""
@@ -104,7 +130,10 @@ def bench(
     raw: dict[str, Any] = {"prices": {"read_on": prices.PRICES_READ_ON, "region": prices.REGION}}
     if "cost" in parts:
         chosen = [s.strip() for s in scenarios.split(",") if s.strip()] or None
-        cost_rows, raw["scenarios"] = run_cost(scale, chosen)
+        overrides = parse_overrides(parameter_overrides)
+        if overrides:
+            raw["parameter_overrides"] = overrides
+        cost_rows, raw["scenarios"] = run_cost(scale, chosen, overrides)
         rows += cost_rows
     if "sweep" in parts:
         from bench.sweep import measure_sweep

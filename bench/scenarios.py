@@ -8,11 +8,16 @@ token, with fault knobs). Time is a `ManualClock` shared by the handlers, powert
 
 How AWS is emulated, and why the counts are what AWS would bill:
 
-- **Event source mapping.** Every simulated second, each SQS-triggered function's queue is drained the way the
-  template's mapping does it (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds: 1``): ``ReceiveMessage`` up to 10,
-  invoke the handler with the batch, ``DeleteMessageBatch`` for the records that did not fail. These requests are
-  made against moto and counted. A mapping with a shorter window would invoke with smaller batches (more
-  requests) than this models, so the run refuses a template whose windows are not 1 s (`check_mappings`).
+- **Event source mapping.** Each SQS-triggered function's queue is drained the way the template's mapping does it
+  (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds`` as deployed, the template's ``SchedulerBatchingWindowSeconds``
+  and ``AgentBatchingWindowSeconds``): ``ReceiveMessage`` up to 10, invoke the handler with the batch,
+  ``DeleteMessageBatch`` for the records that did not fail. These requests are made against moto and counted. A
+  mapping with a window of W > 0 s drains its queue at most once per W simulated seconds (so a batch holds what
+  arrived in up to W seconds; AWS gathers for W seconds from the first message, so it never invokes with smaller
+  batches than this); a mapping with a 0 s window drains its queue at the instant a message becomes visible, so its
+  batches hold only what arrived together (one ``SendMessageBatch``), the smallest batches and the most requests
+  per step; Lambda's five pollers may split such a batch further, so at 0 s this count is a lower bound.
+  `check_mappings` refuses windows AWS does not take (not whole seconds in 0..300).
 - **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
   Amazon SQS": Lambda starts with five polling connections; ``ReceiveMessageWaitTimeSeconds`` 20 s), so an idle
@@ -96,6 +101,9 @@ class Scenario:
         Whether an approval (a ``callback`` step whose token goes out through ``notify``) follows the first step.
     map_items:
         When set, each workflow is one map step over this many items (`map_definition`): a child workflow each.
+    parameters:
+        Template parameter overrides ``(name, value)`` the run deploys with (e.g. the batching windows); the
+        template's defaults otherwise.
     """
 
     name: str
@@ -108,11 +116,19 @@ class Scenario:
     seed: int = 7
     callback: bool = False
     map_items: int = 0
+    parameters: tuple[tuple[str, str], ...] = ()
 
 
-def scenarios(scale: float = 1.0) -> list[Scenario]:
-    """S1, S2, S3 and S5 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale)."""
+def scenarios(scale: float = 1.0, parameters: dict[str, str] | None = None) -> list[Scenario]:
+    """S1 to S5 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale).
 
+    ``parameters`` overrides template parameters for every scenario (``--parameter-overrides`` of ``python -m bench``).
+    """
+    overrides = tuple(sorted((parameters or {}).items()))
+    return [dataclasses.replace(s, parameters=overrides) for s in _scenarios(scale)]
+
+
+def _scenarios(scale: float) -> list[Scenario]:
     def n(value: int) -> int:
         return max(2, round(value * scale))
 
@@ -345,6 +361,7 @@ class ScenarioRun:
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
         parameters = remote_service_parameters({agent: f"https://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
+        parameters.update(dict(self.scenario.parameters))
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         with self.meter.paused():
             self.physical = provision(self.stack, secret_values={"WorkflowIdSecret": "bench-workflow-id-key"})
@@ -391,6 +408,7 @@ class ScenarioRun:
             if isinstance(event, SqsEventSpec)
         ]
         check_mappings(self.consumers)
+        self.last_drain: dict[str, float] = {}
         # The SQS client of the event source mappings (Lambda's pollers): counted.
         self.poller = boto3.client("sqs")
 
@@ -480,9 +498,7 @@ class ScenarioRun:
             while started < len(arrivals) and arrivals[started] <= self.clock.now():
                 self._start(started)
                 started += 1
-            for logical_id, event_spec in self.consumers:
-                if self._visible(event_spec.queue_url):
-                    self._deliver(logical_id, event_spec)
+            self._deliver_due()
             if self.scenario.callback:
                 self._approve()
             if self.clock.now() >= next_tick:
@@ -493,14 +509,19 @@ class ScenarioRun:
                 return
             if self.clock.now() - START > MAX_SIMULATED_SECONDS:
                 raise RuntimeError(f"{self.scenario.name}: workflows still running after {MAX_SIMULATED_SECONDS} s")
-            # Next second, or jump to the next thing that can happen when nothing is visible.
+            # Next second, or jump to the next thing that can happen when nothing is visible. With a 0 s window
+            # somewhere, time moves to the exact instant of the next arrival, message or window end instead.
             candidates = [next_tick]
             if started < len(arrivals):
                 candidates.append(arrivals[started])
-            visible_at = self._next_visible_at()
-            if visible_at is not None:
-                candidates.append(visible_at)
-            target = max(self.clock.now() + 1.0, math.ceil(min(candidates)))
+            if self._eager():
+                # (an agent's retries move the clock while it runs, so an arrival or a tick may already be due)
+                target = max(self.clock.now(), min(candidates + self._next_deliveries()))
+            else:
+                visible_at = self._next_visible_at()
+                if visible_at is not None:
+                    candidates.append(visible_at)
+                target = max(self.clock.now() + 1.0, math.ceil(min(candidates)))
             idle_queues = sum(1 for _, spec in self.consumers if not self._visible(spec.queue_url))
             self.idle_queue_seconds += idle_queues * (target - self.clock.now())
             self.clock.set(target)
@@ -521,6 +542,43 @@ class ScenarioRun:
             response = self._invoke("ApiFunction", callback_event(token, body, request_id=f"bench-cb-{token[-8:]}"))
             if response["statusCode"] != 200:
                 raise RuntimeError(f"callback answer for {workflow_id} failed: {response}")
+
+    def _due(self, event_spec: SqsEventSpec) -> bool:
+        """Whether the mapping of ``event_spec`` invokes now: something is visible and its window has passed."""
+        if not self._visible(event_spec.queue_url):
+            return False
+        last = self.last_drain.get(event_spec.queue_url)
+        return last is None or self.clock.now() >= last + event_spec.batching_window_seconds
+
+    def _deliver_due(self) -> None:
+        """Each mapping whose window has passed drains its queue.
+
+        With every window of 1 s or more, one pass at each simulated second. With a 0 s window somewhere, time
+        moves by instants, so passes repeat at this instant while a mapping is due (what a 0 s mapping's invocation
+        sends is answered at once; a mapping with a window drains again only once its window has passed).
+        """
+        while True:
+            for logical_id, event_spec in self.consumers:
+                if self._due(event_spec):
+                    self._deliver(logical_id, event_spec)
+                    self.last_drain[event_spec.queue_url] = self.clock.now()
+            if not self._eager() or not any(self._due(spec) for _, spec in self.consumers):
+                return
+
+    def _eager(self) -> bool:
+        return any(spec.batching_window_seconds < 1 for _, spec in self.consumers)
+
+    def _next_deliveries(self) -> list[float]:
+        """When each mapping could invoke next, if nothing else happens first (epoch seconds, each later than now)."""
+        now = self.clock.now()
+        times = []
+        for _, event_spec in self.consumers:
+            last = self.last_drain.get(event_spec.queue_url)
+            window_end = now if last is None else last + event_spec.batching_window_seconds
+            for message in self._queue(event_spec.queue_url)._messages:
+                visible_at = max(message.visible_at, message.delayed_until or 0) / 1000.0
+                times.append(max(visible_at, window_end))
+        return [at for at in times if at > now]
 
     def _all_terminal(self) -> bool:
         stored = self._stored()
@@ -574,23 +632,29 @@ class ScenarioRun:
         )
 
 
-#: The batching window the once-per-simulated-second delivery models (seconds).
-MODELLED_BATCHING_WINDOW = 1.0
+#: The batching windows AWS takes for an SQS event source mapping (``MaximumBatchingWindowInSeconds``, seconds).
+MAX_BATCHING_WINDOW = 300
 
 
 def check_mappings(consumers: list[tuple[str, SqsEventSpec]]) -> None:
-    """Refuse mappings this emulation would bill wrongly: it delivers each queue once per simulated second.
+    """Refuse mappings this emulation would bill wrongly or AWS would not deploy.
+
+    Source: Lambda developer guide, "Using Lambda with Amazon SQS" (a window of 0 to 300 whole seconds; batches
+    over 10 need a window of at least 1 s and are gathered from several receives, which this emulation does not
+    model).
 
     Raises
     ------
     ValueError
-        When a mapping's ``MaximumBatchingWindowInSeconds`` is not 1 s or its batch size is over 10.
+        When a mapping's ``MaximumBatchingWindowInSeconds`` is not a whole number of seconds in 0..300 or its batch
+        size is over 10.
     """
     for logical_id, event in consumers:
-        if event.batching_window_seconds != MODELLED_BATCHING_WINDOW or event.batch_size > 10:
+        window = event.batching_window_seconds
+        if window != int(window) or not 0 <= window <= MAX_BATCHING_WINDOW or event.batch_size > 10:
             raise ValueError(
-                f"{logical_id}: batching window {event.batching_window_seconds:g} s, batch size {event.batch_size};"
-                f" the bench models a {MODELLED_BATCHING_WINDOW:g} s window and batches of at most 10"
+                f"{logical_id}: batching window {window:g} s, batch size {event.batch_size}; the bench models"
+                f" windows of 0 to {MAX_BATCHING_WINDOW} whole seconds and batches of at most 10"
             )
 
 

@@ -375,9 +375,9 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       EventSourceArn: !GetAtt {p}RequestQueue.Arn
       FunctionName: !Ref {function}
       BatchSize: 10
-      # Gather up to 1 s of requests per invocation: fewer receives, deletes, replies and invocations (each
-      # billed) for at most 1 s more per step at low load.
-      MaximumBatchingWindowInSeconds: 1
+      # Gather requests for up to this window per invocation: fewer receives, deletes, replies and invocations
+      # (each billed) for at most the window more per step at low load (README, "Latency and cost").
+      MaximumBatchingWindowInSeconds: !Ref AgentBatchingWindowSeconds
       FunctionResponseTypes: [ReportBatchItemFailures]
       ScalingConfig:
         MaximumConcurrency: !Ref AgentMaximumConcurrency

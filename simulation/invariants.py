@@ -20,13 +20,16 @@
    first one's result instead of overwriting it.
 10. Every unwind is explained by the faults injected into that workflow: the step that made it unwind was refused
     by its service (a business rejection was injected for it), a map step had more children end without completing
-    (by themselves, not unwound by it) than it tolerates, a child was unwound by its parent, or every attempt it used was touched by a fault
-    that can make an attempt fail (a crash in its invocation, a lost or delayed message of it, a remote failure of
-    its calls, an invocation killed after its effect...). An unwind with an attempt that failed by itself is the
-    product's doing: the trip was undone although nothing forced it.
-11. A reply applies only to the attempt it answers: in a write of the scheduler, a step in flight changes only when
-    the batch holds a reply to its current attempt of its current phase (a late reply of an earlier attempt is
-    acknowledged and changes nothing). Checked on every write as it happens (``Simulation.stale_applied``).
+    (by themselves, not unwound by it) than it tolerates, a child was unwound by its parent, or every attempt it
+    used was touched by a fault that can make an attempt fail (a crash in its invocation, a lost or delayed message
+    of it, a remote failure of its calls, an invocation killed after its effect...). An unwind with an attempt that
+    failed by itself is the product's doing: the trip was undone although nothing forced it.
+11. A reply applies only to the attempt it answers, with one exception: in a write of the scheduler, a step in
+    flight changes only when the batch holds a reply to its current attempt of its current phase, or a success of
+    an earlier attempt of its action under the current token (after the step's last operator retry) that completes
+    it. No failure reply of an earlier attempt moves a step (it is acknowledged and changes nothing), and an
+    earlier success is accepted only with the current token. Checked on every write as it happens
+    (``Simulation.stale_applied``).
 12. While a workflow stays paused nothing new starts: no step leaves PENDING and no compensation begins (checked
     on every write, ``Simulation.paused_moved``).
 13. Operators: what a person did is accounted for. A step an operator skipped is COMPLETED without needing its

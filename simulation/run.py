@@ -45,6 +45,7 @@ from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.records import Snapshot
+from sasflow.states import Outcome
 from simulation.invariants import Violation, check_invariants
 from simulation.world import (
     CrashInjector,
@@ -155,6 +156,7 @@ class Simulation:
         self.committed: Counter[tuple[str, int]] = Counter()
         #: The invocations running now, innermost last: (logical id, the attempts of the batch it was given).
         self._running: list[tuple[str, list[Tag]]] = []
+        self._successes: list[set[Tag]] = []  # the SUCCEEDED replies of each invocation in ``_running``
         #: Agent invocations per (workflow, step, phase): [deadline, state] with state running, done or killed.
         self._holders: dict[tuple[str, str, str], list[list[Any]]] = {}
         #: Writes of the scheduler that moved a step in flight without a reply to its current attempt (invariant 11).
@@ -327,12 +329,15 @@ class Simulation:
 
     def _check_replies_applied(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
         """Invariant 11, checked on every write of the scheduler function (it only applies replies): a step in
-        flight may change only when the batch holds a reply to its current attempt of its current phase, so a
-        reply of an earlier attempt (late, duplicated, redriven) never moves it. A wait step is ended by the unwind
-        of its workflow too (``UNWOUND``), which a reply of another step may start."""
+        flight may change only when the batch holds a reply to its current attempt of its current phase, or a
+        success of an earlier attempt of its action under the current token (an attempt after its last operator
+        retry, ``attempt_base``) that completes it. So no failure of an earlier attempt (late, duplicated,
+        redriven) moves it, and no success from before a retry does. A wait step is ended by the unwind of its
+        workflow too (``UNWOUND``), which a reply of another step may start."""
         if before is None or not self._running or self._running[-1][0] != "SchedulerFunction":
             return
         replies = set(self._running[-1][1])
+        successes = self._successes[-1] if self._successes else set()
         old_steps = before.get("steps", {}).get("M", {})
         new_steps = after.get("steps", {}).get("M", {})
         for tag in in_flight_tags(before):
@@ -343,6 +348,7 @@ class Simulation:
                 and not _unwound_wait(new_steps.get(name))
                 # a map step moves on its children's reports and its ticks, all sent to its first attempt
                 and not ("map" in old_steps.get(name, {}).get("M", {}) and any(t[:2] == tag[:2] for t in replies))
+                and not _earlier_success_applied(tag, old_steps.get(name), new_steps.get(name), successes)
             ):
                 answered = sorted(t[3] for t in replies if t[:3] == tag[:3])
                 self.stale_applied.append(
@@ -447,6 +453,7 @@ class Simulation:
         self._maybe_interleave(logical_id, event)
         tags = _event_tags(event)
         self._running.append((logical_id, tags))
+        self._successes.append(_success_tags(event))
         self.log.context.append(tags)
         try:
             with environment(function_environment(spec)):
@@ -460,6 +467,7 @@ class Simulation:
             self.crashes.armed, self.bus.armed, self.stale.armed = armed
             self.log.context.pop()
             self._running.pop()
+            self._successes.pop()
 
     def _module(self, logical_id: str, sandbox: str) -> Any:
         key = logical_id + sandbox
@@ -885,6 +893,36 @@ def _body_workflow_id(body: str) -> str | None:
     except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _success_tags(event: Any) -> set[Tag]:
+    """The attempts of an SQS event's step replies that report SUCCEEDED."""
+    records = event.get("Records", []) if isinstance(event, dict) else []
+    tags: set[Tag] = set()
+    for record in records:
+        body = record.get("body", "")
+        tag = tag_of(body)
+        if tag is None:
+            continue
+        with contextlib.suppress(ValueError):
+            message = json.loads(body)
+            if message.get("kind") == "step.reply" and message.get("outcome") == Outcome.SUCCEEDED.value:
+                tags.add(tag)
+    return tags
+
+
+def _earlier_success_applied(
+    tag: Tag, before: dict[str, Any] | None, after: dict[str, Any] | None, successes: set[Tag]
+) -> bool:
+    """Whether the batch's success of an earlier attempt, under the step's current token, completed it (invariant
+    11's exception): the action in flight as attempt n; a SUCCEEDED reply of an attempt in (attempt_base, n)."""
+    workflow_id, name, phase, attempt = tag
+    if phase != "action" or before is None or after is None:
+        return False
+    base = int(before.get("M", {}).get("attempt_base", {}).get("N", "0"))
+    if after.get("M", {}).get("status", {}).get("S") not in ("COMPLETED", "FAILED"):  # FAILED: output too large
+        return False
+    return any((workflow_id, name, "action", earlier) in successes for earlier in range(base + 1, attempt))
 
 
 def _event_tags(event: Any) -> list[Tag]:

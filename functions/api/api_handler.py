@@ -9,9 +9,17 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sasflow.api import build_app
-from sasflow.bootstrap import Lazy, build_engine
-from sasflow.tracing import build_tracer, lean_log_keys
+from sasflow.lean_imports import defer_package_init
+
+# Before the first import of powertools' event handler: this function needs its HTTP resolver and the HTTP API's
+# event class, not the AppSync, Bedrock and other resolvers and the 40 event classes their __init__ import
+# (sasflow.lean_imports).
+defer_package_init("aws_lambda_powertools.event_handler")
+defer_package_init("aws_lambda_powertools.utilities.data_classes")
+
+from sasflow.api import build_app  # noqa: E402
+from sasflow.bootstrap import Lazy, build_engine  # noqa: E402
+from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 
 logger = Logger()
 tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off

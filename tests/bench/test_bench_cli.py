@@ -16,11 +16,15 @@ def test_the_cli_prints_the_table_and_writes_both_results_files(
 ) -> None:
     monkeypatch.setattr(cli, "RESULTS_MD", tmp_path / "results.md")
     monkeypatch.setattr(cli, "RESULTS_JSON", tmp_path / "results.json")
-    result = CliRunner().invoke(cli.app, ["--only", "cost", "--scenarios", "S1", "--scale", "0.01"])
+    # Deployed with both batching windows at 1 s, so that every queue is drained once per simulated second
+    windows = "SchedulerBatchingWindowSeconds=1 AgentBatchingWindowSeconds=1"
+    arguments = ["--only", "cost", "--scenarios", "S1", "--scale", "0.01", "--parameter-overrides", windows]
+    result = CliRunner().invoke(cli.app, arguments)
     assert result.exit_code == 0, result.output
     assert "| metric | ours | anchor | ratio | target | met? |" in result.output
     assert "S1 orchestration $ per 1M steps (anchor: Step Functions Standard)" in result.output
     raw = json.loads((tmp_path / "results.json").read_text())
+    assert raw["parameter_overrides"] == {"SchedulerBatchingWindowSeconds": "1", "AgentBatchingWindowSeconds": "1"}
     s1 = raw["scenarios"]["S1"]
     assert s1["workflows"] == 2 and s1["steps_run"] == 6
     # Counted by hand for 2 trips started 1 s apart: Step Functions bills one transition per step, $25 per 1M

@@ -244,8 +244,10 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
 # (19 + 18 + 3) / 3; the minimum with batches of one:
 # 4 + 2/1 + 2/1 + 2/1 = 10. Lambda requests (engine only): API 1 + scheduler 3. Step Functions: 3 transitions.
 def test_one_trip_costs_what_a_hand_count_says() -> None:
-    # Given one 3-step workflow on the happy path
-    scenario = Scenario("S1", "one trip", 3, 1)
+    # Given one 3-step workflow on the happy path, deployed with both batching windows at 1 s (each queue drained
+    # once per simulated second)
+    windows = (("AgentBatchingWindowSeconds", "1"), ("SchedulerBatchingWindowSeconds", "1"))
+    scenario = Scenario("S1", "one trip", 3, 1, parameters=windows)
     # When it runs through the bench
     result = run_scenario(scenario)
     data = figures(result)
@@ -353,14 +355,15 @@ def test_a_faulty_scenario_replays_exactly_for_its_seed() -> None:
     assert figures(first)["step_functions_transitions"] == figures(second)["step_functions_transitions"]
 
 
-def test_a_mapping_whose_batching_window_the_bench_does_not_model_is_refused() -> None:
-    # The emulation delivers each queue once per simulated second: a 0 s window would invoke with smaller batches
-    # (more requests) than it bills, so the run refuses such a template instead of understating its cost.
+def test_a_mapping_whose_batching_window_aws_would_not_take_is_refused() -> None:
+    # The emulation bills any window AWS takes (0 to 300 whole seconds) and batches of at most 10
     ok = SqsEventSpec("Queue", "url", "arn", batch_size=10, batching_window_seconds=1.0)
-    check_mappings([("Fn", ok)])
-    eager = dataclasses.replace(ok, batching_window_seconds=0.0)
-    with pytest.raises(ValueError, match="batching window 0 s, batch size 10"):
-        check_mappings([("Fn", eager)])
+    for window in (0.0, 1.0, 2.0, 300.0):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=window))])
+    with pytest.raises(ValueError, match=r"batching window 0\.5 s, batch size 10"):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=0.5))])
+    with pytest.raises(ValueError, match="batching window 301 s"):
+        check_mappings([("Fn", dataclasses.replace(ok, batching_window_seconds=301.0))])
     with pytest.raises(ValueError, match="batch size 11"):
         check_mappings([("Fn", dataclasses.replace(ok, batch_size=11))])
 
@@ -387,3 +390,22 @@ def test_s4_runs_a_map_step_and_prices_it_against_a_distributed_map_by_hand() ->
     first = rows(result, data)[0]
     assert first.metric.startswith("S4 orchestration $ per 1M map items (anchor: Step Functions Distributed Map")
     assert first.met is True and first.ratio == pytest.approx(data["ours_per_item"] / data["anchor_per_item"])
+
+
+def test_a_zero_second_window_is_billed_with_smaller_batches_and_more_requests_per_step() -> None:
+    # Given the same S1 run deployed with the template's windows and with both windows at 0 s
+    s1 = next(s for s in scenarios(scale=0.05) if s.name == "S1")
+    eager = next(
+        s
+        for s in scenarios(
+            scale=0.05, parameters={"SchedulerBatchingWindowSeconds": "0", "AgentBatchingWindowSeconds": "0"}
+        )
+        if s.name == "S1"
+    )
+    default, zero = run_scenario(s1), run_scenario(eager)
+    # Then both complete every workflow, and at 0 s every batch is smaller, so SQS and Lambda bill more requests
+    assert default.statuses == zero.statuses == {"COMPLETED": s1.workflows}
+    assert sum(zero.receive_batches) == sum(default.receive_batches)
+    assert len(zero.receive_batches) > len(default.receive_batches)
+    assert zero.usage.sqs_billed > default.usage.sqs_billed
+    assert figures(zero)["ours_per_step"] > figures(default)["ours_per_step"]

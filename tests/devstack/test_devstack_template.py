@@ -294,3 +294,22 @@ def test_offline_aws_fakes_credentials_drops_real_endpoints_and_restores_the_env
         assert os.environ["AWS_CONFIG_FILE"] == os.devnull
         assert "AWS_ENDPOINT_URL_DYNAMODB" not in os.environ and "AWS_PROFILE" not in os.environ
     assert dict(os.environ) == before
+
+
+@pytest.mark.parametrize(
+    ("parameters", "scheduler", "agents"),
+    [({}, 0.0, 2.0), ({"SchedulerBatchingWindowSeconds": "1", "AgentBatchingWindowSeconds": "0"}, 1.0, 0.0)],
+)
+def test_the_batching_window_parameters_reach_every_event_source_mapping(
+    parameters: dict[str, str], scheduler: float, agents: float
+) -> None:
+    # Given the real template deployed with its defaults, then with other windows
+    stack = Stack.from_file(REPO_TEMPLATE, parameters={"DeploySampleServices": "false", **parameters})
+    windows = {
+        spec.logical_id: {event.batching_window_seconds for event in spec.events if isinstance(event, SqsEventSpec)}
+        for spec in stack.functions()
+        if any(isinstance(event, SqsEventSpec) for event in spec.events)
+    }
+    # Then the scheduler's mapping has its window and each agent's (rendered from agents.yaml) the agents' one
+    assert windows.pop("SchedulerFunction") == {scheduler}
+    assert windows and all(value == {agents} for value in windows.values()), windows

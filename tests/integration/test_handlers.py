@@ -311,16 +311,22 @@ def test_each_transition_logs_one_lean_line_whose_correlation_id_is_the_workflow
     finally:
         handler.setStream(previous)
     lines = [json.loads(line) for line in buffer.getvalue().splitlines() if line.startswith("{")]
-    moves = [line for line in lines if line.get("message") == "step moved"]
-    # Then the flight's reply and the hotel's dispatch are one line each, naming the workflow, step, attempt, move
+    moves = [line for line in lines if line.get("message") == "moved"]
+    # Then the flight's reply and the hotel's dispatch are one line, naming the workflow, the steps, attempts, moves
     wid = started["workflow_id"]
-    assert [(m["step"], m["phase"], m["attempt"], m["from"], m["to"]) for m in moves] == [
-        ("reserve_flight", "action", 1, "PROCESSING", "COMPLETED"),
-        ("book_hotel", "action", 1, "PENDING", "PROCESSING"),
-    ]
+    assert [m["steps"] for m in moves] == ["reserve_flight#1 PROCESSING>COMPLETED, book_hotel#1 PENDING>PROCESSING"]
     assert {(m["workflow_id"], m["correlation_id"], m["level"]) for m in moves} == {(wid, wid, "INFO")}
+    assert "from" not in moves[0] and "to" not in moves[0]  # the workflow stayed RUNNING
     # without what CloudWatch already knows, and without any input or output
     for line in moves:
-        assert not set(line) & {"function_arn", "function_memory_size", "function_name", "location", "cold_start"}
+        assert not set(line) & {
+            "function_arn",
+            "function_memory_size",
+            "function_name",
+            "location",
+            "cold_start",
+            "service",
+            "timestamp",
+        }
         assert "function_request_id" in line
         assert "Ada" not in json.dumps(line)

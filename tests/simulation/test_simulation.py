@@ -16,7 +16,7 @@ from sasflow.callbacks import CallbackUsedError, TaskToken
 from sasflow.definition import WorkflowDefinition
 from sasflow.messages import StepReply
 from sasflow.records import Snapshot
-from sasflow.states import WorkflowStatus
+from sasflow.states import Outcome, WorkflowStatus
 from sasflow.transitions import Transition, TransitionBase
 from sasflow.transitions.forward import ForwardTransitions
 from sasflow.transitions.mapping import MapTransitions
@@ -115,7 +115,8 @@ def test_an_agent_whose_in_progress_record_never_expires_is_an_unexplained_unwin
 
 def test_a_reply_of_an_earlier_attempt_that_moves_a_step_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 11: a scheduler that applies every reply as if it answered the step's current
-    attempt (the attempt check of DESIGN Rule 5 gone) lets a late reply of attempt 1 settle attempt 2."""
+    attempt (the attempt check of DESIGN Rule 5 gone) lets a late failure of attempt 1 settle attempt 2 (a late
+    success under the same token is accepted by design, issue 13)."""
     original = Transition.apply_reply
 
     def apply_any_reply(self: Transition, reply: StepReply) -> None:
@@ -125,6 +126,22 @@ def test_a_reply_of_an_earlier_attempt_that_moves_a_step_is_caught(monkeypatch: 
         original(self, reply)
 
     monkeypatch.setattr(Transition, "apply_reply", apply_any_reply)
+    report = run_one(1, 60)
+    stale = [v for v in report.violations if v.kind == "stale reply applied"]
+    assert len(stale) >= 1
+    assert all("changed by replies of attempts" in v.detail for v in stale)
+
+
+def test_a_failure_of_an_earlier_attempt_that_moves_a_step_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 11's exception (tools/mutations.toml, "earlier attempt's failure accepted"): a
+    scheduler that accepts any answer of an earlier attempt, not only its success, lets a late failure of attempt 1
+    fail or retry attempt 2 while it is still in flight."""
+    original = ForwardTransitions._earlier_success
+
+    def accept_any_outcome(self: ForwardTransitions, record: Any, reply: StepReply) -> bool:
+        return original(self, record, reply.model_copy(update={"outcome": Outcome.SUCCEEDED}))
+
+    monkeypatch.setattr(ForwardTransitions, "_earlier_success", accept_any_outcome)
     report = run_one(1, 60)
     stale = [v for v in report.violations if v.kind == "stale reply applied"]
     assert len(stale) >= 1

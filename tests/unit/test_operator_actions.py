@@ -341,29 +341,25 @@ def test_the_view_gives_each_step_its_times_and_the_compensations_status_and_err
     assert (hotel.compensation_finished_at or 0) <= flight.compensation_started_at
 
 
-def test_each_applied_transition_logs_one_line_with_the_workflow_step_attempt_and_move(
+def test_each_applied_transition_logs_one_line_with_the_workflow_its_steps_attempts_and_moves(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     p = Pipeline()
     with caplog.at_level(logging.INFO, logger="sasflow.scheduler"):
         wid = p.start(trip_definition(), TRIP_INPUT)
         p.pump()
-    moves = [
-        (r.getMessage(), getattr(r, "step", None), getattr(r, "attempt", None), r.__dict__["from"], r.__dict__["to"])
+    lines = [
+        (getattr(r, "steps", None), r.__dict__.get("from"), r.__dict__.get("to"))
         for r in caplog.records
-        if r.getMessage() in ("step moved", "workflow moved")
+        if r.getMessage() == "moved"
     ]
-    assert moves == [
-        ("step moved", "reserve_flight", 1, "PENDING", "PROCESSING"),
-        ("workflow moved", None, None, "NEW", "RUNNING"),
-        ("step moved", "reserve_flight", 1, "PROCESSING", "COMPLETED"),
-        ("step moved", "book_hotel", 1, "PENDING", "PROCESSING"),
-        ("step moved", "book_hotel", 1, "PROCESSING", "COMPLETED"),
-        ("step moved", "charge_card", 1, "PENDING", "PROCESSING"),
-        ("step moved", "charge_card", 1, "PROCESSING", "COMPLETED"),
-        ("workflow moved", None, None, "RUNNING", "COMPLETED"),
+    assert lines == [
+        ("reserve_flight#1 PENDING>PROCESSING", "NEW", "RUNNING"),
+        ("reserve_flight#1 PROCESSING>COMPLETED, book_hotel#1 PENDING>PROCESSING", None, None),
+        ("book_hotel#1 PROCESSING>COMPLETED, charge_card#1 PENDING>PROCESSING", None, None),
+        ("charge_card#1 PROCESSING>COMPLETED", "RUNNING", "COMPLETED"),
     ]
-    assert {getattr(r, "workflow_id", None) for r in caplog.records if r.getMessage() == "step moved"} == {wid}
+    assert {getattr(r, "workflow_id", None) for r in caplog.records if r.getMessage() == "moved"} == {wid}
     assert all("input" not in r.__dict__ and "output" not in r.__dict__ for r in caplog.records)
 
 

@@ -6,7 +6,7 @@ as DynamoDB may for a short while after a write.
 
 from __future__ import annotations
 
-from sasflow.states import StepStatus, WorkflowStatus
+from sasflow.states import Outcome, StepStatus, WorkflowStatus
 from tests.support.pipeline import OWNER, Pipeline
 
 
@@ -67,9 +67,11 @@ def test_a_truly_stale_reply_is_dropped_after_the_strong_read_confirms_it() -> N
     assert first.complete_by is not None
     p.clock.set(first.complete_by + 31)
     p.sweep()  # attempt 2 dispatched
+    p.services["flights"].script["reserve"] = ["reject"]
     late = p.runtimes["flights"].handle(
         p.requests("flights")[0].model_copy(update={"attempt": 1}), lambda: 30.0
-    )  # attempt 1's reply, late
+    )  # attempt 1's refusal, late (an earlier attempt's success would complete the step)
+    assert late.outcome is Outcome.REJECTED
     p.store.stale_reads[wid] = p.snapshot(wid)  # the stale view happens to be current
     assert p.scheduler.on_reply(late) == []
     assert p.metrics["StaleReplies"] == 1

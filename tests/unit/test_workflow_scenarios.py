@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from sasflow.api_models import events_of
 from sasflow.errors import ConditionFailedError, ContentionError
-from sasflow.messages import remote_token
+from sasflow.messages import StepReply, remote_token
 from sasflow.records import DeadlineEntry
 from sasflow.scheduler import MAX_ATTEMPTS
 from sasflow.states import Outcome, Phase, StepStatus, WorkflowStatus
@@ -192,22 +193,76 @@ def test_the_same_request_delivered_twice_has_one_effect_and_completes_once() ->
 
 
 def test_stale_reply_for_an_earlier_attempt_is_acknowledged_and_changes_nothing() -> None:
-    # Given attempt 1's reply is held back while the supervisor starts attempt 2
+    # Given attempt 1 refused by the flights service, its reply held back while the supervisor starts attempt 2
     p = Pipeline()
+    p.services["flights"].script["reserve"] = ["reject"]
     wid = p.start()
     [stale] = p.run_agent("flights", lose_replies=True)
+    assert (stale.attempt, stale.outcome) == (1, Outcome.REJECTED)
     record = p.snapshot(wid).steps["reserve_flight"]
     assert record.complete_by is not None
     p.clock.set(record.complete_by + 31)
     p.sweep()
-    before = p.snapshot(wid).steps["reserve_flight"]
-    assert (before.status, before.attempt) == (StepStatus.PROCESSING, 2)
-    # When the late attempt-1 reply arrives
+    before = p.snapshot(wid)
+    assert (before.steps["reserve_flight"].status, before.steps["reserve_flight"].attempt) == (StepStatus.PROCESSING, 2)
+    # When the late attempt-1 failure arrives
     messages = p.scheduler.on_reply(stale)
-    # Then nothing changed and nothing was sent
+    # Then it never fails the current attempt: nothing changed and nothing was sent
     assert messages == []
-    assert p.snapshot(wid).steps["reserve_flight"] == before
+    assert p.snapshot(wid).steps["reserve_flight"] == before.steps["reserve_flight"]
+    assert p.snapshot(wid).history == before.history
     assert p.requests("hotels") == []
+    assert p.metrics["StaleReplies"] == 1
+
+
+def test_a_success_of_an_earlier_attempt_completes_the_step_still_in_flight_under_the_same_token() -> None:
+    # Given attempt 1's success held back while the supervisor resends the step as attempt 2
+    p = Pipeline()
+    wid = p.start()
+    [late] = p.run_agent("flights", lose_replies=True)
+    assert (late.attempt, late.outcome) == (1, Outcome.SUCCEEDED)
+    record = p.snapshot(wid).steps["reserve_flight"]
+    assert record.complete_by is not None
+    p.clock.set(record.complete_by + 31)
+    p.sweep()
+    [resend] = p.requests("flights")
+    assert resend.attempt == 2
+    # When attempt 1's success arrives before attempt 2 has answered
+    p.bus.send(p.scheduler.on_reply(late))
+    # Then the step is COMPLETED with attempt 1's output (the token, and so the answer, is the same), attempt 2 is
+    # not waited for, and the next step is dispatched
+    snapshot = p.snapshot(wid)
+    step = snapshot.steps["reserve_flight"]
+    assert (step.status, step.attempt, step.output) == (StepStatus.COMPLETED, 2, late.output)
+    assert [r.step for r in p.requests("hotels")] == ["book_hotel"]
+    applied = [e for e in events_of(snapshot) if e.kind == "reply_applied" and e.step == "reserve_flight"]
+    assert [(e.attempt, e.outcome) for e in applied] == [(1, "succeeded")]
+    assert (p.metrics["EarlierSuccessesApplied"], p.metrics["StaleReplies"]) == (1, 0)
+    # and attempt 2's own answer, when it comes, changes nothing: the trip completes with one reservation
+    p.pump()
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPLETED
+    assert final.steps["reserve_flight"].output == late.output
+    assert p.services["flights"].effects[resend.token] == 1
+
+
+def test_a_success_under_the_token_before_an_operator_retry_is_not_accepted() -> None:
+    # Given a held trip whose hotel refused attempt 1, retried by an operator: a new budget and a new token
+    p = Pipeline()
+    p.services["hotels"].script["book"] = ["reject"]
+    wid = p.start({**trip_definition(), "on_failure": "hold"})
+    p.pump()
+    p.scheduler.operate(wid, "retry", principal=OWNER, reason="on-call", action_id="r-1", step="book_hotel")
+    record = p.snapshot(wid).steps["book_hotel"]
+    assert (record.status, record.attempt, record.attempt_base, record.generation) == (StepStatus.PROCESSING, 2, 1, 1)
+    before = p.snapshot(wid)
+    # When a success of attempt 1 (the old token) arrives
+    old = StepReply(
+        workflow_id=wid, step="book_hotel", phase=Phase.ACTION, attempt=1, outcome=Outcome.SUCCEEDED, output={"x": 1}
+    )
+    assert p.scheduler.on_reply(old) == []
+    # Then it is dropped: the retried attempt answers under its own token
+    assert p.snapshot(wid).steps["book_hotel"] == before.steps["book_hotel"]
     assert p.metrics["StaleReplies"] == 1
 
 

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import content_types
+from aws_lambda_powertools.event_handler.api_gateway import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -631,40 +631,32 @@ def child_output(child: Snapshot | None) -> Any:
 
 
 def log_moves(before: Snapshot | None, after: Snapshot) -> None:
-    """Write one INFO line for each move a stored write made: each step's and the workflow's, from → to.
+    """Write one INFO line for a stored write: the steps it moved and, when it moved, the workflow.
 
-    The lines carry ``workflow_id`` (and, through the handler, the correlation id), the step, its attempt and
-    phase; never a request body, an input or an output. The COMPENSATION_FAILED alarm's workflows are found by
+    The line is ``message`` ``moved`` with ``workflow_id``; ``steps``, each step that moved as
+    ``name#attempt FROM>TO`` (the attempt of its phase: a compensation counts its own), comma-separated in the
+    definition's order; and ``from``, ``to`` (and ``reason``) when the workflow's status changed. Never a request
+    body, an input or an output. One line per write, not per move: CloudWatch Logs bills ingestion by the byte,
+    and the in-item history holds every event with its time. The COMPENSATION_FAILED alarm's workflows are found by
     the Logs Insights query in the README (``to = "COMPENSATION_FAILED"``).
     """
     if not logger.isEnabledFor(logging.INFO):
         return
-    workflow_id = after.workflow.workflow_id
+    moves = []
     for name, record in after.steps.items():
         previous = before.steps.get(name) if before is not None else None
         old = previous.status.value if previous is not None else "PENDING"
-        if old != record.status.value or (
-            previous is not None and previous.attempt_for(record.phase) != record.attempt_for(record.phase)
-        ):
-            logger.info(
-                "step moved",
-                extra={
-                    "workflow_id": workflow_id,
-                    "step": name,
-                    "phase": record.phase.value,
-                    "attempt": record.attempt_for(record.phase),
-                    "from": old,
-                    "to": record.status.value,
-                },
-            )
+        attempt = record.attempt_for(record.phase)
+        if old != record.status.value or (previous is not None and previous.attempt_for(record.phase) != attempt):
+            moves.append(f"{name}#{attempt} {old}>{record.status.value}")
+    extra: dict[str, Any] = {"workflow_id": after.workflow.workflow_id}
+    if moves:
+        extra["steps"] = ", ".join(moves)
     old_status = before.workflow.status.value if before is not None else "NEW"
     if old_status != after.workflow.status.value:
-        logger.info(
-            "workflow moved",
-            extra={
-                "workflow_id": workflow_id,
-                "from": old_status,
-                "to": after.workflow.status.value,
-                "reason": after.workflow.reason,
-            },
-        )
+        extra["from"] = old_status
+        extra["to"] = after.workflow.status.value
+        if after.workflow.reason:
+            extra["reason"] = after.workflow.reason
+    if len(extra) > 1:
+        logger.info("moved", extra=extra)

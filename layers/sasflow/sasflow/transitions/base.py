@@ -160,7 +160,12 @@ class TransitionBase:
 
     # ------------------------------------------------------------------ replies
     def apply_reply(self, reply: StepReply) -> None:
-        """Apply an agent's reply if it answers the step's current attempt of its current phase (DESIGN Rule 5)."""
+        """Apply an agent's reply if it answers the step's current attempt of its current phase (DESIGN Rule 5).
+
+        One exception: the success of an earlier attempt of an action still in flight under the same remote token
+        (`ForwardTransitions._earlier_success`) completes the step, since the current attempt would get the same
+        answer. A failure of an earlier attempt never moves the step.
+        """
         record = self.snapshot.steps.get(reply.step)
         if record is None:
             logger.warning("reply for a step never dispatched", extra={"workflow_id": reply.workflow_id})
@@ -170,6 +175,12 @@ class TransitionBase:
             self.advance()
             return
         in_flight_status = StepStatus.COMPENSATING if reply.phase is Phase.COMPENSATION else StepStatus.PROCESSING
+        if self._earlier_success(record, reply):
+            self.history.reply(reply.step, reply.phase, reply.attempt, reply.outcome, reply.calls, None)
+            self.count("EarlierSuccessesApplied")
+            self._forward_outcome(record, reply)
+            self.advance()
+            return
         if record.attempt_for(reply.phase) != reply.attempt or (
             reply.phase is Phase.COMPENSATION and record.phase is Phase.ACTION
         ):
@@ -375,6 +386,9 @@ class TransitionBase:
 
     def _start_map_compensation(self, record: StepRecord) -> None:
         raise NotImplementedError  # mapping.MapTransitions
+
+    def _earlier_success(self, record: StepRecord, reply: StepReply) -> bool:
+        raise NotImplementedError  # forward.ForwardTransitions
 
     def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
         raise NotImplementedError  # forward.ForwardTransitions

@@ -48,6 +48,33 @@ from .base import (
 class ForwardTransitions(TransitionBase):
     """What happens to a step's action: its replies, its timeouts, its dispatch."""
 
+    def _earlier_success(self, record: StepRecord, reply: StepReply) -> bool:
+        """Whether ``reply`` is a success of an earlier attempt of a task step whose action is still in flight
+        under the same remote token, so that it completes the step (issue 13).
+
+        The token derives from the workflow, the step, the action and the step's ``generation``, never the attempt
+        (`messages.remote_token`), so every attempt of one generation asks the service the same question and gets the
+        same answer: there is no need to wait for the resend's round trip. The generation changes only with an
+        operator's retry, which sets ``attempt_base`` to the attempts before it, so an attempt after ``attempt_base``
+        ran under the current token. A failure of an earlier attempt never moves the step: the current attempt may
+        still succeed. Wait steps (their own timer) and callback steps (an answer is bound to its attempt's nonce)
+        keep the rule of their current attempt.
+
+        Timeline::
+
+            attempt 1 sent ... complete-by passes, attempt 2 resent ... attempt 1's SUCCEEDED arrives -> COMPLETED
+            attempt 1 sent ... complete-by passes, attempt 2 resent ... attempt 1's FAILED arrives    -> ignored
+            attempt 2 FAILED, held, operator retry (attempt_base 2, new token), attempt 3 ... attempt 2's SUCCEEDED
+                                                                                                     -> ignored
+        """
+        if reply.phase is not Phase.ACTION or reply.outcome is not Outcome.SUCCEEDED:
+            return False
+        if record.status is not StepStatus.PROCESSING or record.phase is not Phase.ACTION:
+            return False
+        if not record.attempt_base < reply.attempt < record.attempt:
+            return False
+        return not isinstance(self.definition.step(record.step), WaitStep | CallbackStep)
+
     def _forward_outcome(self, record: StepRecord, reply: StepReply) -> None:
         step = self.definition.step(record.step)
         if isinstance(step, WaitStep):
