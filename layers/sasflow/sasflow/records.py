@@ -54,6 +54,9 @@ class WorkflowRecord:
     attention, attention_since:
         Whether it waits for a person (``HELD``, ``COMPENSATION_FAILED``, ``PAUSED``), and since when (epoch
         seconds): the keys of the sparse attention index, so those workflows are listed at any table size.
+    claim_checked:
+        Some payload of it was written to the payload store (``claim_check.py``): its objects are re-stamped when
+        it ends, so their retention starts then. A reference in its input or outputs says so too.
     """
 
     workflow_id: str
@@ -71,6 +74,7 @@ class WorkflowRecord:
     hold_until: int | None = None
     attention: str | None = None
     attention_since: int | None = None
+    claim_checked: bool = False
 
     @property
     def needs_attention(self) -> str | None:
