@@ -423,9 +423,17 @@ def _bucket_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> 
 
 
 def _bucket_policy_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
-    """Map ``AWS::S3::BucketPolicy`` to ``PutBucketPolicy``."""
+    """Map ``AWS::S3::BucketPolicy`` to ``PutBucketPolicy``, without its statements on ``aws:SecureTransport``.
+
+    The local stack speaks plain HTTP on loopback, and moto evaluates bucket policies: a TLS-only statement would
+    refuse every local request. It is left out here only (tests/integration/test_template_security.py checks it
+    in what deploys); ``Policy`` is None when nothing else remains.
+    """
     _unknown_properties(logical_id, props, {"Bucket", "PolicyDocument"})
-    return {"Bucket": str(props["Bucket"]), "Policy": json.dumps(props["PolicyDocument"])}
+    document = dict(props["PolicyDocument"])
+    kept = [s for s in document.get("Statement", []) if "aws:SecureTransport" not in json.dumps(s.get("Condition", {}))]
+    policy = json.dumps({**document, "Statement": kept}) if kept else None
+    return {"Bucket": str(props["Bucket"]), "Policy": policy}
 
 
 def _create_bucket(client: Any, request: dict[str, Any], exist_ok: bool) -> str:
@@ -625,7 +633,8 @@ def provision(
         elif rtype == "AWS::S3::Bucket":
             physical[logical_id] = _create_bucket(client("s3"), request, exist_ok)
         elif rtype == "AWS::S3::BucketPolicy":
-            client("s3").put_bucket_policy(**request)
+            if request["Policy"] is not None:
+                client("s3").put_bucket_policy(**request)
             physical[logical_id] = str(request["Bucket"])
         else:
             client("cloudwatch").put_metric_alarm(**request)
@@ -676,6 +685,10 @@ def describe(stack: Stack) -> list[tuple[str, str, str]]:
                 how = f"{HOW_CREATED}: queue {stack.queue_name(logical_id)}"
             elif rtype == "AWS::CloudWatch::Alarm":
                 how = f"{HOW_CREATED}: alarm {stack.physical_id(logical_id)} (stored, never evaluated)"
+            elif rtype == "AWS::S3::Bucket":
+                how = f"{HOW_CREATED}: bucket {stack.physical_id(logical_id)} (lifecycle stored, never run)"
+            elif rtype == "AWS::S3::BucketPolicy":
+                how = f"{HOW_CREATED}: without its aws:SecureTransport statements (plain HTTP on loopback)"
             elif rtype == "AWS::Serverless::Function":
                 how = _describe_function(stack, logical_id)
             elif rtype == "AWS::Serverless::HttpApi":
