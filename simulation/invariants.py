@@ -91,10 +91,10 @@ class Violation:
 def check_invariants(sim: Simulation) -> list[Violation]:
     """Check every invariant; return the violations (empty when the run is correct)."""
     violations: list[Violation] = []
-    stored = {s.workflow.workflow_id: s for s in sim.stored_workflows()}
+    as_stored = {s.workflow.workflow_id: s for s in sim.stored_workflows()}
     violations.extend(sim.payload_missing)
-    violations.extend(_payload_violations(sim, stored))
-    snapshots = _resolved_inputs(sim, stored)  # the other invariants read the workflow input itself
+    violations.extend(_payload_violations(sim, as_stored))
+    snapshots = _resolved_inputs(sim, as_stored)  # the other invariants read the workflow input itself
     pages = (
         sim.dynamodb_checker()
         .get_paginator("scan")

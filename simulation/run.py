@@ -278,7 +278,7 @@ class Simulation:
                 build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng),
                 lambda built: built.scheduler.claims,
             )
-            return OpsServices(engine, engine.store, dead_letters=None)  # type: ignore[arg-type]
+            return OpsServices(engine, engine.store, dead_letters=None)
 
         module.ops = Lazy(build)
         return module
