@@ -12,6 +12,7 @@ from sasflow.adapters.memory import InMemoryPayloadStore
 from sasflow.claim_check import REFERENCE_KEY, TERMINAL, ClaimCheck, encode_payload, is_reference
 from sasflow.errors import ClaimCheckMissingError, InvalidDefinitionError, PayloadTooLargeError
 from sasflow.messages import SQS_MAX_MESSAGE_BYTES, StepRequest
+from sasflow.records import Snapshot
 from sasflow.settings import AgentConfig, EngineConfig
 from sasflow.states import Phase, StepStatus, WorkflowStatus
 from tests.support.pipeline import TRIP_INPUT, Pipeline, trip_definition
@@ -276,3 +277,31 @@ def test_a_late_claim_checked_reply_of_an_ended_workflow_is_restamped_terminal()
 
     assert pipeline.snapshot(workflow_id).workflow.status is WorkflowStatus.CANCELLED
     assert pipeline.payloads.tags and set(pipeline.payloads.tags.values()) == {"terminal"}
+
+
+def test_outputs_below_the_threshold_that_fill_the_item_are_claim_checked_by_the_scheduler() -> None:
+    # Given a store whose items hold 40,000 bytes of outputs (DynamoDB's 400 KB, scaled down) and outputs of 24 KB
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    original_save = pipeline.store.save
+
+    def save(snapshot: Snapshot, expect: Snapshot) -> Snapshot:
+        outputs = [r.output for r in snapshot.steps.values()]
+        size = len(json.dumps(outputs))
+        if size > 40_000:
+            raise PayloadTooLargeError("the workflow's record", size, 40_000)
+        return original_save(snapshot, expect)
+
+    pipeline.store.save = save  # type: ignore[method-assign]
+    for agent in ("flights", "hotels"):
+        big_output(pipeline, agent, agent[0] * 24_000)
+    workflow_id = pipeline.start()
+
+    # When the second output would overflow the item
+    pipeline.settle(workflow_id)
+
+    # Then the scheduler claim-checked it instead of failing the step, and the trip completed
+    snapshot = pipeline.snapshot(workflow_id)
+    assert snapshot.workflow.status is WorkflowStatus.COMPLETED
+    assert not is_reference(snapshot.steps["reserve_flight"].output)
+    assert is_reference(snapshot.steps["book_hotel"].output)
+    assert pipeline.metrics["OutputsClaimCheckedByScheduler"] == 1
