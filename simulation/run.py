@@ -163,6 +163,7 @@ class Simulation:
         self.callbacks_maybe: dict[str, list[dict[str, Any]]] = {}
         self.tokens_seen: dict[str, list[str]] = {}
         self.tokens_reused: set[str] = set()
+        self.approval_attempts_shown: dict[str, set[int]] = {}
         #: Reads of a claim-checked payload that found no object (invariant 17), and the workflows that carry one.
         #: Drawn from a generator of their own, so runs without large payloads replay as before.
         self.payload_missing: list[Violation] = []
@@ -672,6 +673,14 @@ class Simulation:
                     self.tokens_reused.add(token)
                     self._answer(token, {"status": "succeeded", "output": {"again": True}})  # must be 409
                 continue
+            # An attempt whose whole window passed between two ticks (the simulated time other invocations spent:
+            # remote hangs, backoff sleeps) was never shown to the approver: its timeout is the world's doing.
+            shown = self.approval_attempts_shown.setdefault(wid, set())
+            for earlier in range(1, record.attempt):
+                if earlier not in shown:
+                    self.log.touched[(wid, "approval", "action", earlier)].add("no approver tick during the attempt")
+                    shown.add(earlier)
+            shown.add(record.attempt)
             seen = self.tokens_seen.setdefault(wid, [])
             for old in seen:
                 if old != token and old not in self.tokens_reused:
