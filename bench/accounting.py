@@ -159,6 +159,7 @@ class Cost:
     sqs: float
     api: float
     logs: float = 0.0
+    s3: float = 0.0
 
     @property
     def total(self) -> float:
@@ -170,6 +171,7 @@ class Cost:
             + self.sqs
             + self.api
             + self.logs
+            + self.s3
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -181,6 +183,7 @@ class Cost:
             "sqs": self.sqs,
             "api": self.api,
             "cloudwatch_logs": self.logs,
+            "s3": self.s3,
             "total": self.total,
         }
 
@@ -199,6 +202,16 @@ def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = 
         api=usage.api_requests * prices.HTTP_API_PER_REQUEST,
         logs=sum(n for f, n in usage.log_bytes.items() if lambdas is None or f in lambdas)
         * prices.CLOUDWATCH_LOGS_PER_BYTE,
+        s3=s3_cost(usage),
+    )
+
+
+def s3_cost(usage: Usage) -> float:
+    """The S3 requests of ``usage`` (claim-checked payloads), each at its request tier (`bench.prices`)."""
+    return sum(
+        n * (prices.S3_PER_WRITE_REQUEST if operation in prices.S3_WRITE_OPERATIONS else prices.S3_PER_READ_REQUEST)
+        for (service, operation), n in usage.calls.items()
+        if service == "s3"
     )
 
 

@@ -24,6 +24,8 @@ Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29:
   with 1 KB checkpoints"), and data retained per GB-month (left out here, as our DynamoDB storage is). The durable
   function's own invocations (the first and every replay) are Lambda requests.
 - Amazon EventBridge: scheduled rules invoke their targets at no charge (the supervisor's Lambda time is billed).
+- Amazon S3 pricing, S3 Standard: $0.005 per 1,000 PUT, COPY, POST and LIST requests, $0.0004 per 1,000 GET and
+  all other requests, $0.023 per GB-month stored (claim-checked payloads only: below the threshold there is none).
 - Amazon CloudWatch pricing, Logs: $0.50 per GB ingested (Standard log class; counted as 10^9 bytes, which can only
   overstate it). Lambda's own START/END/REPORT lines are not written (template: SystemLogLevel WARN).
 
@@ -57,3 +59,19 @@ EXPRESS_MAX_SECONDS: Final = 300
 DISTRIBUTED_MAP_TRANSITIONS_PER_CHILD: Final = 1
 DURABLE_PER_OPERATION: Final = 8.00 / 1_000_000
 DURABLE_PER_BYTE_WRITTEN: Final = 0.25 / 1_000_000_000
+S3_PER_WRITE_REQUEST: Final = 0.005 / 1_000
+S3_PER_READ_REQUEST: Final = 0.0004 / 1_000
+S3_PER_GB_MONTH: Final = 0.023
+#: The S3 operations billed at the PUT, COPY, POST and LIST rate; every other one at the GET rate.
+S3_WRITE_OPERATIONS: Final = frozenset(
+    {
+        "PutObject",
+        "CopyObject",
+        "ListObjectsV2",
+        "ListObjects",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "CompleteMultipartUpload",
+        "PutObjectTagging",
+    }
+)

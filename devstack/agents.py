@@ -356,6 +356,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
               Effect: Allow
               Action: [sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility, sqs:GetQueueAttributes]
               Resource: !GetAtt {p}RequestQueue.Arn
+        - !Ref PayloadObjectsAgentPolicy
 """
         + _invoke_policy(agent)
         + _secret_policy(agent)

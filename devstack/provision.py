@@ -48,6 +48,8 @@ CREATED_IN_MOTO: Final = frozenset(
         "AWS::Logs::LogGroup",
         "AWS::SNS::Topic",
         "AWS::SNS::Subscription",
+        "AWS::S3::Bucket",
+        "AWS::S3::BucketPolicy",
     }
 )
 """Resource types that `provision` creates through the AWS API."""
@@ -369,6 +371,83 @@ def _subscription_request(stack: Stack, logical_id: str, props: Mapping[str, Any
     return {"TopicArn": str(props["TopicArn"]), "Protocol": str(props["Protocol"]), "Endpoint": str(props["Endpoint"])}
 
 
+_BUCKET_PROPERTIES: Final = {
+    "BucketName",
+    "BucketEncryption",
+    "PublicAccessBlockConfiguration",
+    "OwnershipControls",
+    "LifecycleConfiguration",
+    "Tags",
+}
+
+
+def _bucket_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::S3::Bucket`` to ``CreateBucket`` and the calls that configure it (encryption, public access block,
+    ownership, lifecycle): ``{"Bucket": name, "calls": [(operation, request), ...]}``."""
+    _unknown_properties(logical_id, props, set(_BUCKET_PROPERTIES))
+    name = stack.physical_id(logical_id)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if "BucketEncryption" in props:
+        rules = [
+            {
+                "ApplyServerSideEncryptionByDefault": dict(rule["ServerSideEncryptionByDefault"]),
+                **({"BucketKeyEnabled": _as_bool(rule["BucketKeyEnabled"])} if "BucketKeyEnabled" in rule else {}),
+            }
+            for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        ]
+        calls.append(("put_bucket_encryption", {"ServerSideEncryptionConfiguration": {"Rules": rules}}))
+    if "PublicAccessBlockConfiguration" in props:
+        block = {key: _as_bool(value) for key, value in props["PublicAccessBlockConfiguration"].items()}
+        calls.append(("put_public_access_block", {"PublicAccessBlockConfiguration": block}))
+    if "OwnershipControls" in props:
+        calls.append(("put_bucket_ownership_controls", {"OwnershipControls": dict(props["OwnershipControls"])}))
+    if "LifecycleConfiguration" in props:
+        rules = []
+        for rule in props["LifecycleConfiguration"]["Rules"]:
+            converted: dict[str, Any] = {"ID": str(rule["Id"]), "Status": str(rule["Status"])}
+            tags = [{"Key": str(t["Key"]), "Value": str(t["Value"])} for t in rule.get("TagFilters", [])]
+            if len(tags) == 1:
+                converted["Filter"] = {"Tag": tags[0]}
+            elif tags:
+                converted["Filter"] = {"And": {"Tags": tags, "Prefix": str(rule.get("Prefix", ""))}}
+            else:
+                converted["Filter"] = {"Prefix": str(rule.get("Prefix", ""))}
+            if "ExpirationInDays" in rule:
+                converted["Expiration"] = {"Days": int(rule["ExpirationInDays"])}
+            if "AbortIncompleteMultipartUpload" in rule:
+                days = int(rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
+                converted["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": days}
+            rules.append(converted)
+        calls.append(("put_bucket_lifecycle_configuration", {"LifecycleConfiguration": {"Rules": rules}}))
+    return {"Bucket": name, "calls": calls}
+
+
+def _bucket_policy_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::S3::BucketPolicy`` to ``PutBucketPolicy``, without its statements on ``aws:SecureTransport``.
+
+    The local stack speaks plain HTTP on loopback, and moto evaluates bucket policies: a TLS-only statement would
+    refuse every local request. It is left out here only (tests/integration/test_template_security.py checks it
+    in what deploys); ``Policy`` is None when nothing else remains.
+    """
+    _unknown_properties(logical_id, props, {"Bucket", "PolicyDocument"})
+    document = dict(props["PolicyDocument"])
+    kept = [s for s in document.get("Statement", []) if "aws:SecureTransport" not in json.dumps(s.get("Condition", {}))]
+    policy = json.dumps({**document, "Statement": kept}) if kept else None
+    return {"Bucket": str(props["Bucket"]), "Policy": policy}
+
+
+def _create_bucket(client: Any, request: dict[str, Any], exist_ok: bool) -> str:
+    name = str(request["Bucket"])
+    try:
+        client.create_bucket(Bucket=name)  # us-east-1: no LocationConstraint
+    except (client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+        if not exist_ok:
+            raise ProvisionError(f"bucket {name} already exists in the target (same stack name twice?)") from None
+    for operation, call in request["calls"]:
+        getattr(client, operation)(Bucket=name, **call)
+    return name
+
+
 # ------------------------------------------------------------------------------------------------- creation
 
 
@@ -520,6 +599,8 @@ def provision(
         "AWS::Logs::LogGroup": _log_group_request,
         "AWS::SNS::Topic": _topic_request,
         "AWS::SNS::Subscription": _subscription_request,
+        "AWS::S3::Bucket": _bucket_request,
+        "AWS::S3::BucketPolicy": _bucket_policy_request,
     }
     for logical_id in to_create:  # map everything first, so a bad property fails before any call
         rtype = stack.resource_type(logical_id)
@@ -549,6 +630,12 @@ def provision(
             physical[logical_id] = str(client("sns").create_topic(**request)["TopicArn"])
         elif rtype == "AWS::SNS::Subscription":
             physical[logical_id] = str(client("sns").subscribe(**request)["SubscriptionArn"])
+        elif rtype == "AWS::S3::Bucket":
+            physical[logical_id] = _create_bucket(client("s3"), request, exist_ok)
+        elif rtype == "AWS::S3::BucketPolicy":
+            if request["Policy"] is not None:
+                client("s3").put_bucket_policy(**request)
+            physical[logical_id] = str(request["Bucket"])
         else:
             client("cloudwatch").put_metric_alarm(**request)
             physical[logical_id] = str(request["AlarmName"])
@@ -598,6 +685,10 @@ def describe(stack: Stack) -> list[tuple[str, str, str]]:
                 how = f"{HOW_CREATED}: queue {stack.queue_name(logical_id)}"
             elif rtype == "AWS::CloudWatch::Alarm":
                 how = f"{HOW_CREATED}: alarm {stack.physical_id(logical_id)} (stored, never evaluated)"
+            elif rtype == "AWS::S3::Bucket":
+                how = f"{HOW_CREATED}: bucket {stack.physical_id(logical_id)} (lifecycle stored, never run)"
+            elif rtype == "AWS::S3::BucketPolicy":
+                how = f"{HOW_CREATED}: without its aws:SecureTransport statements (plain HTTP on loopback)"
             elif rtype == "AWS::Serverless::Function":
                 how = _describe_function(stack, logical_id)
             elif rtype == "AWS::Serverless::HttpApi":

@@ -765,6 +765,9 @@ class Stack:
             return f"arn:aws:lambda:{self.region}:{self.account_id}:layer:{name}:1"
         if rtype == "AWS::CloudWatch::Alarm":
             return self._explicit_name(logical_id, "AlarmName") or default_name
+        if rtype == "AWS::S3::Bucket":
+            # CloudFormation's generated names are lower case and at most 63 characters (bucket naming rules).
+            return self._explicit_name(logical_id, "BucketName") or _bounded_name(default_name.lower(), 63)
         return default_name
 
     def ref(self, name: str) -> Any:
@@ -834,6 +837,9 @@ class Stack:
             by_attr = {"ApiEndpoint": f"https://{self.physical_id(logical_id)}.execute-api.{region}.amazonaws.com"}
         elif rtype == "AWS::SNS::Topic":
             by_attr = {"TopicArn": self.physical_id(logical_id)}
+        elif rtype == "AWS::S3::Bucket":
+            bucket = self.physical_id(logical_id)
+            by_attr = {"Arn": f"arn:aws:s3:::{bucket}", "DomainName": f"{bucket}.s3.amazonaws.com"}
         else:
             by_attr = {}
         if attribute not in by_attr:

@@ -50,20 +50,29 @@
     = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
     unwound parent (COMPENSATED, CANCELLED) no child is left COMPLETED: each unwound with it (children are
     workflows, so invariants 2 to 16 hold for each of them too).
+18. Claim-checked payloads: no payload object is missing while its workflow may still read it. Every read of one
+    that found no object is a violation as it happens (``Simulation.payload_missing``); at the end every reference
+    a workflow's item holds (its input, its steps' outputs) names an object of the payload bucket whose bytes match
+    its SHA-256, and no step failed with ``CLAIM_CHECK_MISSING``. And none outlives its workflow's retention: every
+    object of an ended workflow is tagged ``claim-check=terminal`` (the bucket's lifecycle rule expires those after
+    ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import boto3
 import jmespath
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.api_models import events_of
 from sasflow.callbacks import task_token
+from sasflow.claim_check import REFERENCE_KEY, is_reference
 from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
 from sasflow.fanout import child_id
 from sasflow.messages import remote_token
@@ -92,7 +101,10 @@ class Violation:
 def check_invariants(sim: Simulation) -> list[Violation]:
     """Check every invariant; return the violations (empty when the run is correct)."""
     violations: list[Violation] = []
-    snapshots = {s.workflow.workflow_id: s for s in sim.stored_workflows()}
+    as_stored = {s.workflow.workflow_id: s for s in sim.stored_workflows()}
+    violations.extend(sim.payload_missing)
+    violations.extend(_payload_violations(sim, as_stored))
+    snapshots = _resolved_inputs(sim, as_stored)  # the other invariants read the workflow input itself
     pages = (
         sim.dynamodb_checker()
         .get_paginator("scan")
@@ -290,6 +302,61 @@ def _map_violations(snapshots: dict[str, Snapshot]) -> list[Violation]:
                 if left:
                     detail = f"{step.name} children {left} still COMPLETED"
                     violations.append(Violation("child not unwound with its parent", workflow_id, detail))
+    return violations
+
+
+def _resolved_inputs(sim: Simulation, snapshots: dict[str, Snapshot]) -> dict[str, Snapshot]:
+    """``snapshots`` with each claim-checked workflow input replaced by its payload (when its object is there)."""
+    s3 = boto3.client("s3")
+    resolved = {}
+    for workflow_id, snapshot in snapshots.items():
+        value = snapshot.workflow.input
+        if is_reference(value):
+            try:
+                body = s3.get_object(Bucket=sim.physical["PayloadBucket"], Key=value[REFERENCE_KEY]["key"])["Body"]
+                snapshot = snapshot.with_workflow(snapshot.workflow.evolve(input=json.loads(body.read())))
+            except s3.exceptions.NoSuchKey:
+                pass  # reported by _payload_violations
+        resolved[workflow_id] = snapshot
+    return resolved
+
+
+def _payload_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[Violation]:
+    """Invariant 18 at the end of the run: the payload bucket against the workflows' items."""
+    s3 = boto3.client("s3")
+    bucket = sim.physical["PayloadBucket"]
+    objects: dict[str, str] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            tags = s3.get_object_tagging(Bucket=bucket, Key=item["Key"])["TagSet"]
+            objects[item["Key"]] = next((t["Value"] for t in tags if t["Key"] == "claim-check"), "")
+    sim.report.payload_objects, sim.report.payload_reads = len(objects), sim.payload_reads
+    violations: list[Violation] = []
+    for key, tag in sorted(objects.items()):
+        workflow_id = key.split("/", 1)[0]
+        snapshot = snapshots.get(workflow_id)
+        if snapshot is None:
+            violations.append(Violation("claim-checked object of no workflow", workflow_id, key))
+        elif snapshot.workflow.status.value in TERMINAL and tag != "terminal":
+            violations.append(Violation("object of an ended workflow never expires", workflow_id, f"{key} {tag}"))
+    for workflow_id, snapshot in snapshots.items():
+        held = [("input", snapshot.workflow.input)]
+        held += [(f"{name}.output", r.output) for name, r in snapshot.steps.items()]
+        held += [(f"{name}.comp_output", r.comp_output) for name, r in snapshot.steps.items()]
+        for where, value in held:
+            if not is_reference(value):
+                continue
+            claim = value[REFERENCE_KEY]
+            if claim["key"] not in objects:
+                violations.append(Violation("claim-checked payload missing", workflow_id, f"{where} {claim['key']}"))
+                continue
+            body = s3.get_object(Bucket=bucket, Key=claim["key"])["Body"].read()
+            if hashlib.sha256(body).hexdigest() != claim["sha256"]:
+                violations.append(Violation("claim-checked payload altered", workflow_id, where))
+        for name, record in snapshot.steps.items():
+            for error in (record.error, record.comp_error):
+                if (error or {}).get("code") == "CLAIM_CHECK_MISSING":
+                    violations.append(Violation("step failed for a missing payload", workflow_id, name))
     return violations
 
 

@@ -44,6 +44,7 @@ from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
+from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
 from sasflow.states import Outcome
 from simulation.invariants import Violation, check_invariants
@@ -76,6 +77,9 @@ MAX_TICKS_AFTER_LAST_START = 240
 #: Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read, entries
 #: land in both), but moto answers each index query by sorting the whole table.
 SIM_DEADLINE_SHARDS = 2
+#: The claim-check threshold of the simulation (bytes; the template's default is 32 KiB): small payloads, so the
+#: claim-checked workflows stay fast on moto.
+SIM_CLAIM_CHECK_THRESHOLD = 1_024
 
 
 def trip_definition(shape: str) -> dict[str, Any]:
@@ -134,6 +138,9 @@ class RunReport:
     operator_actions: Counter[str] = field(default_factory=Counter)
     #: The approver's answers by "status HTTP status" (200 applied, 409 used already, 410 expired).
     callback_answers: Counter[str] = field(default_factory=Counter)
+    #: Claim-checked payload objects left in the bucket at the end, and the reads of them during the run.
+    payload_objects: int = 0
+    payload_reads: int = 0
 
     def replay_command(self) -> str:
         return f"make sim ARGS='--seed {self.seed} --workflows {self.workflows} --runs 1'"
@@ -174,6 +181,12 @@ class Simulation:
         self.callbacks_maybe: dict[str, list[dict[str, Any]]] = {}
         self.tokens_seen: dict[str, list[str]] = {}
         self.tokens_reused: set[str] = set()
+        self.approval_attempts_shown: dict[str, set[int]] = {}
+        #: Reads of a claim-checked payload that found no object (invariant 18), and the workflows that carry one.
+        #: Drawn from a generator of their own, so runs without large payloads replay as before.
+        self.payload_missing: list[Violation] = []
+        self.payload_rng = random.Random(seed * 7_919 + 17)
+        self.payload_reads = 0
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -182,6 +195,7 @@ class Simulation:
         parameters = {
             **remote_service_parameters({agent: f"https://{agent}.sim.invalid" for agent in AGENT_FUNCTIONS}),
             "DeadlineShards": str(SIM_DEADLINE_SHARDS),
+            "ClaimCheckThresholdBytes": str(SIM_CLAIM_CHECK_THRESHOLD),
         }
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         # The key of the workflow ids is drawn from the seed: a random one would change the ids, their deadline
@@ -265,7 +279,10 @@ class Simulation:
         rng = random.Random(self.rng.random())
         module.engine = Lazy(
             lambda: self._watch_rescues(
-                build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
+                self._watch_payloads(
+                    build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng),
+                    lambda built: built.scheduler.claims,
+                )
             )
         )
         return module
@@ -276,8 +293,11 @@ class Simulation:
         rng = random.Random(self.rng.random())
 
         def build() -> OpsServices:
-            engine = build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
-            return OpsServices(engine, engine.store, dead_letters=None)  # type: ignore[arg-type]
+            engine = self._watch_payloads(
+                build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng),
+                lambda built: built.scheduler.claims,
+            )
+            return OpsServices(engine, engine.store, dead_letters=None)
 
         module.ops = Lazy(build)
         return module
@@ -399,10 +419,35 @@ class Simulation:
         rng = random.Random(self.rng.random())
         module.agent = Lazy(
             lambda: self._watch_in_progress(
-                build_agent(env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng)
+                self._watch_payloads(
+                    build_agent(
+                        env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng
+                    ),
+                    lambda built: built.runtime.claims,
+                )
             )
         )
         return module
+
+    def _watch_payloads(self, services: Any, claims_of: Callable[[Any], Any]) -> Any:
+        """Record every read of a claim-checked payload that finds no object (invariant 18), as it happens."""
+        claims = claims_of(services)
+        if claims is None:
+            return services
+        store = claims.store
+        original = store.get
+
+        def get(key: str) -> bytes:
+            self.payload_reads += 1
+            try:
+                return bytes(original(key))
+            except ClaimCheckMissingError:
+                workflow_id = key.split("/", 1)[0]
+                self.payload_missing.append(Violation("claim-checked payload missing when read", workflow_id, key))
+                raise
+
+        store.get = get
+        return services
 
     def _watch_in_progress(self, services: Any) -> Any:
         """Attribute an attempt refused as already in progress to the fault behind it, when there is one.
@@ -571,6 +616,11 @@ class Simulation:
             "nights": 1 + index % 4,
             "amount": 100 + index,
         }
+        if self.payload_rng.random() < self.faults.large_payload:
+            # Above the threshold: the input is claim-checked at the start, the hotel's rendered input before its
+            # request, and its output (the service echoes the manifest) by its agent.
+            trip_input["manifest"] = "".join(f"{index}:{line:04d};" for line in range(SIM_CLAIM_CHECK_THRESHOLD // 4))
+            _step(definition, "book_hotel")["input"]["manifest.$"] = "input.manifest"
         if self.rng.random() < self.faults.conditional:
             _step(definition, "book_hotel")["when"] = "input.needs_hotel"
             trip_input["needs_hotel"] = self.rng.random() < 0.5
@@ -666,6 +716,14 @@ class Simulation:
                     self.tokens_reused.add(token)
                     self._answer(token, {"status": "succeeded", "output": {"again": True}})  # must be 409
                 continue
+            # An attempt whose whole window passed between two ticks (the simulated time other invocations spent:
+            # remote hangs, backoff sleeps) was never shown to the approver: its timeout is the world's doing.
+            shown = self.approval_attempts_shown.setdefault(wid, set())
+            for earlier in range(1, record.attempt):
+                if earlier not in shown:
+                    self.log.touched[(wid, "approval", "action", earlier)].add("no approver tick during the attempt")
+                    shown.add(earlier)
+            shown.add(record.attempt)
             seen = self.tokens_seen.setdefault(wid, [])
             for old in seen:
                 if old != token and old not in self.tokens_reused:

@@ -77,6 +77,9 @@ class Faults:
     callback_step: float = 0.3
     #: Share of workflows with a map step after the flight: a child workflow per order (0 to 3 of them).
     map_step: float = 0.3
+    #: Share of workflows carrying a payload above the claim-check threshold (the simulation lowers it to
+    #: ``SIM_CLAIM_CHECK_THRESHOLD`` bytes): their input, the hotel's rendered input and its output are claim-checked.
+    large_payload: float = 0.25
 
     @classmethod
     def none(cls) -> Faults:
@@ -450,6 +453,8 @@ class SimRemote:
                 self.applications[token] += 1
                 self.effects[token] = Effect(token, request.step, request.workflow_id, self.clock.now(), seq)
                 answer = {"service": self.name, "confirmation": f"{self.name[:2].upper()}-{token[:8]}", "seq": seq}
+                if "manifest" in request.input:
+                    answer["manifest"] = request.input["manifest"]  # a large output: the agent claim-checks it
         else:
             original = request.original_token
             effect = self.effects.get(original)

@@ -33,7 +33,8 @@ from travel_services import SERVICES, Clock, FaultKnobs, InMemoryLedger, SystemC
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1 << 20
+#: Largest request body (bytes): a claim-checked 10 MiB input, resolved by its agent, and its envelope.
+MAX_BODY_BYTES = 11 << 20
 # serve_forever notices shutdown() between polls: 50 ms keeps stop() quick at a negligible idle cost.
 SHUTDOWN_POLL_SECONDS = 0.05
 ADMIN_PREFIX = "_"

@@ -28,6 +28,13 @@ unknown action              404     ``{"error": "UNKNOWN_ACTION", "message"}``
 malformed request           400     ``{"error": "BAD_REQUEST" | "TOKEN_REUSED", "message"}``
 ==========================  ======  ====================================================================
 
+Large payloads (the claim-check demo)
+-------------------------------------
+A forward action's 200 body also carries ``"manifest"``, a deterministic text of ``input.output_bytes`` bytes (at
+most `MAX_DEMO_PAYLOAD_BYTES`; derived from the token, never stored in the ledger), and, when the input holds a
+string ``manifest``, its ``"manifest_sha256"`` and ``"manifest_bytes"``: so a 5 MB output of one step can be seen
+to reach the next one intact (README, "Large payloads").
+
 Ledger layout
 -------------
 One ledger (key -> record, put-if-absent) holds, per service:
@@ -378,6 +385,30 @@ class Outcome(StrEnum):
     NOT_FOUND = "not_found"
 
 
+#: Largest ``manifest`` a forward action makes on request (bytes): the claim-check demo's MaxPayloadBytes.
+MAX_DEMO_PAYLOAD_BYTES = 10_485_760
+
+
+def demo_manifest(token: str, size: int) -> str:
+    """The deterministic ``manifest`` of ``size`` bytes a forward action of ``token`` answers with (hex digits)."""
+    seed = hashlib.sha256(token.encode()).hexdigest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def _with_demo_payloads(request: ActionRequest, answer: Answer) -> Answer:
+    if answer.status != 200:
+        return answer
+    body = dict(answer.body)
+    size = request.input.get("output_bytes")
+    if isinstance(size, int) and not isinstance(size, bool) and 0 < size <= MAX_DEMO_PAYLOAD_BYTES:
+        body["manifest"] = demo_manifest(request.token, size)
+    manifest = request.input.get("manifest")
+    if isinstance(manifest, str):
+        body["manifest_sha256"] = hashlib.sha256(manifest.encode()).hexdigest()
+        body["manifest_bytes"] = len(manifest.encode())
+    return Answer(answer.outcome, answer.status, body)
+
+
 class Answer(NamedTuple):
     """A response of a service: how the call ended, the HTTP status and the JSON body."""
 
@@ -604,7 +635,7 @@ class TravelService:
                 Outcome.TRANSIENT, 503, {"error": "UNAVAILABLE", "message": f"{self.name} failed transiently"}
             )
         if action == self.spec.action:
-            return self._forward(request, knobs)
+            return _with_demo_payloads(request, self._forward(request, knobs))
         return self._compensate(request, knobs)
 
     def _parse(self, action: str, headers: Mapping[str, str], body: bytes) -> ActionRequest:

@@ -180,14 +180,18 @@ def test_condition_false_resources_are_not_created() -> None:
 def test_unsupported_resource_type_fails_before_creating_anything(tmp_path: Path) -> None:
     # Given a template with a queue and a type devstack neither creates nor emulates
     path = tmp_path / "t.yaml"
-    path.write_text("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n  B:\n    Type: AWS::S3::Bucket\n")
+    path.write_text("Resources:\n  Q:\n    Type: AWS::SQS::Queue\n  B:\n    Type: AWS::Kinesis::Stream\n")
     with mock_aws():
         stack = Stack.from_file(path)
         # When it is provisioned, Then the error names the resource, and no queue was created
-        with pytest.raises(UnsupportedResourceError, match=r"B \(AWS::S3::Bucket\)"):
+        with pytest.raises(UnsupportedResourceError, match=r"B \(AWS::Kinesis::Stream\)"):
             provision(stack)
         assert _client("sqs").list_queues().get("QueueUrls", []) == []
-    assert describe(stack)[1] == ("B", "AWS::S3::Bucket", "unsupported: provision() raises for AWS::S3::Bucket")
+    assert describe(stack)[1] == (
+        "B",
+        "AWS::Kinesis::Stream",
+        "unsupported: provision() raises for AWS::Kinesis::Stream",
+    )
 
 
 def test_unmapped_property_is_an_error(tmp_path: Path) -> None:
@@ -222,3 +226,29 @@ def test_describe_names_http_api_properties_that_are_not_emulated(tmp_path: Path
     )
     (_, _, how) = describe(Stack.from_file(path))[0]
     assert how.endswith("(not emulated: CorsConfiguration, StageName)")
+
+
+def test_the_payload_bucket_is_encrypted_private_tls_only_and_expires_ended_workflows_payloads(
+    provisioned: tuple[Stack, dict[str, str]],
+) -> None:
+    # Given the repo's template provisioned in moto
+    stack, physical = provisioned
+    bucket = physical["PayloadBucket"]
+    s3 = _client("s3")
+    # Then the bucket is the one the functions are given, encrypted with SSE-S3, and blocks every public access
+    assert stack.function("SchedulerFunction").environment["PAYLOAD_BUCKET"] == bucket
+    [rule] = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert rule["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+    assert block == dict.fromkeys(
+        ("BlockPublicAcls", "IgnorePublicAcls", "BlockPublicPolicy", "RestrictPublicBuckets"), True
+    )
+    # And its TLS-only policy is left out locally (plain HTTP on loopback; moto would refuse every request)
+    with pytest.raises(s3.exceptions.ClientError, match="NoSuchBucketPolicy"):
+        s3.get_bucket_policy(Bucket=bucket)
+    # And only objects re-stamped terminal expire, after the workflows' retention
+    rules = {r["ID"]: r for r in s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]}
+    ended = rules["EndedWorkflowsPayloads"]
+    assert ended["Filter"] == {"Tag": {"Key": "claim-check", "Value": "terminal"}}
+    assert ended["Expiration"] == {"Days": int(stack.parameters["TerminalRetentionDays"])}
+    assert rules["IncompleteUploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}

@@ -148,12 +148,20 @@ def test_bad_start_bodies_get_a_4xx_json_error_and_write_nothing(
     assert deployed.depth("FlightsRequestQueue") == 0
 
 
-def test_input_too_large_for_one_message_is_413_and_writes_nothing(deployed: Deployed) -> None:
+def test_input_too_large_for_one_message_is_claim_checked_and_a_body_over_the_limit_is_413(deployed: Deployed) -> None:
+    # A 300 KB input (and the first step's input rendered from it) no longer fits one SQS message: claim-checked
     body = json.loads(json.dumps(TRIP))
     body["input"]["traveller"] = "x" * 300_000
+    status, started = deployed.api("POST", "/workflows", body)
+    assert status == 201
+    assert set(started["input"]) == {"$claim_check"}
+    [message] = boto3.client("sqs").receive_message(QueueUrl=deployed.queue_url("FlightsRequestQueue"))["Messages"]
+    assert len(message["Body"]) < 2_000
+    # A body over the API's 393,216 bytes is refused before it is read, and writes nothing
+    body["input"]["traveller"] = "x" * 400_000
     status, error = deployed.api("POST", "/workflows", body)
     assert (status, error["error"]) == (413, "PAYLOAD_TOO_LARGE")
-    assert deployed.items() == []
+    assert len([i for i in deployed.items() if i["pk"]["S"].startswith("WF#")]) == 1
 
 
 def test_get_unknown_workflow_is_404_json(deployed: Deployed) -> None:

@@ -120,12 +120,14 @@ def test_the_worst_batches_of_the_scheduler_and_an_agent_stay_within_memory(depl
     scheduler_peak, result = peak_mib(lambda: scheduler.invoke(sqs_event(records, queue_arn)))
     assert result == {"batchItemFailures": []}
     assert scheduler_peak + baseline_mib(deployed, "SchedulerFunction") < scheduler.spec.memory_mb
-    # And a batch of ten hotel requests, each at the limit of one SQS message, for the hotels agent
+    # And a batch of ten hotel requests, each with an input at the limit of one SQS message, for the hotels agent
     sqs = boto3.client("sqs")
     hotels_queue = deployed.queue_url("HotelsRequestQueue")
     messages = sqs.receive_message(QueueUrl=hotels_queue, MaxNumberOfMessages=10)["Messages"]
     assert len(messages) == 10
-    assert all(len(m["Body"]) > SQS_MAX_MESSAGE_BYTES - 16_384 for m in messages)  # the hotel input holds the output
+    # the hotel input holds the output: above the claim-check threshold, so each message holds its reference and
+    # the agent reads each 250 KB input from the payload bucket before it calls the service
+    assert all(len(m["Body"]) < 2_000 and '"$claim_check"' in m["Body"] for m in messages)
     agent = deployed.fn("HotelsAgentFunction")
     agent_arn = deployed.stack.get_att("HotelsRequestQueue", "Arn")
     agent_peak, answer = peak_mib(lambda: agent.invoke(sqs_event(messages, agent_arn)))

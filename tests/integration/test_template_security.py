@@ -204,6 +204,43 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
 
 
 @pytest.mark.parametrize("case", CASES)
+def test_payload_objects_are_granted_per_role_exactly_and_the_bucket_is_private_and_tls_only(case: str) -> None:
+    resources = resolved(CASES[case])
+    roles = of_type(resources, "AWS::IAM::Role")
+    objects = json.dumps({"Fn::Sub": "${PayloadBucket.Arn}/*"})
+    bucket = json.dumps({"Fn::GetAtt": ["PayloadBucket", "Arn"]})
+    engine = {("s3:GetObject", objects), ("s3:PutObject", objects), ("s3:PutObjectTagging", objects)}
+    for logical_id in of_type(resources, "AWS::Lambda::Function"):
+        on_s3 = {
+            (action, json.dumps(resource))
+            for statement in statements(roles[f"{logical_id}Role"], resources)
+            for action in as_list(statement["Action"])
+            for resource in as_list(statement["Resource"])
+            if action.startswith("s3:")
+        }
+        if logical_id in (*ENGINE, "OpsFunction"):
+            # write and read payloads, and list one workflow's prefix to re-stamp its objects when it ends
+            assert on_s3 == engine | {("s3:ListBucket", bucket)}, logical_id
+        elif logical_id.endswith("AgentFunction"):
+            assert on_s3 == engine, logical_id  # read its inputs, write its outputs; no listing, no copy of others'
+        else:
+            assert on_s3 == set(), logical_id
+    props = resources["PayloadBucket"]["Properties"]
+    assert props["PublicAccessBlockConfiguration"] == dict.fromkeys(
+        ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"), True
+    )
+    [sse] = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert sse["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    [deny] = resources["PayloadBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    [ended] = [r for r in props["LifecycleConfiguration"]["Rules"] if r["Id"] == "EndedWorkflowsPayloads"]
+    assert ended["TagFilters"] == [{"Key": "claim-check", "Value": "terminal"}]
+    assert ended["ExpirationInDays"] == {"Ref": "TerminalRetentionDays"}
+    assert "VersioningConfiguration" not in props  # objects are immutable; see the template's comment
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_each_function_polls_only_its_own_queue_through_its_own_event_source_mapping(case: str) -> None:
     resources = resolved(CASES[case])
     roles = of_type(resources, "AWS::IAM::Role")

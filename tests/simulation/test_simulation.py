@@ -13,6 +13,7 @@ import simulation.run
 from devstack.inprocess import offline_aws
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
 from sasflow.callbacks import CallbackUsedError, TaskToken
+from sasflow.claim_check import ClaimCheck
 from sasflow.definition import WorkflowDefinition
 from sasflow.messages import StepReply
 from sasflow.records import Snapshot
@@ -354,3 +355,23 @@ def test_a_map_that_completes_before_its_children_is_caught(monkeypatch: pytest.
         "map completed out of step with its children",
         "map result missing",
     } & kinds
+
+
+LARGE_PAYLOADS = Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)
+
+
+def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:
+    """Every workflow carries a payload above the (lowered) threshold: its input, the hotel's rendered input and the
+    hotel's output are claim-checked, under crashes, duplicates, delays and resends; invariant 18 holds."""
+    report = run_one(41, 30, LARGE_PAYLOADS)
+    assert report.violations == []
+    assert report.payload_objects >= 30  # at least each workflow's input
+    assert report.payload_reads >= 30
+
+
+def test_a_rendered_input_never_written_is_a_payload_missing_while_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check (tools/mutations.toml "a claim-checked rendered input is not written"): the scheduler sends
+    requests whose claim-checked inputs it never wrote; the agents' reads find no object (invariant 18)."""
+    monkeypatch.setattr(ClaimCheck, "upload", lambda self, uploads: None)
+    kinds = {v.kind for v in run_one(41, 20, LARGE_PAYLOADS).violations}
+    assert "claim-checked payload missing when read" in kinds

@@ -15,9 +15,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
-from sasflow.adapters.memory import InMemoryStateStore
+from sasflow.adapters.memory import InMemoryPayloadStore, InMemoryStateStore
 from sasflow.agent import AgentRuntime
 from sasflow.breaker import CircuitBreaker
+from sasflow.claim_check import DEFAULT_MAX_PAYLOAD_BYTES, ClaimCheck
 from sasflow.clock import Clock, ManualClock
 from sasflow.definition import parse_definition
 from sasflow.messages import StepReply, StepRequest, canonical_hash, decode_reply, decode_request, encode
@@ -132,9 +133,25 @@ class TimedBus:
 class Pipeline:
     """Scheduler + agents + supervisor over in-memory adapters, with fake remote services."""
 
-    def __init__(self, *, clock: ManualClock | None = None, grace: int = 30, seed: int = 7) -> None:
+    def __init__(
+        self,
+        *,
+        clock: ManualClock | None = None,
+        grace: int = 30,
+        seed: int = 7,
+        claim_check_threshold: int | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
         self.clock = clock or ManualClock()
         self.metrics: Counter[str] = Counter()
+        #: The payload bucket in memory and the claim-checks over it (None: no claim-check, as before).
+        self.payloads = InMemoryPayloadStore()
+        self.claims: ClaimCheck | None = None
+        self.agent_claims: ClaimCheck | None = None
+        if claim_check_threshold is not None:
+            limits = {"threshold_bytes": claim_check_threshold, "max_payload_bytes": max_payload_bytes}
+            self.claims = ClaimCheck(self.payloads, metrics=self.count, **limits)
+            self.agent_claims = ClaimCheck(self.payloads, metrics=self.count, cache_bytes=0, **limits)
         self.config = EngineConfig(
             agents={agent: AgentRoute(queue_url=f"queue/{agent}", actions=ACTIONS[agent]) for agent in AGENTS},
             response_queue_url=REPLIES,
@@ -151,6 +168,7 @@ class Pipeline:
             rng=random.Random(seed),
             metrics=self.count,
             id_secret=lambda: ID_SECRET,
+            claims=self.claims,
         )
         self.supervisor = SupervisorService(
             self.store, self.bus, self.scheduler, self.clock, self.config, metrics=self.count
@@ -200,6 +218,7 @@ class Pipeline:
             idempotent=idempotent,
             rng=random.Random(11),
             metrics=self.count,
+            claims=self.agent_claims,
         )
 
     # ------------------------------------------------------------------ driving

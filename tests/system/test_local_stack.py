@@ -10,6 +10,7 @@ Every wait is bounded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -23,8 +24,10 @@ from devstack.client import SignedHttp
 from devstack.stack import LocalStack
 from devstack.template import remote_service_parameters
 from http_server import RunningServer, serve_all
+from sasflow.messages import remote_token
 from tests.support.lambdas import ROOT
 from tests.support.ledgers import ledger_order
+from travel_services import demo_manifest
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 LOST_REPLY = "_lose_reply"
@@ -165,3 +168,47 @@ def test_repeated_start_and_bad_input_over_http(system: tuple[Api, dict[str, Run
     status, spec = api.get("/openapi.json")
     assert status == 200 and "/workflows" in spec["paths"]
     assert api.wait(first["workflow_id"])["status"] == "COMPLETED"
+
+
+def test_a_5_mb_output_of_step_1_reaches_step_2_intact_on_the_local_stack(
+    system: tuple[Api, dict[str, RunningServer]],
+) -> None:
+    # Given a trip whose flight answers 5 MB (the sample's output_bytes knob) and whose hotel is given that output
+    api, _ = system
+    size = 5 * 1024 * 1024
+    definition = {
+        "name": "large-payload-trip",
+        "version": 1,
+        "steps": [
+            {
+                "name": "reserve_flight",
+                "agent": "flights",
+                "action": "reserve",
+                "input": {"route.$": "input.route", "output_bytes.$": "input.output_bytes"},
+                "timeout_seconds": NORMAL_TIMEOUT_SECONDS,
+            },
+            {
+                "name": "book_hotel",
+                "agent": "hotels",
+                "action": "book",
+                "input": {"manifest.$": "steps.reserve_flight.output.manifest"},
+                "timeout_seconds": NORMAL_TIMEOUT_SECONDS,
+            },
+        ],
+    }
+    started_at = time.monotonic()
+    status, started = api.post(
+        "/workflows", {"definition": definition, "input": {"route": "LHR-JFK", "output_bytes": size}}
+    )
+    assert status == 201, started
+    # When it runs on the local stack (moto's S3 holds the payloads)
+    view = api.wait(started["workflow_id"])
+    seconds = time.monotonic() - started_at
+    # Then the hotel's service was given the flight's 5 MB manifest intact, and the views show references
+    assert view["status"] == "COMPLETED", view
+    flight, hotel = view["steps"]
+    token = flight["output"]["$claim_check"]["key"].split("/", 1)[0]
+    assert token == started["workflow_id"] and flight["output"]["$claim_check"]["bytes"] > size
+    expected = hashlib.sha256(demo_manifest(remote_token(token, "reserve_flight", "reserve"), size).encode())
+    assert (hotel["output"]["manifest_sha256"], hotel["output"]["manifest_bytes"]) == (expected.hexdigest(), size)
+    print(f"a 5 MB output through two steps on the local stack: {seconds:.1f} s")  # the README's figure

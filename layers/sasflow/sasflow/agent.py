@@ -9,6 +9,11 @@
   ``max_calls`` times, and never past ``min(complete_by, Lambda deadline) - safety margin``.
 - Guarded: a circuit breaker shared by all instances stops calls to a failing service; an open circuit defers the
   attempt (``Outcome.DEFERRED``) without using it up.
+- Claim-checked: a request whose input is a claim-check reference is resolved before the service is called (an HTTP
+  service and a Python function both see the payload), and an output above the threshold is written to the payload
+  bucket and replied as a reference (``claim_check.py``), also in the idempotency record. An output above
+  ``max_payload_bytes`` fails the step with ``OUTPUT_TOO_LARGE``; a reference whose object is missing is
+  ``REJECTED`` with ``CLAIM_CHECK_MISSING`` (the service was not called).
 
 Only definitive results (success, business rejection, an oversized output) are stored as idempotent results;
 transient failures raise inside the idempotent function so that its record is removed and a later attempt calls
@@ -28,9 +33,11 @@ from typing import Any, Protocol, TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from .breaker import CircuitBreaker
+from .claim_check import ClaimCheck, is_reference
 from .clock import Clock
 from .errors import (
     CircuitOpenError,
+    ClaimCheckMissingError,
     DeadlineExceededError,
     MalformedMessageError,
     RemoteRejectedError,
@@ -102,6 +109,8 @@ class AgentRuntime:
         Random source of backoff jitter.
     metrics:
         Counter for ``RemoteCalls`` and friends.
+    claims:
+        The claim-check of large inputs and outputs (None: they travel as they are, within one SQS message).
     """
 
     def __init__(
@@ -114,8 +123,10 @@ class AgentRuntime:
         idempotent: Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]] = no_idempotency,
         rng: random.Random | None = None,
         metrics: Counter = no_metrics,
+        claims: ClaimCheck | None = None,
     ) -> None:
         self.config = config
+        self.claims = claims
         self.remote = remote
         self.breaker = breaker
         self.clock = clock
@@ -262,6 +273,14 @@ class AgentRuntime:
                 "message_id": message_id,
             },
         )
+        if self.claims is not None and is_reference(request.input):
+            try:
+                resolved = self.claims.resolve(request.input, request.workflow_id)
+            except ClaimCheckMissingError as exc:
+                self.metrics("ClaimCheckMissing")
+                error = {"code": "CLAIM_CHECK_MISSING", "message": str(exc)[:2048]}
+                return ActionResult(Outcome.REJECTED, error=error).to_dict()
+            request = request.model_copy(update={"input": resolved})
         calls = 0
         unknown = False  # a call may have taken effect without an answer (a read timeout)
         out_of_time = False
@@ -324,9 +343,14 @@ class AgentRuntime:
                 ) from exc
             exc.calls, exc.outcome_unknown = calls, unknown
             raise
-        size = len(json.dumps(output, separators=(",", ":")).encode())
-        if size > MAX_OUTPUT_BYTES:
+        size = len(json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode())
+        limit = MAX_OUTPUT_BYTES if self.claims is None else self.claims.max_payload_bytes
+        if size > limit:
             # The action happened but its output cannot travel: fail the step so the workflow compensates it.
-            error = {"code": "OUTPUT_TOO_LARGE", "message": f"output is {size} bytes; limit {MAX_OUTPUT_BYTES}"}
+            error = {"code": "OUTPUT_TOO_LARGE", "message": f"output is {size} bytes; limit {limit}"}
             return ActionResult(Outcome.FAILED, error=error, calls=calls).to_dict()
+        if self.claims is not None and size > self.claims.threshold_bytes:
+            # Written before the reply that names it; the idempotency record keeps the reference, not the payload.
+            output = self.claims.offload(request.workflow_id, output, what=f"the output of step {request.step}")
+            self.metrics("OutputsClaimChecked")
         return ActionResult(Outcome.SUCCEEDED, output=output, calls=calls).to_dict()

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     # them, and their loggers create the "sasflow" logger that handlers configure at import
     # (copy_config_to_registered_loggers only finds loggers that exist by then).
     from .agent import AgentRuntime, RemoteClient
+    from .claim_check import ClaimCheck
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def build_engine(
     dynamodb: Any = None,
     rng: random.Random | None = None,
     correlate: Callable[[str], None] | None = None,
+    s3: Any = None,
 ) -> EngineServices:
     """Build the engine's services over DynamoDB and SQS from the environment.
 
@@ -78,7 +80,14 @@ def build_engine(
     bus = bus or SqsMessageBus(sqs_client())
     id_secret = _workflow_id_key(config.workflow_id_secret) if config.workflow_id_secret else None
     scheduler = SchedulerService(
-        store, clock, config, metrics=metrics, rng=rng, id_secret=id_secret, correlate=correlate
+        store,
+        clock,
+        config,
+        metrics=metrics,
+        rng=rng,
+        id_secret=id_secret,
+        correlate=correlate,
+        claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3),
     )
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
@@ -144,6 +153,7 @@ def build_agent(
     dynamodb: Any = None,
     remote: RemoteClient | None = None,
     rng: random.Random | None = None,
+    s3: Any = None,
 ) -> AgentServices:
     """Build an agent's runtime: HTTP client, shared circuit breaker and powertools idempotency over DynamoDB.
 
@@ -221,8 +231,30 @@ def build_agent(
         idempotent=idempotent,
         rng=rng,
         metrics=metrics,
+        claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3, cache_bytes=0),
     )
     return AgentServices(config, runtime, bus or SqsMessageBus(sqs_client()), idempotency_config)
+
+
+def claim_check(
+    bucket: str, config: EngineConfig | AgentConfig, *, metrics: Counter, s3: Any = None, cache_bytes: int | None = None
+) -> ClaimCheck | None:
+    """The claim-check over the payload bucket ``bucket`` (``PAYLOAD_BUCKET``), or None when there is none.
+
+    The S3 client is created on first use, so a function that never meets a large payload never builds it.
+    """
+    if not bucket:
+        return None
+    from .adapters.s3_payloads import S3PayloadStore
+    from .claim_check import RESOLVED_CACHE_BYTES, ClaimCheck
+
+    return ClaimCheck(
+        S3PayloadStore(bucket, s3),
+        threshold_bytes=config.claim_check_threshold_bytes,
+        max_payload_bytes=config.max_payload_bytes,
+        cache_bytes=RESOLVED_CACHE_BYTES if cache_bytes is None else cache_bytes,
+        metrics=metrics,
+    )
 
 
 T = TypeVar("T")

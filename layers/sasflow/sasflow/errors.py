@@ -102,6 +102,15 @@ class PayloadTooLargeError(PermanentError):
         self.limit = limit
 
 
+class ClaimCheckMissingError(PermanentError):
+    """A claim-check reference names an object the payload store does not hold, or whose bytes do not match its
+    SHA-256 (an object lost or deleted while its workflow still needed it: ``claim_check.py``)."""
+
+    def __init__(self, key: str, detail: str = "no such object") -> None:
+        super().__init__(f"claim-checked payload {key}: {detail}")
+        self.key = key
+
+
 class MalformedMessageError(PermanentError):
     """A queue message is not valid JSON or does not match its model: it goes to the dead-letter queue."""
 

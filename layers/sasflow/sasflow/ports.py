@@ -168,6 +168,44 @@ class MessageBus(Protocol):
         ...
 
 
+class PayloadStore(Protocol):
+    """Where claim-checked payloads live (an S3 bucket: ``adapters.s3_payloads``; ``adapters.memory`` in tests).
+
+    Keys start with the workflow id (``<workflow_id>/<sha256>``, ``claim_check.object_key``), so a workflow's
+    objects are found, and their retention set, by that prefix. An object is written once and never changed; only its
+    retention tag moves (``restamp``).
+    """
+
+    def put(self, key: str, body: bytes) -> None:
+        """Store ``body`` under ``key``, tagged live (kept while its workflow runs)."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """Read the object ``key``.
+
+        Raises
+        ------
+        ClaimCheckMissingError
+            When there is no such object.
+        """
+        ...
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys of every object under ``prefix`` (a workflow's id and ``/``)."""
+        ...
+
+    def restamp(self, key: str, state: str) -> None:
+        """Tag the object ``key`` ``state`` (``live`` or ``terminal``) and restart its age, which the bucket's
+        lifecycle rules count from (an S3 copy onto itself).
+
+        Raises
+        ------
+        ClaimCheckMissingError
+            When there is no such object.
+        """
+        ...
+
+
 class Counter(Protocol):
     """Counts events for metrics (powertools Metrics in Lambda, a dict in tests)."""
 

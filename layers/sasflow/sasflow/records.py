@@ -57,6 +57,9 @@ class WorkflowRecord:
         seconds): the keys of the sparse attention index, so those workflows are listed at any table size.
     parent:
         For a child of a map step: its parent (``fanout.ParentRef``), which it reports to when it ends.
+    claim_checked:
+        Some payload of it was written to the payload store (``claim_check.py``): its objects are re-stamped when
+        it ends, so their retention starts then. A reference in its input or outputs says so too.
     """
 
     workflow_id: str
@@ -75,6 +78,7 @@ class WorkflowRecord:
     attention: str | None = None
     attention_since: int | None = None
     parent: ParentRef | None = None
+    claim_checked: bool = False
 
     @property
     def needs_attention(self) -> str | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
+from .claim_check import LIVE, REFERENCE_KEY, TERMINAL, ClaimCheck, Upload, uses_claim_check
 from .clock import Clock, epoch_seconds
 from .definition import MapStep, WorkflowDefinition
 from .errors import (
@@ -123,6 +124,11 @@ class SchedulerService:
     correlate:
         Called with the workflow id before each call works on a workflow: handlers pass powertools'
         ``Logger.set_correlation_id``, so every log line is found by the workflow's id.
+    claims:
+        The claim-check of large payloads (``claim_check.py``; None: payloads travel as they are). The scheduler
+        claim-checks a large workflow input before the workflow is created, writes its rendered inputs' objects
+        after the write that dispatches them and before their requests are returned, and re-stamps a workflow's
+        objects when it ends (or an operator takes it out of its end).
     """
 
     def __init__(
@@ -135,8 +141,10 @@ class SchedulerService:
         metrics: Counter = no_metrics,
         id_secret: Callable[[], bytes] | None = None,
         correlate: Callable[[str], None] | None = None,
+        claims: ClaimCheck | None = None,
     ) -> None:
         self.correlate = correlate or (lambda workflow_id: None)
+        self.claims = claims
         self.store = store
         self.clock = clock
         self.config = config
@@ -173,15 +181,27 @@ class SchedulerService:
         IdempotencyKeyConflictError
             When the key was used with a different request body.
         PayloadTooLargeError
-            When a first step's input, a request message or the record would exceed its limit (nothing is written).
+            When the input is over ``max_payload_bytes`` (or, without a claim-check, does not fit in the record),
+            or a first step's input, a request message or the record would exceed its limit (nothing is written).
         """
         self.check_agents(definition)
+        if REFERENCE_KEY in workflow_input:
+            raise InvalidDefinitionError(f"the input's key {REFERENCE_KEY!r} is reserved for claim-check references")
         now = epoch_seconds(self.clock)
+        workflow_id = workflow_id_for(owner, idempotency_key, self.id_secret)
+        stored_input: dict[str, Any] = workflow_input
+        pending: Upload | None = None
+        if self.claims is not None:
+            # Written before the workflow that names it (write-ahead); the same input of a repeated start has the
+            # same key, so a repeat writes the same object again.
+            claimed, pending = self.claims.prepare(workflow_id, workflow_input, what="the workflow input")
+            stored_input = dict(claimed)
         workflow = WorkflowRecord(
-            workflow_id=workflow_id_for(owner, idempotency_key, self.id_secret),
+            workflow_id=workflow_id,
             status=WorkflowStatus.RUNNING,
             definition=definition,
-            input=workflow_input,
+            input=stored_input,
+            claim_checked=pending is not None,
             request_hash=request_hash,
             created_at=now,
             updated_at=now,
@@ -189,23 +209,28 @@ class SchedulerService:
             owner=owner,
         )
         self.correlate(workflow.workflow_id)
-        transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now)
+        transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
         transition.history.started()
         transition.advance()
         if transition.refusals:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
+        if pending is not None and self.claims is not None:
+            self.claims.upload([pending])
         try:
             stored = self.store.create(self._keyed(None, transition.snapshot, now))
         except ConditionFailedError:
             existing = self.store.load(workflow.workflow_id)
             if existing is None:  # pragma: no cover - the condition failed, so it exists (TTL aside)
                 raise
+            if pending is not None and self.claims is not None and existing.workflow.status in TERMINAL_WORKFLOW:
+                self.claims.store.restamp(pending.key, TERMINAL)  # the repeat's PUT made the ended one's input live
             if existing.workflow.request_hash != request_hash:
                 raise IdempotencyKeyConflictError(
                     "Idempotency-Key was already used with a different request body"
                 ) from None
             return StartResult(existing, created=False)
+        self._settle_payloads(None, stored, transition)
         self.metrics("WorkflowsStarted")
         transition.emit_metrics()
         log_moves(None, stored)
@@ -467,7 +492,13 @@ class SchedulerService:
                     continue
                 return None, []
             transition = Transition(
-                self.config, self.rng, self.metrics, base, epoch_seconds(self.clock), oversized=oversized
+                self.config,
+                self.rng,
+                self.metrics,
+                base,
+                epoch_seconds(self.clock),
+                oversized=oversized,
+                claims=self.claims,
             )
             try:
                 change(transition)
@@ -482,6 +513,7 @@ class SchedulerService:
                 if not consistent:
                     consistent = True
                     continue
+                self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
                 return base, []
             try:
@@ -501,6 +533,7 @@ class SchedulerService:
                 logger.warning("reply output too large for the workflow's record", extra={"workflow_id": workflow_id})
                 oversized = True
                 continue
+            self._settle_payloads(base, stored, transition)
             transition.emit_metrics()
             log_moves(base, stored)
             return stored, transition.messages + self._run_children(stored, transition.children)
@@ -550,7 +583,7 @@ class SchedulerService:
             owner=parent.workflow.owner,
             parent=command.parent,
         )
-        transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now)
+        transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
         transition.history.started()
         return transition
 
@@ -566,6 +599,7 @@ class SchedulerService:
             except ConditionFailedError:
                 existing = self.store.load(command.child_id)
             else:
+                self._settle_payloads(None, stored, transition)
                 transition.emit_metrics()
                 log_moves(None, stored)
                 return transition.messages
@@ -611,6 +645,31 @@ class SchedulerService:
         results = [child_output(children.get(i)) for i in ids]
         _, messages = self._update(workflow_id, lambda transition: transition.complete_map(name, attempt, results))
         return messages
+
+    def _settle_payloads(self, base: Snapshot | None, stored: Snapshot, transition: Transition) -> None:
+        """After a write: write the claim-checked inputs of its requests (before they are sent: Rule 1), and set
+        the retention of the workflow's objects when the write ended it or took it out of its end.
+
+        An upload that fails raises: the requests are not sent, and the supervisor resends their steps after
+        complete-by (rendered and written again). A re-stamp that fails is logged and counted
+        (``ClaimCheckRestampFailures``): the objects then stay live, never deleted early.
+        """
+        claims = self.claims
+        if claims is None:
+            return
+        claims.upload(transition.uploads)
+        workflow_id = stored.workflow.workflow_id
+        was_terminal = base is not None and base.workflow.status in TERMINAL_WORKFLOW
+        is_terminal = stored.workflow.status in TERMINAL_WORKFLOW
+        try:
+            if was_terminal != is_terminal and uses_claim_check(stored):
+                claims.settle(workflow_id, TERMINAL if is_terminal else LIVE)
+            elif is_terminal:
+                for key in transition.late_objects:
+                    claims.store.restamp(key, TERMINAL)
+        except Exception:  # the write is stored: a failed re-stamp only keeps objects longer
+            logger.exception("claim-checked objects not re-stamped", extra={"workflow_id": workflow_id})
+            self.metrics("ClaimCheckRestampFailures")
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
         """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""

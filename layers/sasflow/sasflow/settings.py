@@ -68,6 +68,13 @@ class EngineConfig(BaseModel):
         Logical name → URL and ARN of every dead-letter queue (the operators' function only).
     stuck_after:
         Resends and deferrals of a workflow's steps, in all, from which ``/ops/overdue`` calls it stuck.
+    payload_bucket:
+        The S3 bucket of claim-checked payloads (``PAYLOAD_BUCKET``); empty: no claim-check, payloads must fit in a
+        message and the item as they are.
+    claim_check_threshold_bytes:
+        A payload (workflow input, step output, rendered input) whose compact JSON is larger is claim-checked (bytes).
+    max_payload_bytes:
+        The largest payload accepted, claim-checked or not (bytes; 10 MiB by default).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -86,11 +93,19 @@ class EngineConfig(BaseModel):
     workflow_id_secret: str = ""
     dead_letter_queues: dict[str, DeadLetterQueue] = Field(default_factory=dict)
     stuck_after: int = Field(default=5, ge=1)
+    payload_bucket: str = ""
+    claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
+    max_payload_bytes: int = Field(default=10_485_760, ge=2_048, le=104_857_600)
 
     @model_validator(mode="after")
     def _grace_covers_skew(self) -> EngineConfig:
         if self.deadline_grace_seconds <= self.max_clock_skew_seconds:
             raise ValueError("DEADLINE_GRACE_SECONDS must be greater than MAX_CLOCK_SKEW_SECONDS")
+        return self
+
+    @model_validator(mode="after")
+    def _threshold_below_max(self) -> EngineConfig:
+        _check_claim_limits(self.claim_check_threshold_bytes, self.max_payload_bytes)
         return self
 
     @property
@@ -125,6 +140,9 @@ class EngineConfig(BaseModel):
                 "workflow_id_secret": "WORKFLOW_ID_SECRET",  # nosec B105 # the variable's name; it holds the secret's ARN
                 "dead_letter_queues": "DEAD_LETTER_QUEUES",
                 "stuck_after": "STUCK_AFTER",
+                "payload_bucket": "PAYLOAD_BUCKET",
+                "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
+                "max_payload_bytes": "MAX_PAYLOAD_BYTES",
             },
             required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
             json_fields=("agents", "dead_letter_queues"),
@@ -164,6 +182,13 @@ class AgentConfig(BaseModel):
         most this late, and meanwhile their calls fail fast against the sick service.
     idempotency_expiry_seconds:
         How long a completed action's result is remembered (seconds).
+    payload_bucket:
+        The S3 bucket of claim-checked payloads (``PAYLOAD_BUCKET``); empty: no claim-check, payloads must fit in a
+        message and the item as they are.
+    claim_check_threshold_bytes:
+        A payload (workflow input, step output, rendered input) whose compact JSON is larger is claim-checked (bytes).
+    max_payload_bytes:
+        The largest payload accepted, claim-checked or not (bytes; 10 MiB by default).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -184,6 +209,9 @@ class AgentConfig(BaseModel):
     breaker_probe_seconds: int = Field(default=10, ge=1)
     breaker_cache_seconds: float = Field(default=5.0, ge=0, le=60)
     idempotency_expiry_seconds: int = Field(default=86_400, ge=60)
+    payload_bucket: str = ""
+    claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
+    max_payload_bytes: int = Field(default=10_485_760, ge=2_048, le=104_857_600)
 
     @field_validator("remote_base_url")
     @classmethod
@@ -206,6 +234,11 @@ class AgentConfig(BaseModel):
         has_header = self.remote_auth_header is not None and self.remote_auth_secret is not None
         if (self.remote_auth == "header") != has_header:
             raise ValueError("REMOTE_AUTH=header needs REMOTE_AUTH_HEADER and REMOTE_AUTH_SECRET (and only it does)")
+        return self
+
+    @model_validator(mode="after")
+    def _threshold_below_max(self) -> AgentConfig:
+        _check_claim_limits(self.claim_check_threshold_bytes, self.max_payload_bytes)
         return self
 
     @classmethod
@@ -237,10 +270,18 @@ class AgentConfig(BaseModel):
                 "breaker_probe_seconds": "BREAKER_PROBE_SECONDS",
                 "breaker_cache_seconds": "BREAKER_CACHE_SECONDS",
                 "idempotency_expiry_seconds": "IDEMPOTENCY_EXPIRY_SECONDS",
+                "payload_bucket": "PAYLOAD_BUCKET",
+                "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
+                "max_payload_bytes": "MAX_PAYLOAD_BYTES",
             },
             required=("AGENT_NAME", "AGENT_ACTIONS", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
             json_fields=(),
         )
+
+
+def _check_claim_limits(threshold: int, largest: int) -> None:
+    if threshold >= largest:
+        raise ValueError("CLAIM_CHECK_THRESHOLD_BYTES must be below MAX_PAYLOAD_BYTES")
 
 
 def _build(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..definition import WorkflowDefinition
-from ..errors import ConditionFailedError, LeaseNotAcquiredError
+from ..errors import ClaimCheckMissingError, ConditionFailedError, LeaseNotAcquiredError
 from ..ports import Outgoing, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
@@ -267,3 +267,52 @@ class InMemoryBus:
     def drain(self, queue_url: str) -> list[Outgoing]:
         """Remove and return every message of ``queue_url``."""
         return self.queues.pop(queue_url, [])
+
+
+class InMemoryPayloadStore:
+    """A ``PayloadStore`` in memory: ``objects`` maps each key to its bytes, ``tags`` to its retention tag, and
+    ``requests`` counts the S3 requests it stands for (PUT, GET, LIST, COPY), for assertions and the bench."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.objects: dict[str, bytes] = {}
+        self.tags: dict[str, str] = {}
+        self.requests: dict[str, int] = {}
+
+    def _count(self, kind: str) -> None:
+        self.requests[kind] = self.requests.get(kind, 0) + 1
+
+    def put(self, key: str, body: bytes) -> None:
+        """Store ``body`` under ``key``, tagged live."""
+        with self._lock:
+            self._count("PUT")
+            self.objects[key] = bytes(body)
+            self.tags[key] = "live"
+
+    def get(self, key: str) -> bytes:
+        """The bytes of ``key``; raises ``ClaimCheckMissingError`` when there is none."""
+        with self._lock:
+            self._count("GET")
+            if key not in self.objects:
+                raise ClaimCheckMissingError(key)
+            return self.objects[key]
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys under ``prefix``, sorted."""
+        with self._lock:
+            self._count("LIST")
+            return sorted(key for key in self.objects if key.startswith(prefix))
+
+    def restamp(self, key: str, state: str) -> None:
+        """Tag ``key`` ``state``; raises ``ClaimCheckMissingError`` when there is none."""
+        with self._lock:
+            self._count("COPY")
+            if key not in self.objects:
+                raise ClaimCheckMissingError(key)
+            self.tags[key] = state
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (what a lifecycle rule does; the engine never deletes)."""
+        with self._lock:
+            self.objects.pop(key, None)
+            self.tags.pop(key, None)

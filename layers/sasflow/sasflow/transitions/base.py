@@ -16,10 +16,18 @@ from typing import Any
 
 from jmespath.exceptions import JMESPathError
 
-from ..definition import MapStep, RetryPolicy, WaitStep, WorkflowDefinition
-from ..errors import InvalidDefinitionError, MissingReferenceError, PayloadTooLargeError, StepNotEvaluatedError
+from ..claim_check import ClaimCheck, Upload, reference_key
+from ..definition import MapStep, RetryPolicy, WaitStep, WorkflowDefinition, render
+from ..errors import (
+    ClaimCheckMissingError,
+    InvalidDefinitionError,
+    MissingReferenceError,
+    PayloadTooLargeError,
+    StepNotEvaluatedError,
+)
 from ..fanout import ChildCommand, ParentRef
 from ..history import HistoryWriter
+from ..limits import MAX_STEP_INPUT_BYTES, json_size
 from ..messages import StepError, StepReply, StepRequest, encode, remote_token
 from ..ports import Counter, Outgoing
 from ..records import Snapshot, StepRecord
@@ -67,6 +75,8 @@ class TransitionBase:
         The snapshot read.
     now:
         The time of this call (epoch seconds).
+    claims:
+        The claim-check of large payloads (``claim_check.py``), or None: every payload then travels as it is.
     """
 
     def __init__(
@@ -78,8 +88,14 @@ class TransitionBase:
         now: int,
         *,
         oversized: bool = False,
+        claims: ClaimCheck | None = None,
     ) -> None:
         self.config = config
+        self.claims = claims
+        #: Claim-checked rendered inputs of this call's requests: written after the write, before the send.
+        self.uploads: list[Upload] = []
+        #: Claim-checked outputs of replies that came after the workflow ended: re-stamped terminal after the call.
+        self.late_objects: list[str] = []
         self.rng = rng
         self.metrics = metrics
         self.snapshot = base
@@ -158,6 +174,59 @@ class TransitionBase:
         """The workflow's id."""
         return self.snapshot.workflow.workflow_id
 
+    # ------------------------------------------------------------------ payloads (claim_check.py)
+    def context(self) -> dict[str, Any]:
+        """The JMESPath context of this workflow, its claim-checked input and outputs resolved.
+
+        Raises
+        ------
+        ClaimCheckMissingError
+            When a referenced object is missing (a step it prepares fails with ``CLAIM_CHECK_MISSING``).
+        """
+        context = self.snapshot.context()
+        return context if self.claims is None else self.claims.resolve_context(context, self.workflow_id)
+
+    def input_of(self, step: str) -> dict[str, Any]:
+        """The rendered input of ``step`` (``Snapshot.input_of``), from the resolved `context`."""
+        record = self.snapshot.steps.get(step)
+        if record is not None and record.input_override is not None:
+            return record.input_override
+        template = self.definition.step(step).input
+        return render(template, self.context(), where=f"steps[{step}].input")
+
+    def claim_input(self, value: dict[str, Any], what: str) -> dict[str, Any]:
+        """A rendered input as its request carries it: itself, or its claim-check reference above the threshold.
+
+        The object is written after this call's write and before its messages go (``uploads``).
+
+        Raises
+        ------
+        PayloadTooLargeError
+            Above ``MAX_STEP_INPUT_BYTES`` without a claim-check, above ``max_payload_bytes`` with one.
+        """
+        if self.claims is None:
+            json_size(value, MAX_STEP_INPUT_BYTES, what=what)
+            return value
+        claimed, upload = self.claims.prepare(self.workflow_id, value, what=what)
+        if upload is not None:
+            self.uploads.append(upload)
+            self.count("PayloadsClaimChecked")
+            if not self.snapshot.workflow.claim_checked:
+                self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(claim_checked=True))
+        return dict(claimed)
+
+    def _note_claimed_output(self, reply: StepReply) -> None:
+        """Keep track of an agent's claim-checked output even when the reply is dropped: its object is under the
+        workflow's prefix, so the workflow must re-stamp its objects when it ends (or, ended already, this one)."""
+        key = reference_key(reply.output)
+        if key is None:
+            return
+        workflow = self.snapshot.workflow
+        if workflow.status in TERMINAL_WORKFLOW:
+            self.late_objects.append(key)
+        elif not workflow.claim_checked:
+            self.snapshot = self.snapshot.with_workflow(workflow.evolve(claim_checked=True))
+
     # ------------------------------------------------------------------ replies
     def apply_reply(self, reply: StepReply) -> None:
         """Apply an agent's reply if it answers the step's current attempt of its current phase (DESIGN Rule 5).
@@ -166,6 +235,7 @@ class TransitionBase:
         (`ForwardTransitions._earlier_success`) completes the step, since the current attempt would get the same
         answer. A failure of an earlier attempt never moves the step.
         """
+        self._note_claimed_output(reply)
         record = self.snapshot.steps.get(reply.step)
         if record is None:
             logger.warning("reply for a step never dispatched", extra={"workflow_id": reply.workflow_id})
@@ -421,6 +491,7 @@ class TransitionBase:
 #: size over a limit, an agent no longer configured, a value the request model refuses, or nesting too deep.
 _PREPARATION_ERRORS = (
     JMESPathError,
+    ClaimCheckMissingError,
     PayloadTooLargeError,
     InvalidDefinitionError,
     ValueError,
@@ -431,7 +502,9 @@ _PREPARATION_ERRORS = (
 
 def _preparation_error(error: Exception) -> dict[str, Any]:
     """The step's error for a request that could not be prepared: a code and a message without internals."""
-    if isinstance(error, PayloadTooLargeError):
+    if isinstance(error, ClaimCheckMissingError):
+        code, message = "CLAIM_CHECK_MISSING", str(error)
+    elif isinstance(error, PayloadTooLargeError):
         code, message = "INPUT_TOO_LARGE", f"{error.what} is {error.size} bytes; the limit is {error.limit} bytes"
     elif isinstance(error, MissingReferenceError):
         code, message = "MISSING_REFERENCE", str(error)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..definition import AnyStep, CallbackStep, MapStep, WaitStep, render
-from ..limits import MAX_STEP_INPUT_BYTES, json_size
 from ..messages import StepReply
 from ..records import StepRecord
 from ..states import Outcome, Phase, StepStatus, WorkflowStatus
@@ -123,8 +122,9 @@ class CompensationTransitions(TransitionBase):
         assert compensation is not None  # nosec B101 # narrows the type: only steps with a compensation are compensated
         complete_by = start_at + compensation.timeout_seconds
         try:
-            context = self.snapshot.context()
-            context["step"] = {"input": self.snapshot.input_of(step.name), "output": record.output}
+            context = dict(self.context())
+            output = record.output if self.claims is None else self.claims.resolve(record.output, self.workflow_id)
+            context["step"] = {"input": self.input_of(step.name), "output": output}
             # The compensated step's output is unknown when its action timed out: `step.*` may render null (the
             # agent then finds the action by its original token); any other reference that finds nothing fails it.
             comp_input = render(
@@ -133,7 +133,7 @@ class CompensationTransitions(TransitionBase):
                 where=f"steps[{step.name}].compensation.input",
                 nullable_roots=frozenset({"step"}),
             )
-            json_size(comp_input, MAX_STEP_INPUT_BYTES, what=f"the compensation input of step {step.name}")
+            comp_input = self.claim_input(comp_input, f"the compensation input of step {step.name}")
             outgoing = self._request(
                 step.name,
                 Phase.COMPENSATION,

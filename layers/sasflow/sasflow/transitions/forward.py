@@ -23,10 +23,10 @@ from ..callbacks import (
     nonce_matches,
     task_token,
 )
+from ..claim_check import is_reference
 from ..definition import MAX_WAIT_SECONDS, AnyStep, CallbackStep, MapStep, WaitStep, render
-from ..errors import ConditionNotEvaluatedError, PayloadTooLargeError, WaitNotEvaluatedError
+from ..errors import ClaimCheckMissingError, ConditionNotEvaluatedError, PayloadTooLargeError, WaitNotEvaluatedError
 from ..expressions import RenderBudget, evaluate
-from ..limits import MAX_STEP_INPUT_BYTES, json_size
 from ..messages import StepReply, encode
 from ..ports import Outgoing
 from ..records import StepRecord
@@ -43,6 +43,9 @@ from .base import (
     _settled,
     backoff_seconds,
 )
+
+#: What evaluating a condition can raise (its step then fails with CONDITION_NOT_EVALUATED).
+_CONDITION_ERRORS = (JMESPathError, PayloadTooLargeError, ClaimCheckMissingError, RecursionError, TypeError, ValueError)
 
 
 class ForwardTransitions(TransitionBase):
@@ -84,6 +87,16 @@ class ForwardTransitions(TransitionBase):
             return  # the notification went out: the step waits for its callback
         assert not isinstance(step, MapStep)  # nosec B101 # narrows the type: a map's replies go to transitions.mapping
         running = self.snapshot.workflow.status is WorkflowStatus.RUNNING
+        claims = self.claims
+        if reply.outcome is Outcome.SUCCEEDED and self.oversized and claims and not is_reference(reply.output):
+            # The item is full: the output leaves it, written before the write that names it.
+            output = claims.offload(
+                self.workflow_id, reply.output, what=f"the output of step {record.step}", force=True
+            )
+            self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(claim_checked=True))
+            self.set_step(_settled(record, StepStatus.COMPLETED, output=output))
+            self.count("OutputsClaimCheckedByScheduler")
+            return
         if reply.outcome is Outcome.SUCCEEDED and self.oversized:
             # The action happened, but its output cannot be kept for the steps after it: fail it and undo it.
             self.set_step(_settled(record, StepStatus.FAILED, error=_output_too_large(), may_have_happened=True))
@@ -147,8 +160,8 @@ class ForwardTransitions(TransitionBase):
         """
         assert step.when is not None  # nosec B101 # narrows the type: called only for a step with a condition
         try:
-            value = evaluate(step.when, self.snapshot.context(), RenderBudget())
-        except (JMESPathError, PayloadTooLargeError, RecursionError, TypeError, ValueError) as exc:
+            value = evaluate(step.when, self.context(), RenderBudget())
+        except _CONDITION_ERRORS as exc:
             error = ConditionNotEvaluatedError(
                 f"steps[{step.name}].when: {step.when[:200]!r} could not be evaluated: {exc}"
             )
@@ -194,7 +207,7 @@ class ForwardTransitions(TransitionBase):
         if step.seconds is not None:
             return self.now + step.seconds
         assert step.until is not None  # nosec B101 # a wait gives exactly one of seconds and until
-        value = render({"until.$": step.until}, self.snapshot.context(), where=f"steps[{step.name}]")["until"]
+        value = render({"until.$": step.until}, self.context(), where=f"steps[{step.name}]")["until"]
         at: float
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise WaitNotEvaluatedError(f"steps[{step.name}].until is {value!r}: not a time")
@@ -261,11 +274,11 @@ class ForwardTransitions(TransitionBase):
         if step.notify is not None:
             notify = step.notify
             try:
-                notify_input = render(notify.input, self.snapshot.context(), where=f"steps[{step.name}].notify.input")
+                notify_input = render(notify.input, self.context(), where=f"steps[{step.name}].notify.input")
                 notify_input["task_token"] = task_token(
                     self.workflow_id, step.name, attempt, record.callback_nonce or ""
                 )
-                json_size(notify_input, MAX_STEP_INPUT_BYTES, what=f"the notification input of step {step.name}")
+                notify_input = self.claim_input(notify_input, f"the notification input of step {step.name}")
                 outgoing = self._request(
                     step.name,
                     Phase.ACTION,
@@ -375,8 +388,7 @@ class ForwardTransitions(TransitionBase):
             status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by
         )
         try:
-            step_input = self.snapshot.input_of(step.name)
-            json_size(step_input, MAX_STEP_INPUT_BYTES, what=f"the input of step {step.name}")
+            step_input = self.claim_input(self.input_of(step.name), f"the input of step {step.name}")
             outgoing = self._request(
                 step.name,
                 Phase.ACTION,

@@ -208,7 +208,18 @@ class MapTransitions(TransitionBase):
         if self.oversized:
             self.set_step(_settled(record, StepStatus.FAILED, error=_output_too_large(), may_have_happened=True))
             return
-        self.set_step(_settled(record, StepStatus.COMPLETED, output=output))
+        value: Any = output
+        if self.claims is not None:
+            # Collected results above the claim-check threshold leave the parent's item (written before the write
+            # that names them, as an agent writes its large output before its reply).
+            try:
+                value = self.claims.offload(self.workflow_id, output, what=f"the results of map step {step.name}")
+            except PayloadTooLargeError:
+                self.set_step(_settled(record, StepStatus.FAILED, error=_output_too_large(), may_have_happened=True))
+                return
+            if value is not output and not self.snapshot.workflow.claim_checked:
+                self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(claim_checked=True))
+        self.set_step(_settled(record, StepStatus.COMPLETED, output=value))
         self.count("MapStepsCompleted")
 
     def _map_timed_out(self, record: StepRecord, step: MapStep) -> None:
