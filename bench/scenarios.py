@@ -360,6 +360,11 @@ class ScenarioRun:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
+        from aws_lambda_powertools.utilities import parameters as powertools_parameters
+
+        # Every run starts from cold sandboxes: powertools' parameter cache lives in the process, so without this
+        # only the first run of a process would read (and be billed for) the workflow-id secret.
+        powertools_parameters.clear_caches()
         parameters = remote_service_parameters({agent: f"https://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
         parameters.update(dict(self.scenario.parameters))
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
