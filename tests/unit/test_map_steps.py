@@ -199,3 +199,16 @@ def test_map_options_are_checked(options: dict[str, Any], message: str) -> None:
 def test_the_childrens_agents_are_checked_at_start() -> None:
     definition = parse_definition(fan_out())
     assert ("charge_all.charge", "payments", "refund") in definition.agent_calls()
+
+
+def test_an_empty_map_has_nothing_to_undo_when_a_later_step_fails() -> None:
+    # Regression (the simulation, seed 21): the unwind moved an empty map COMPLETED -> COMPENSATED in one write,
+    # which the store refuses, so the workflow stayed COMPENSATING.
+    p = Pipeline()
+    p.services["hotels"].script["book"] = ["reject"]
+    wid = p.start(fan_out(), {"orders": []})
+    p.settle(wid)
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    assert snapshot.steps["charge_all"].status is StepStatus.COMPLETED  # nothing started, nothing undone
+    assert snapshot.steps["reserve_flight"].status is StepStatus.COMPENSATED

@@ -90,7 +90,9 @@ class CompensationTransitions(TransitionBase):
         def needs(name: str) -> bool:
             record = steps[name]
             kind = definition.step(name)
-            has_compensation = kind.compensation is not None or isinstance(kind, MapStep)
+            # a map step is undone by unwinding the children it started: one that started none has nothing to undo
+            started = isinstance(kind, MapStep) and record.map is not None and record.map.launched > 0
+            has_compensation = kind.compensation is not None or started
             maybe = record.status is StepStatus.COMPLETED or (
                 record.status is StepStatus.FAILED and record.may_have_happened
             )
