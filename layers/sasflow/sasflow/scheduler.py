@@ -589,6 +589,7 @@ class SchedulerService:
 
     def _start_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
         """Start child ``command.child_id`` unless it exists; report one that has ended (a ``check`` finds it)."""
+        self.correlate(command.child_id)  # its lines name the child (the parent's write is logged already)
         existing = self.store.load(command.child_id, consistent=False) if command.kind == "check" else None
         if existing is None:
             now = epoch_seconds(self.clock)
@@ -692,7 +693,8 @@ def child_output(child: Snapshot | None) -> Any:
 def log_moves(before: Snapshot | None, after: Snapshot) -> None:
     """Write one INFO line for a stored write: the steps it moved and, when it moved, the workflow.
 
-    The line is ``message`` ``moved`` with ``workflow_id``; ``steps``, each step that moved as
+    The line is ``message`` ``moved`` (its correlation id is the workflow's id: every call names the workflow it
+    works on first, ``correlate``, so the id is not written twice); ``steps``, each step that moved as
     ``name#attempt FROM>TO`` (the attempt of its phase: a compensation counts its own), comma-separated in the
     definition's order; and ``from``, ``to`` (and ``reason``) when the workflow's status changed. Never a request
     body, an input or an output. One line per write, not per move: CloudWatch Logs bills ingestion by the byte,
@@ -708,7 +710,7 @@ def log_moves(before: Snapshot | None, after: Snapshot) -> None:
         attempt = record.attempt_for(record.phase)
         if old != record.status.value or (previous is not None and previous.attempt_for(record.phase) != attempt):
             moves.append(f"{name}#{attempt} {old}>{record.status.value}")
-    extra: dict[str, Any] = {"workflow_id": after.workflow.workflow_id}
+    extra: dict[str, Any] = {}
     if moves:
         extra["steps"] = ", ".join(moves)
     old_status = before.workflow.status.value if before is not None else "NEW"
@@ -717,5 +719,5 @@ def log_moves(before: Snapshot | None, after: Snapshot) -> None:
         extra["to"] = after.workflow.status.value
         if after.workflow.reason:
             extra["reason"] = after.workflow.reason
-    if len(extra) > 1:
+    if extra:
         logger.info("moved", extra=extra)
