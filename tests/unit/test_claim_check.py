@@ -11,11 +11,11 @@ import pytest
 from sasflow.adapters.memory import InMemoryPayloadStore
 from sasflow.claim_check import REFERENCE_KEY, TERMINAL, ClaimCheck, encode_payload, is_reference
 from sasflow.errors import ClaimCheckMissingError, InvalidDefinitionError, PayloadTooLargeError
-from sasflow.messages import SQS_MAX_MESSAGE_BYTES, StepRequest
+from sasflow.messages import SQS_MAX_MESSAGE_BYTES, StepRequest, decode_reply
 from sasflow.records import Snapshot
 from sasflow.settings import AgentConfig, EngineConfig
 from sasflow.states import Phase, StepStatus, WorkflowStatus
-from tests.support.pipeline import TRIP_INPUT, Pipeline, trip_definition
+from tests.support.pipeline import REPLIES, TRIP_INPUT, Pipeline, trip_definition
 
 WORKFLOW = "3f1d3c1e-0000-4000-8000-000000000001"
 MB5 = 5 * 1024 * 1024
@@ -305,3 +305,26 @@ def test_outputs_below_the_threshold_that_fill_the_item_are_claim_checked_by_the
     assert not is_reference(snapshot.steps["reserve_flight"].output)
     assert is_reference(snapshot.steps["book_hotel"].output)
     assert pipeline.metrics["OutputsClaimCheckedByScheduler"] == 1
+
+
+def test_a_crash_between_the_ending_write_and_the_restamp_is_repaired_by_the_message_coming_again() -> None:
+    # Regression (the simulation, seed 2): the scheduler stored the write that ended the workflow, then crashed
+    # before re-stamping its objects, which stayed live (never expiring). The reply was not deleted, so it comes back.
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    big_output(pipeline, "flights", "f" * 100_000)
+    workflow_id = pipeline.start()
+    pipeline.run_agent("flights")
+    pipeline.run_scheduler()
+    pipeline.run_agent("hotels")
+    pipeline.run_scheduler()
+    last = pipeline.run_agent("payments")[0]
+    settle = pipeline.scheduler._settle_payloads
+    pipeline.scheduler._settle_payloads = lambda *args: None  # type: ignore[method-assign]  # the crash
+    pipeline.scheduler.on_reply(decode_reply(pipeline.bus.receive(REPLIES)[0].body))
+    pipeline.scheduler._settle_payloads = settle  # type: ignore[method-assign]
+    assert pipeline.snapshot(workflow_id).workflow.status is WorkflowStatus.COMPLETED
+    assert set(pipeline.payloads.tags.values()) == {"live"}
+    # When the same reply is delivered again
+    assert pipeline.scheduler.on_reply(last) == []
+    # Then nothing is written, and the objects are re-stamped to expire with the workflow
+    assert set(pipeline.payloads.tags.values()) == {"terminal"}

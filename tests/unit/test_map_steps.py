@@ -212,3 +212,21 @@ def test_an_empty_map_has_nothing_to_undo_when_a_later_step_fails() -> None:
     assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
     assert snapshot.steps["charge_all"].status is StepStatus.COMPLETED  # nothing started, nothing undone
     assert snapshot.steps["reserve_flight"].status is StepStatus.COMPENSATED
+
+
+def test_a_claim_checked_list_of_items_is_read_from_its_object_and_large_items_are_claim_checked_too() -> None:
+    # Regression: the items were evaluated on the item's raw input, a reference once the start input is over the
+    # threshold, so a map over a large list failed MAP_ITEMS_NOT_EVALUATED.
+    p = Pipeline(claim_check_threshold=1_024)
+    orders = [{"sku": f"s{i}", "note": "n" * (1_200 if i == 2 else 10)} for i in range(40)]
+    wid = p.start(fan_out(max_concurrency=10), {"orders": orders})
+    p.pump()
+    snapshot = p.snapshot(wid)
+    assert "$claim_check" in snapshot.workflow.input  # the start input left the item
+    assert snapshot.workflow.status is WorkflowStatus.COMPLETED, snapshot.workflow.reason
+    record = snapshot.steps["charge_all"]
+    assert "$claim_check" in record.output  # 40 results are over the threshold: claim-checked as well
+    big = p.snapshot(child_id(wid, 1, 2))
+    assert "$claim_check" in big.workflow.input and big.workflow.claim_checked  # an item over the threshold
+    assert p.snapshot(child_id(wid, 1, 3)).workflow.input == {"item": orders[3], "index": 3}
+    assert set(p.payloads.tags.values()) == {"terminal"}  # every object expires with its workflow

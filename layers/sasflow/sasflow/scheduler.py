@@ -571,17 +571,23 @@ class SchedulerService:
         return map_step.definition
 
     def _child_transition(self, parent: Snapshot, command: ChildCommand, now: int) -> Transition:
+        """A child's first transition: its workflow record (its input claim-checked above the threshold, as a
+        client's start input is) and its ``started`` event."""
         workflow_input = command.input or {}
+        claimed: Any = workflow_input
+        if self.claims is not None and workflow_input:
+            claimed = self.claims.offload(command.child_id, workflow_input, what=f"the input of {command.child_id}")
         workflow = WorkflowRecord(
             workflow_id=command.child_id,
             status=WorkflowStatus.RUNNING,
             definition=self._child_definition(parent, command.parent.step),
-            input=workflow_input,
+            input=claimed,
             request_hash=canonical_hash({"parent": command.parent.doc(), "input": workflow_input}),
             created_at=now,
             updated_at=now,
             owner=parent.workflow.owner,
             parent=command.parent,
+            claim_checked=claimed is not workflow_input,
         )
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
         transition.history.started()
@@ -653,7 +659,9 @@ class SchedulerService:
 
         An upload that fails raises: the requests are not sent, and the supervisor resends their steps after
         complete-by (rendered and written again). A re-stamp that fails is logged and counted
-        (``ClaimCheckRestampFailures``): the objects then stay live, never deleted early.
+        (``ClaimCheckRestampFailures``): the objects then stay live, never deleted early. A crash between the write
+        and the re-stamp leaves the message that ended the workflow undeleted: it comes again, finds nothing to
+        write, and re-stamps them.
         """
         claims = self.claims
         if claims is None:
@@ -665,6 +673,11 @@ class SchedulerService:
         try:
             if was_terminal != is_terminal and uses_claim_check(stored):
                 claims.settle(workflow_id, TERMINAL if is_terminal else LIVE)
+            elif is_terminal and base is stored and uses_claim_check(stored):
+                # A message of an ended workflow came again (nothing to write): the invocation that ended it may have
+                # crashed after its write and before the re-stamp, which is why the message came back. Re-stamping
+                # is idempotent, so do it again (found by the simulation: an object left live for ever).
+                claims.settle(workflow_id, TERMINAL)
             elif is_terminal:
                 for key in transition.late_objects:
                     claims.store.restamp(key, TERMINAL)

@@ -18,7 +18,7 @@ from typing import Any
 from jmespath.exceptions import JMESPathError
 
 from ..definition import MAX_MAP_ITEMS, MapStep
-from ..errors import MapItemsNotEvaluatedError, PayloadTooLargeError
+from ..errors import ClaimCheckMissingError, MapItemsNotEvaluatedError, PayloadTooLargeError
 from ..expressions import RenderBudget, evaluate
 from ..fanout import ChildCommand, MapProgress, ParentRef, child_id
 from ..messages import StepError, StepReply, encode
@@ -44,11 +44,14 @@ class MapTransitions(TransitionBase):
         ------
         MapItemsNotEvaluatedError
             When the value is not a list, or holds more than `MAX_MAP_ITEMS` items.
+        ClaimCheckMissingError
+            When a claim-checked payload it reads is missing.
         """
         if self._items_cache is not None:
             return self._items_cache
+        context = self.context()  # claim-checked input and outputs resolved (ClaimCheckMissingError otherwise)
         try:
-            value = evaluate(step.items, self.snapshot.context(), RenderBudget())
+            value = evaluate(step.items, context, RenderBudget())
         except (JMESPathError, PayloadTooLargeError, RecursionError, TypeError, ValueError) as exc:
             raise MapItemsNotEvaluatedError(f"steps[{step.name}].items could not be evaluated: {exc}") from None
         if not isinstance(value, list):
@@ -74,7 +77,7 @@ class MapTransitions(TransitionBase):
         pending = base or StepRecord(step=step.name, status=StepStatus.PENDING)
         try:
             items = self._map_items(step)
-        except MapItemsNotEvaluatedError as error:
+        except (MapItemsNotEvaluatedError, ClaimCheckMissingError) as error:
             self._refuse(step.name, error)
             self.set_step(
                 _settled(pending, StepStatus.FAILED, error=_preparation_error(error), may_have_happened=False)
