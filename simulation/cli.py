@@ -47,9 +47,11 @@ def simulate(
 
 def _print_tables(reports: list[RunReport]) -> None:
     statuses: Counter[str] = Counter()
+    children: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     for report in reports:
         statuses.update(report.statuses)
+        children.update(report.children)
         faults.update(report.faults)
     outcome = Table(title="Workflows by final state")
     outcome.add_column("state")
@@ -58,6 +60,7 @@ def _print_tables(reports: list[RunReport]) -> None:
         outcome.add_row(state, str(count))
     outcome.add_row("total", str(sum(statuses.values())))
     console.print(outcome)
+    console.print(_counts("Map steps' children by final state (workflows of their own)", "state", children))
     console.print(_counts("Faults injected, by kind", "fault", faults))
     actions: Counter[str] = Counter()
     answers: Counter[str] = Counter()

@@ -127,6 +127,8 @@ class RunReport:
     seed: int
     workflows: int
     statuses: Counter[str] = field(default_factory=Counter)
+    #: Map steps' children by final state (workflows of their own; ``statuses`` counts the workflows started).
+    children: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     violations: list[Violation] = field(default_factory=list)
     invocations: int = 0
@@ -892,7 +894,9 @@ class Simulation:
         return self._checker
 
     def _collect(self) -> None:
-        self.report.statuses = Counter(s.workflow.status.value for s in self.stored_workflows())
+        stored = self.stored_workflows()
+        self.report.statuses = Counter(s.workflow.status.value for s in stored if s.workflow.parent is None)
+        self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
         self.report.callback_answers = self.callback_answers

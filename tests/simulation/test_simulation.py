@@ -26,6 +26,7 @@ from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
 
 pytestmark = pytest.mark.integration
+TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
@@ -33,6 +34,8 @@ def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int
     report = run_one(seed, 100)
     assert report.violations == [], report.replay_command()
     assert sum(report.statuses.values()) == 100
+    # map steps are part of every run: their children are workflows of their own, all ended (invariant 17)
+    assert sum(report.children.values()) > 0 and set(report.children) <= TERMINAL_STATES
     # conditions, waits and approvals are part of every run: answers applied, and second uses refused
     assert report.callback_answers["succeeded 200"] > 0 and report.callback_answers["succeeded 409"] > 0
     injected = set(report.faults)
