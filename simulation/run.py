@@ -110,10 +110,11 @@ MAP_CHILD: dict[str, Any] = {
 
 
 def _unwound_wait(step_item: dict[str, Any] | None) -> bool:
-    """Whether a step's stored entry is a wait ended because its workflow unwound (FAILED, ``UNWOUND``)."""
+    """Whether a step's stored entry is a wait, a callback or a map ended because its workflow unwound (FAILED,
+    ``UNWOUND``; a map whose children started goes on to unwind them in the same write: COMPENSATING)."""
     fields = (step_item or {}).get("M", {})
     error = json.loads(fields.get("error", {}).get("S", "null")) or {}
-    return fields.get("status", {}).get("S") == "FAILED" and error.get("code") == "UNWOUND"
+    return fields.get("status", {}).get("S") in ("FAILED", "COMPENSATING") and error.get("code") == "UNWOUND"
 
 
 def _step(definition: dict[str, Any], name: str) -> dict[str, Any]:
