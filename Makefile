@@ -69,7 +69,7 @@ SAM_ENV := env -u AWS_PROFILE -u AWS_DEFAULT_PROFILE -u AWS_ENDPOINT_URL \
 	AWS_EC2_METADATA_DISABLED=true
 
 # Wall-clock budget of the whole pytest run (seconds); CI allows 90 minutes in all, the suite should stay < 15.
-PYTEST_TIMEOUT ?= 1200
+PYTEST_TIMEOUT ?= 1500
 PYTEST_ARGS ?=
 ARGS ?=
 

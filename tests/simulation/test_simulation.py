@@ -31,9 +31,11 @@ TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
 def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int) -> None:
-    report = run_one(seed, 100)
+    # 70 workflows a seed (make sim runs 10,000): the map steps' children and the claim-checked payloads doubled a
+    # run's time, and make test should stay near 15 minutes
+    report = run_one(seed, 70)
     assert report.violations == [], report.replay_command()
-    assert sum(report.statuses.values()) == 100
+    assert sum(report.statuses.values()) == 70
     # map steps are part of every run: their children are workflows of their own, all ended (invariant 17)
     assert sum(report.children.values()) > 0 and set(report.children) <= TERMINAL_STATES
     # conditions, waits and approvals are part of every run: answers applied, and second uses refused
