@@ -983,7 +983,15 @@ def _earlier_success_applied(
     if phase != "action" or before is None or after is None:
         return False
     base = int(before.get("M", {}).get("attempt_base", {}).get("N", "0"))
-    if after.get("M", {}).get("status", {}).get("S") not in ("COMPLETED", "FAILED"):  # FAILED: output too large
+    # FAILED: output too large; COMPENSATING and after: its workflow unwinds, so the write that completed it starts
+    # its compensation at once (a map's child cancelled by its parent)
+    if after.get("M", {}).get("status", {}).get("S") not in (
+        "COMPLETED",
+        "FAILED",
+        "COMPENSATING",
+        "COMPENSATED",
+        "COMPENSATION_FAILED",
+    ):
         return False
     return any((workflow_id, name, "action", earlier) in successes for earlier in range(base + 1, attempt))
 
