@@ -6,7 +6,7 @@ order, each charging it with the payments service), then book a hotel. It waits 
 the stack's own records to check:
 
 * the workflow COMPLETED, its map step counted every child (``total == succeeded == items``) and holds a result for
-  each (``results``, claim-checked when large);
+  each (``results``, read from the payload bucket when claim-checked);
 * every child is a workflow of its own, COMPLETED, with no supervisor resend (0 resends: no report was lost) and
   each charge applied once in the payments ledger (0 lost, 0 done twice);
 * no child is orphaned: the children found are exactly ``<workflow id>:1:0 .. <workflow id>:1:<items-1>``;
@@ -29,6 +29,7 @@ from devstack.client import SignedHttp
 from devstack.demo import sample_services_importable
 from devstack.template import remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
+from sasflow.claim_check import REFERENCE_KEY, is_reference
 from sasflow.fanout import child_id
 
 CHILD = {
@@ -76,6 +77,7 @@ class MapRunResult:
     charges: int = 0
     parent_bytes: int = 0
     results: int = 0
+    claim_checked: bool = False
     problems: list[str] = field(default_factory=list)
 
 
@@ -124,14 +126,27 @@ def run_map(items: int, concurrency: int, time_limit: float, console: Console) -
                     break
                 time.sleep(5.0)  # polling a real local stack on the wall clock, not a test's time
             result.seconds = time.monotonic() - began
-            _check(result, store, services["payments"])
+            _check(result, store, services["payments"], _payloads(stack))
     finally:
         for server in servers.values():
             server.stop()
     return result
 
 
-def _check(result: MapRunResult, store: DynamoDBStateStore, payments: Any) -> None:
+def _payloads(stack: Any) -> Any:
+    """A reader of claim-checked payloads of the local stack's bucket (moto's S3): reference -> value."""
+    s3, bucket = stack.client("s3"), stack.physical_ids["PayloadBucket"]
+
+    def read(value: Any) -> Any:
+        if not is_reference(value):
+            return value
+        body = s3.get_object(Bucket=bucket, Key=value[REFERENCE_KEY]["key"])["Body"].read()
+        return json.loads(body)
+
+    return read
+
+
+def _check(result: MapRunResult, store: DynamoDBStateStore, payments: Any, payloads: Any) -> None:
     snapshot = store.load(result.workflow_id)
     assert snapshot is not None  # nosec B101 # it was started
     result.status = snapshot.workflow.status.value
@@ -140,7 +155,8 @@ def _check(result: MapRunResult, store: DynamoDBStateStore, payments: Any) -> No
         result.problems.append(f"the workflow is {result.status}: {snapshot.workflow.reason}")
     record = snapshot.steps["charge_orders"]
     result.resends = record.resends
-    output = record.output or {}
+    result.claim_checked = is_reference(record.output)
+    output = payloads(record.output) or {}  # 10,000 results are over the claim-check threshold: in S3
     result.results = sum(1 for r in output.get("results") or [] if r is not None)
     if (output.get("total"), output.get("succeeded")) != (result.items, result.items):
         result.problems.append(f"the map step counted {output.get('total')} / {output.get('succeeded')}")
@@ -177,7 +193,7 @@ def render(result: MapRunResult, console: Console) -> None:
         ("wall seconds", f"{result.seconds:,.1f}"),
         ("children per second", f"{result.items / result.seconds:,.1f}" if result.seconds else "-"),
         ("children found / COMPLETED", f"{result.children:,} / {result.children_completed:,}"),
-        ("results collected", f"{result.results:,}"),
+        ("results collected", f"{result.results:,}" + (" (claim-checked in S3)" if result.claim_checked else "")),
         ("supervisor resends (parent and children)", f"{result.resends:,}"),
         ("parent item bytes", f"{result.parent_bytes:,}"),
     ):
