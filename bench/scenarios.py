@@ -406,6 +406,12 @@ class ScenarioRun:
                 functools.partial(build_agent, env, clock=self.clock, remote=self.remotes[agent], rng=rng)
             )
             self.modules[logical_id] = module
+        for module in self.modules.values():
+            # powertools' loggers of one service share one handler, bound to the stream of whoever made it first
+            # (another test's, in a test run): point it at the counting sink, so every run counts its own lines
+            handler = getattr(getattr(module, "logger", None), "registered_handler", None)
+            if handler is not None and hasattr(handler, "setStream"):
+                handler.setStream(_LOG_SINK)
         self.consumers = [
             (spec.logical_id, event)
             for spec in self.specs.values()
