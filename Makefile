@@ -281,10 +281,13 @@ distclean: clean
 	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV)
 
 # --------------------------------------------------------------------------------------------- simulation
-# Deterministic fault-injection simulation (real handlers + moto): >= 10,000 workflows, 0 invariant violations.
+# Deterministic fault-injection simulation (real handlers + moto's DynamoDB semantics): >= 10,000 workflows, 0
+# invariant violations, workflows/s printed at the end. The fast world (the default) answers DynamoDB's calls from
+# moto's backend directly (simulation/direct.py); --world moto sends them through boto3 and moto's HTTP stubs, about
+# 5x slower, with the same report for a seed (tests/simulation/test_fast_world.py).
 # Replay one seed: make sim ARGS='--seed N --workflows M --runs 1'
 # 100 x 100 rather than 50 x 200: moto answers every deadline-index Query by sorting the whole table, so smaller
-# tables make the same 10,000 workflows about twice as fast.
+# tables make the same 10,000 workflows faster.
 SIM_ARGS ?= --seed 1 --workflows 100 --runs 100 --jobs 2
 .PHONY: sim
 sim: venv

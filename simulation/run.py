@@ -13,6 +13,7 @@ Replay a seed with ``python -m simulation --seed N --workflows M``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+from aws_lambda_powertools.utilities import parameters
 from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 
 from devstack.identities import identity, request_context_authorizer
@@ -40,13 +42,14 @@ from devstack.inprocess import (
 )
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
-from sasflow.adapters.dynamodb_store import DynamoDBStateStore
+from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStore
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
 from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
 from sasflow.states import Outcome
+from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
 from simulation.world import (
     CrashInjector,
@@ -77,6 +80,9 @@ MAX_TICKS_AFTER_LAST_START = 240
 #: Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read, entries
 #: land in both), but moto answers each index query by sorting the whole table.
 SIM_DEADLINE_SHARDS = 2
+#: Where DynamoDB's calls go: "fast" = moto's backend called directly (simulation/direct.py), "moto" = boto3's client
+#: through moto's HTTP stubs. Same semantics and the same report for a seed (tests/simulation: the differential test).
+WORLDS = ("fast", "moto")
 #: The claim-check threshold of the simulation (bytes; the template's default is 32 KiB): small payloads, so the
 #: claim-checked workflows stay fast on moto.
 SIM_CLAIM_CHECK_THRESHOLD = 1_024
@@ -144,6 +150,9 @@ class RunReport:
     #: Claim-checked payload objects left in the bucket at the end, and the reads of them during the run.
     payload_objects: int = 0
     payload_reads: int = 0
+    #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
+    #: either world, in any process, end with the same digest or they did not replay.
+    state_digest: str = ""
 
     def replay_command(self) -> str:
         return f"make sim ARGS='--seed {self.seed} --workflows {self.workflows} --runs 1'"
@@ -152,7 +161,10 @@ class RunReport:
 class Simulation:
     """One seeded run over ``workflows`` workflows."""
 
-    def __init__(self, seed: int, workflows: int, faults: Faults | None = None) -> None:
+    def __init__(self, seed: int, workflows: int, faults: Faults | None = None, *, world: str = "fast") -> None:
+        if world not in WORLDS:
+            raise ValueError(f"world must be one of {sorted(WORLDS)}, not {world!r}")
+        self.world = world
         self.seed = seed
         self.workflows = workflows
         self.faults = faults or Faults()
@@ -215,7 +227,7 @@ class Simulation:
             idempotency_table=self.physical["IdempotencyTable"],
         )
         self.stale = StaleReads(random.Random(self.rng.random()), self.faults, self.log)
-        self.dynamodb = boto3.client("dynamodb")
+        self.dynamodb = self._dynamodb_client()
         self._install_hooks(self.dynamodb, self.crashes)
         self.stale.install(self.dynamodb)
         seq = itertools.count(1)
@@ -411,8 +423,16 @@ class Simulation:
         return self._checker_store
 
     def stored_workflows(self) -> list[Snapshot]:
-        """Every workflow in the state table, as the store reads it."""
-        return list(self.state_store().workflows())
+        """Every workflow in the state table, as the store reads it (a strongly consistent Scan; in the fast world
+        read straight from moto's table, the same items without the Scan's accounting)."""
+        if self.world == "moto":
+            return list(self.state_store().workflows())
+        store = self.state_store()
+        return [
+            store.from_item(item)
+            for item in table_items(self.physical["StateTable"])
+            if item.get("sk", {}).get("S") == WORKFLOW_SORT_KEY
+        ]
 
     def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
         module: Any = load_function_module(spec)
@@ -830,6 +850,10 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
     def run(self) -> RunReport:
         started = time.perf_counter()
+        # A fresh deployment: powertools' parameter caches are per process, and every run's stack has the same
+        # secret names, so a run would otherwise read the previous run's WorkflowIdSecret (other workflow ids,
+        # other shards: a seed that replays only in a fresh process).
+        parameters.clear_caches()
         with offline_aws(), powertools_on_clock(self.clock):
             self._setup()
             self._loop()
@@ -888,10 +912,14 @@ class Simulation:
         started = sum(1 for s in snapshots if s.workflow.parent is None)  # map steps' children are workflows too
         return started == self.workflows and all(s.workflow.status.value in _TERMINAL for s in snapshots)
 
+    def _dynamodb_client(self) -> Any:
+        """boto3's client on moto (world "moto"), or the same calls answered by moto's backend directly ("fast")."""
+        return DirectDynamoDB() if self.world == "fast" else boto3.client("dynamodb")
+
     def dynamodb_checker(self) -> Any:
         """A client without crash hooks, for the simulation's own reads."""
         if not hasattr(self, "_checker"):
-            self._checker = boto3.client("dynamodb")
+            self._checker = self._dynamodb_client()
         return self._checker
 
     def _collect(self) -> None:
@@ -902,11 +930,34 @@ class Simulation:
         self.report.operator_actions = self.operator_actions
         self.report.callback_answers = self.callback_answers
         self.report.simulated_seconds = self.clock.now() - START
+        self.report.state_digest = self._state_digest()
         self.report.dead_letters = sum(
             len(self.queues.messages[spec.dead_letter_url])
             for spec in self.queues.specs.values()
             if spec.dead_letter_url
         )
+
+    def _state_digest(self) -> str:
+        if self.world == "fast":
+            items = list(table_items(self.physical["StateTable"]))
+        else:
+            paginator = self.dynamodb_checker().get_paginator("scan")
+            pages = paginator.paginate(TableName=self.physical["StateTable"], ConsistentRead=True)
+            items = [item for page in pages for item in page["Items"]]
+        items.sort(key=lambda item: (item["pk"]["S"], item["sk"]["S"]))
+        for item in items:
+            if "lease_until" in item:
+                item["owner"] = {"S": "<random: a supervisor instance's uuid4>"}
+        text = json.dumps(items, sort_keys=True, default=_blob_text)
+        # A task token's secret part is random by design (secrets.token_urlsafe), whatever the seed.
+        text = re.sub(r'("callback_nonce": \{"S": )"[^"]*"', r'\1"<random>"', text)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _blob_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
 _TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
@@ -1087,10 +1138,10 @@ def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
     }
 
 
-def run_one(seed: int, workflows: int, faults: Faults | None = None) -> RunReport:
+def run_one(seed: int, workflows: int, faults: Faults | None = None, world: str = "fast") -> RunReport:
     """Run one simulation (a separate moto backend; safe to call in a worker process)."""
     logging.disable(logging.CRITICAL)  # the handlers log every injected crash; the report says what matters
-    return Simulation(seed, workflows, faults).run()
+    return Simulation(seed, workflows, faults, world=world).run()
 
 
 def run_many(
@@ -1101,6 +1152,7 @@ def run_many(
     *,
     jobs: int = 1,
     progress: Callable[[RunReport], None] | None = None,
+    world: str = "fast",
 ) -> list[RunReport]:
     """Run ``runs`` simulations of ``workflows`` each, with seeds ``seed, seed+1, ...``, on ``jobs`` processes.
 
@@ -1110,12 +1162,12 @@ def run_many(
     reports: list[RunReport] = []
     if jobs <= 1:
         for each in seeds:
-            reports.append(run_one(each, workflows, faults))
+            reports.append(run_one(each, workflows, faults, world))
             if progress is not None:
                 progress(reports[-1])
         return reports
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(run_one, each, workflows, faults) for each in seeds]
+        futures = [pool.submit(run_one, each, workflows, faults, world) for each in seeds]
         for future in as_completed(futures):
             reports.append(future.result())
             if progress is not None:

@@ -58,7 +58,7 @@ DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 DEADLINE_INDEX = "deadline-index"
 ATTENTION_INDEX = "attention-index"
 WORKFLOW_PREFIX = "WF#"
-_WF_SK = "#WF"
+WORKFLOW_SORT_KEY = "#WF"
 _DEF_PREFIX = "DEF#"
 #: Registered definitions (registry.py): the names' partition, and each name's versions.
 _DEFNAMES = "DEFNAMES"
@@ -76,7 +76,7 @@ def dynamodb_client() -> DynamoDBClient:
 
 def workflow_key(workflow_id: str) -> dict[str, Any]:
     """The DynamoDB key (``{"pk": {"S": ...}, "sk": {"S": ...}}``) of a workflow's item."""
-    return _ser({"pk": WORKFLOW_PREFIX + workflow_id, "sk": _WF_SK})
+    return _ser({"pk": WORKFLOW_PREFIX + workflow_id, "sk": WORKFLOW_SORT_KEY})
 
 
 def _ser(item: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
     workflow = snapshot.workflow
     item: dict[str, Any] = {
         "pk": WORKFLOW_PREFIX + workflow.workflow_id,
-        "sk": _WF_SK,
+        "sk": WORKFLOW_SORT_KEY,
         "version": version,
         "status": workflow.status.value,
         "definition_id": workflow.definition.content_id,
@@ -578,7 +578,7 @@ class DynamoDBStateStore:
             "TableName": self.table,
             "ConsistentRead": True,
             "FilterExpression": "sk = :wf",
-            "ExpressionAttributeValues": _ser({":wf": _WF_SK}),
+            "ExpressionAttributeValues": _ser({":wf": WORKFLOW_SORT_KEY}),
         }
         for page in self.client.get_paginator("scan").paginate(**kwargs):
             for raw in page.get("Items", []):
@@ -677,7 +677,7 @@ class DynamoDBStateStore:
             "TableName": self.table,
             "FilterExpression": "sk = :wf AND #status = :status",
             "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": _ser({":wf": _WF_SK, ":status": status}),
+            "ExpressionAttributeValues": _ser({":wf": WORKFLOW_SORT_KEY, ":status": status}),
             "ProjectionExpression": "pk, #status, dname, created_at, reason",
             "Limit": max(limit, 100),
         }
