@@ -14,8 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+import devstack.cli
 from devstack.cli import app, example_requests, parse_parameters
 from devstack.stack import LocalStack
 from devstack.template import Stack
@@ -23,7 +25,10 @@ from devstack.template import Stack
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_resources_lists_every_resource_and_how(mini_template: Path) -> None:
+def test_resources_lists_every_resource_and_how(mini_template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The CLI's console takes its width when devstack.cli is first imported, by whichever test (COLUMNS below only
+    # reaches a console made during the call): a narrow one wraps the table's cells and the lines below split.
+    monkeypatch.setattr(devstack.cli, "console", Console(width=250))
     result = CliRunner().invoke(
         app, ["resources", "--template", str(mini_template), "--param", "WithExtras=true"], env={"COLUMNS": "250"}
     )
