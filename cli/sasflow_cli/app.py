@@ -279,10 +279,13 @@ def list_(
 def overdue(
     ctx: typer.Context,
     limit: Annotated[int | None, typer.Option("--limit", min=1)] = None,
+    older_than: Annotated[
+        int | None, typer.Option("--older-than", min=0, help="Only what is overdue by more than SECONDS.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What the supervisor finds overdue now, and the workflows that look stuck."""
-    body = _state(ctx).client.overdue(limit=limit)
+    """What the supervisor finds overdue now, oldest complete-by first, and the workflows that look stuck."""
+    body = _state(ctx).client.overdue(limit=limit, older_than=older_than)
     if as_json:
         _print_json(body)
     else:

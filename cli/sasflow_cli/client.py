@@ -252,9 +252,9 @@ class SasflowClient:
         return self.request("POST", path, body=body, idempotency_key=idempotency_key)
 
     # ------------------------------------------------------------------ operations
-    def overdue(self, *, limit: int | None = None) -> Any:
-        """``GET /ops/overdue``."""
-        return self.request("GET", "/ops/overdue", query={"limit": limit})
+    def overdue(self, *, limit: int | None = None, older_than: int | None = None) -> Any:
+        """``GET /ops/overdue`` (``older_than``: seconds overdue, at least)."""
+        return self.request("GET", "/ops/overdue", query={"limit": limit, "older_than": older_than})
 
     def dead_letters(self, queue: str | None = None, *, limit: int | None = None) -> Any:
         """``GET /ops/dead-letters``: every queue's depth, or one queue's messages."""

@@ -232,7 +232,8 @@ def overdue_tables(body: Mapping[str, Any]) -> RenderableType:
     """The overdue workflows (the supervisor's query now) and the stuck ones."""
     return Group(
         Text(
-            f"now {when(body.get('now'))}, grace {body.get('grace_seconds')} s, stuck from "
+            f"now {when(body.get('now'))}, grace {body.get('grace_seconds')} s, overdue by more than "
+            f"{body.get('older_than_seconds', 0)} s, oldest first; stuck from "
             f"{body.get('stuck_after')} resends+deferrals"
         ),
         _summaries(f"overdue: {len(body.get('overdue', []))}", body.get("overdue", [])),

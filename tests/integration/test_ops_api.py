@@ -6,6 +6,7 @@ local stack (tests/system/test_local_stack_operations.py).
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -169,3 +170,59 @@ def test_overdue_lists_what_the_supervisor_would_resend(deployed: Deployed) -> N
     _, body = deployed.ops("GET", "/ops/overdue")
     assert [w["workflow_id"] for w in body["overdue"]] == [started["workflow_id"]]
     assert body["grace_seconds"] == 30
+
+
+def _forged(state: dict[str, Any]) -> str:
+    """A cursor in the finder's own format (base64url of its JSON) holding a key no listing produced."""
+    return base64.urlsafe_b64encode(json.dumps(state).encode()).decode().rstrip("=")
+
+
+def test_a_forged_listing_cursor_is_400_like_any_bad_cursor(deployed: Deployed) -> None:
+    """Issue 19: valid base64 of a key the listing never produced reached DynamoDB as the ExclusiveStartKey, whose
+    ValidationException answered 500. Each listing now checks the key's shape (its index's attributes and types, its
+    own partition) before the query."""
+    first, second = held_at_payment(deployed), held_at_payment(deployed)
+    forged = {
+        "status=HELD": {"k": {"pk": {"S": "WF#x"}}},  # attention index: the index's keys missing
+        "status=RUNNING": {
+            "s": 0,
+            "k": {"pk": {"S": "WF#x"}, "sk": {"S": "#WF"}, "dl_shard": {"S": "01"}, "complete_by": {"N": "1"}},
+        },  # another shard's key
+        "status=COMPLETED": {"k": {"pk": {"N": "1"}, "sk": {"S": "#WF"}}},  # a key of the wrong type
+        "status=PAUSED": {"k": "not a key"},
+        "status=CANCELLING": {"s": "x", "k": None},
+    }
+    for query, state in forged.items():
+        status, body = deployed.ops("GET", "/ops/workflows", query=f"{query}&cursor={_forged(state)}")
+        assert (status, body["error"]) == (400, "INVALID_CURSOR"), (query, body)
+    # and the cursors the API gives still page on, through each listing
+    status, page = deployed.ops("GET", "/ops/workflows", query="status=HELD&limit=1")
+    assert status == 200 and page["next_cursor"] is not None
+    status, rest = deployed.ops("GET", "/ops/workflows", query=f"status=HELD&limit=1&cursor={page['next_cursor']}")
+    assert status == 200
+    assert sorted(w["workflow_id"] for w in page["workflows"] + rest["workflows"]) == sorted([first, second])
+
+
+def test_overdue_is_sorted_oldest_first_across_shards_and_takes_older_than(deployed: Deployed) -> None:
+    """Issue 19: the overdue listing came in shard order, so with a limit the oldest could be left off. It is
+    sorted by complete-by across the deadline index's shards, and ``older_than`` keeps what is overdue by more."""
+    ids = []
+    for _ in range(8):  # their flight requests are never delivered; 10 s apart, so complete-by 10 s apart
+        _, started = deployed.api("POST", "/workflows", TRIP)
+        ids.append(started["workflow_id"])
+        deployed.clock.advance(10)
+    # the deadline index spreads them over more than one shard (else the order would prove nothing)
+    items = {i["pk"]["S"][3:]: i for i in deployed.items() if i["sk"]["S"] == "#WF"}
+    assert len({items[wid]["dl_shard"]["S"] for wid in ids}) > 1
+    deployed.clock.advance(30 + 31)  # the last one is past its complete-by and the grace
+    now = int(deployed.clock.now())
+    _, body = deployed.ops("GET", "/ops/overdue")
+    assert [w["workflow_id"] for w in body["overdue"]] == ids
+    assert [w["complete_by"] for w in body["overdue"]] == sorted(w["complete_by"] for w in body["overdue"])
+    _, body = deployed.ops("GET", "/ops/overdue", query="limit=3")
+    assert [w["workflow_id"] for w in body["overdue"]] == ids[:3]
+    # overdue by more than 100 s: complete-by before now - 100
+    _, body = deployed.ops("GET", "/ops/overdue", query="older_than=100")
+    expected = [w for w in ids if int(items[w]["complete_by"]["N"]) < now - 100]
+    assert [w["workflow_id"] for w in body["overdue"]] == expected and 0 < len(expected) < len(ids)
+    assert body["older_than_seconds"] == 100

@@ -135,7 +135,9 @@ class WorkflowFinder:
         return page
 
     def _in_flight(self, state: dict[str, Any], limit: int, wanted: Any) -> Page:
-        shard = int(state.get("s", 0))
+        shard = state.get("s", 0)
+        if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < self.shards:
+            raise InvalidCursorError("the cursor is not one this API gave")
         key = state.get("k")
         found: list[WorkflowSummary] = []
         while shard < self.shards and len(found) < limit:
@@ -159,25 +161,38 @@ class WorkflowFinder:
                     counts[status] += number
         return {status: counts[status] for status in sorted(counts)}
 
-    def overdue(self, now: int, grace: int, *, stuck_at: int, limit: int = 100) -> dict[str, list[WorkflowSummary]]:
-        """What the supervisor finds overdue now (``complete_by < now - grace``), and what looks stuck.
+    def overdue(
+        self, now: int, grace: int, *, stuck_at: int, limit: int = 100, older_than: int = 0
+    ) -> dict[str, list[WorkflowSummary]]:
+        """What the supervisor finds overdue now, oldest complete-by first across the shards, and what looks stuck.
 
-        Stuck: workflows in flight whose steps were resent or deferred ``stuck_at`` times or more in all (an agent
-        that keeps failing, an open circuit that does not close).
+        Overdue: ``complete_by < now - max(grace, older_than)`` (epoch seconds; ``older_than`` in seconds overdue,
+        never less than the supervisor's own grace). Each shard's index answers in complete-by order, so the first
+        ``limit`` of each shard, merged, hold the ``limit`` oldest of all (issue 19: shard order left the oldest
+        off a page). Stuck: workflows in flight whose steps were resent or deferred ``stuck_at`` times or more in
+        all (an agent that keeps failing, an open circuit that does not close).
         """
+        before = now - max(grace, older_than)
         overdue: list[WorkflowSummary] = []
         stuck: list[WorkflowSummary] = []
         for shard in range(self.shards):
+            found: list[WorkflowSummary] = []
             key = None
-            while len(overdue) < limit:
-                entries, key = self.index.in_flight(f"{shard:02d}", limit, key, now - grace)
-                overdue += entries
+            while len(found) < limit:
+                entries, key = self.index.in_flight(f"{shard:02d}", limit - len(found), key, before)
+                found += entries
                 if key is None:
                     break
+            overdue += found[:limit]
             key = None
             while len(stuck) < limit:
                 entries, key = self.index.in_flight(f"{shard:02d}", limit, key, None)
                 stuck += [entry for entry in entries if entry.trouble >= stuck_at]
                 if key is None:
                     break
+        overdue.sort(key=_by_complete_by)
         return {"overdue": overdue[:limit], "stuck": stuck[:limit]}
+
+
+def _by_complete_by(summary: WorkflowSummary) -> tuple[int, str]:
+    return (summary.complete_by if summary.complete_by is not None else 0, summary.workflow_id)

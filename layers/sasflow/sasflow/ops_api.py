@@ -114,6 +114,9 @@ class OverdueView(BaseModel):
 
     now: int = Field(description="Epoch seconds.")
     grace_seconds: int
+    older_than_seconds: int = Field(
+        description="Listed: overdue by more than this and than the grace (complete-by < now - max of both)."
+    )
     stuck_after: int = Field(description="Resends and deferrals from which a workflow is listed as stuck.")
     overdue: list[WorkflowSummaryView]
     stuck: list[WorkflowSummaryView]
@@ -275,13 +278,17 @@ def build_ops_app(
         summary="Steps overdue now, and workflows that look stuck",
         responses={200: doc(OverdueView, "Overdue and stuck workflows"), **ERROR_RESPONSES},
     )
-    def overdue(limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100) -> OverdueView:
+    def overdue(
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        older_than: Annotated[int, Query(ge=0, le=31_622_400, description="Seconds overdue, at least.")] = 0,
+    ) -> OverdueView:
         caller()
         scheduler, _, index, _ = services()
         config = scheduler.config
         now = epoch_seconds(scheduler.clock)
+        threshold = now - max(config.deadline_grace_seconds, older_than)
         found = WorkflowFinder(index, config.deadline_shards).overdue(
-            now, config.deadline_grace_seconds, stuck_at=config.stuck_after, limit=limit
+            now, config.deadline_grace_seconds, stuck_at=config.stuck_after, limit=limit, older_than=older_than
         )
         # An index key may be a lower bound (records.index_key_for): read each entry's workflow and keep what is
         # overdue by its own complete-by, as the supervisor does before it acts.
@@ -289,11 +296,13 @@ def build_ops_app(
         for summary in found["overdue"]:
             snapshot = scheduler.store.load(summary.workflow_id, consistent=False)
             deadline = snapshot.deadline if snapshot is not None else None
-            if deadline is not None and deadline < now - config.deadline_grace_seconds:
+            if deadline is not None and deadline < threshold:
                 overdue.append(dataclasses.replace(summary, complete_by=deadline))
+        overdue.sort(key=lambda s: (s.complete_by or 0, s.workflow_id))  # the worst first (issue 19)
         return OverdueView(
             now=now,
             grace_seconds=config.deadline_grace_seconds,
+            older_than_seconds=older_than,
             stuck_after=config.stuck_after,
             overdue=[WorkflowSummaryView.model_validate(asdict(s)) for s in overdue],
             stuck=[WorkflowSummaryView.model_validate(asdict(s)) for s in found["stuck"]],

@@ -34,7 +34,7 @@ from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
 from ..definition import WorkflowDefinition
-from ..errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
+from ..errors import ConditionFailedError, InvalidCursorError, LeaseNotAcquiredError, PayloadTooLargeError
 from ..fanout import MapProgress, ParentRef
 from ..ports import WorkflowSummary
 from ..records import (
@@ -65,6 +65,11 @@ _DEFNAMES = "DEFNAMES"
 _DEFNAME_PREFIX = "DEFNAME#"
 _DEF_SK = "#DEF"
 
+#: The attributes and types of a page's LastEvaluatedKey: the table's keys, plus the index's on an index query.
+_TABLE_KEY = {"pk": "S", "sk": "S"}
+_ATTENTION_KEY = {**_TABLE_KEY, "attn": "S", "attn_since": "N"}
+_DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
+
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
@@ -77,6 +82,36 @@ def dynamodb_client() -> DynamoDBClient:
 def workflow_key(workflow_id: str) -> dict[str, Any]:
     """The DynamoDB key (``{"pk": {"S": ...}, "sk": {"S": ...}}``) of a workflow's item."""
     return _ser({"pk": WORKFLOW_PREFIX + workflow_id, "sk": WORKFLOW_SORT_KEY})
+
+
+def _start_key(start: Any, shape: dict[str, str], partition: dict[str, str]) -> dict[str, Any]:
+    """``start`` as the ExclusiveStartKey of a listing whose pages end with keys of ``shape`` (attribute -> DynamoDB
+    type) in the index partition ``partition`` (attribute -> value), or the refusal of a cursor the listing never
+    produced. DynamoDB answers a start key of another shape, type or partition with a ValidationException, which
+    would reach the caller as a 500 (issue 19).
+
+    Raises
+    ------
+    InvalidCursorError
+        When ``start`` is not such a key.
+    """
+    refused = InvalidCursorError("the cursor is not one this API gave")
+    if not isinstance(start, dict) or set(start) != set(shape):
+        raise refused
+    for name, kind in shape.items():
+        value = start[name]
+        if not isinstance(value, dict) or list(value) != [kind] or not isinstance(value[kind], str):
+            raise refused
+        if kind == "N":
+            try:
+                Decimal(value[kind])
+            except ArithmeticError:
+                raise refused from None
+    if any(start[name][shape[name]] != expected for name, expected in partition.items()):
+        raise refused
+    if not start["pk"]["S"].startswith(WORKFLOW_PREFIX) or start["sk"]["S"] != WORKFLOW_SORT_KEY:
+        raise refused
+    return start
 
 
 def _ser(item: dict[str, Any]) -> dict[str, Any]:
@@ -616,7 +651,7 @@ class DynamoDBStateStore:
             "Limit": limit,
         }
         if start is not None:
-            kwargs["ExclusiveStartKey"] = start
+            kwargs["ExclusiveStartKey"] = _start_key(start, _ATTENTION_KEY, {"attn": kind})
         response = self.client.query(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
 
@@ -650,7 +685,7 @@ class DynamoDBStateStore:
             "Limit": limit,
         }
         if start is not None:
-            kwargs["ExclusiveStartKey"] = start
+            kwargs["ExclusiveStartKey"] = _start_key(start, _DEADLINE_KEY, {"dl_shard": shard})
         response = self.client.query(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
 
@@ -682,7 +717,7 @@ class DynamoDBStateStore:
             "Limit": max(limit, 100),
         }
         if start is not None:
-            kwargs["ExclusiveStartKey"] = start
+            kwargs["ExclusiveStartKey"] = _start_key(start, _TABLE_KEY, {})
         response = self.client.scan(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
 
