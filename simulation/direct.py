@@ -82,7 +82,6 @@ class _Meta:
     def __init__(self, region_name: str) -> None:
         self.events = HierarchicalEmitter()
         self.region_name = region_name
-        self.service_model = None
 
 
 class _Paginator:

@@ -423,16 +423,18 @@ class Simulation:
         return self._checker_store
 
     def stored_workflows(self) -> list[Snapshot]:
-        """Every workflow in the state table, as the store reads it (a strongly consistent Scan; in the fast world
-        read straight from moto's table, the same items without the Scan's accounting)."""
-        if self.world == "moto":
-            return list(self.state_store().workflows())
+        """Every workflow in the state table, as the store reads it."""
         store = self.state_store()
-        return [
-            store.from_item(item)
-            for item in table_items(self.physical["StateTable"])
-            if item.get("sk", {}).get("S") == WORKFLOW_SORT_KEY
-        ]
+        return [store.from_item(item) for item in self._state_items() if item["sk"]["S"] == WORKFLOW_SORT_KEY]
+
+    def _state_items(self) -> list[dict[str, Any]]:
+        """Every item of the state table (DynamoDB JSON), strongly consistent: a Scan on moto; in the fast world read
+        straight from moto's table, the same items without the Scan's per-item accounting."""
+        table = self.physical["StateTable"]
+        if self.world == "fast":
+            return list(table_items(table))
+        pages = self.dynamodb_checker().get_paginator("scan").paginate(TableName=table, ConsistentRead=True)
+        return [item for page in pages for item in page["Items"]]
 
     def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
         module: Any = load_function_module(spec)
@@ -938,12 +940,7 @@ class Simulation:
         )
 
     def _state_digest(self) -> str:
-        if self.world == "fast":
-            items = list(table_items(self.physical["StateTable"]))
-        else:
-            paginator = self.dynamodb_checker().get_paginator("scan")
-            pages = paginator.paginate(TableName=self.physical["StateTable"], ConsistentRead=True)
-            items = [item for page in pages for item in page["Items"]]
+        items = self._state_items()
         items.sort(key=lambda item: (item["pk"]["S"], item["sk"]["S"]))
         for item in items:
             if "lease_until" in item:

@@ -14,10 +14,9 @@ from devstack.inprocess import offline_aws
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.run import RunReport, run_one
 from simulation.world import Faults
+from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY
 
 pytestmark = pytest.mark.integration
-
-PLAIN_STEPS = {"conditional": 0.0, "wait_step": 0.0, "callback_step": 0.0}
 
 
 def _create_table() -> None:
@@ -159,8 +158,8 @@ def test_table_items_reads_what_a_consistent_scan_returns() -> None:
 #: actions, the hold policy) under every fault; small, because the moto world takes about 5x the fast one's time.
 DIFFERENTIAL = {
     "every fault": (3, 30, Faults()),
-    "operators": (21, 20, Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0, **PLAIN_STEPS)),
-    "claim-checks": (41, 20, Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)),
+    "operators": (21, 20, OPERATOR_HEAVY),
+    "claim-checks": (41, 20, LARGE_PAYLOADS),
 }
 
 

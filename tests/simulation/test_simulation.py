@@ -24,6 +24,7 @@ from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
+from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY, PLAIN_STEPS
 
 pytestmark = pytest.mark.integration
 TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
@@ -189,9 +190,6 @@ def random_always() -> Any:
 
 
 # ---------------------------------------------------------------------------------------- operators (issue 11)
-#: The operator's checks need no new step kinds (the seeded runs above have them): without them each run is faster.
-PLAIN_STEPS = {"conditional": 0.0, "wait_step": 0.0, "callback_step": 0.0}
-OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0, **PLAIN_STEPS)
 
 
 def caught_within(kind: str, faults: Faults, workflows: int, seeds: range = range(21, 25)) -> list[str]:
@@ -357,9 +355,6 @@ def test_a_map_that_completes_before_its_children_is_caught(monkeypatch: pytest.
         "map completed out of step with its children",
         "map result missing",
     } & kinds
-
-
-LARGE_PAYLOADS = Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)
 
 
 def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:

@@ -172,7 +172,7 @@ class WorkflowFinder:
         off a page). Stuck: workflows in flight whose steps were resent or deferred ``stuck_at`` times or more in
         all (an agent that keeps failing, an open circuit that does not close).
         """
-        before = now - max(grace, older_than)
+        before = overdue_before(now, grace, older_than)
         overdue: list[WorkflowSummary] = []
         stuck: list[WorkflowSummary] = []
         for shard in range(self.shards):
@@ -190,9 +190,16 @@ class WorkflowFinder:
                 stuck += [entry for entry in entries if entry.trouble >= stuck_at]
                 if key is None:
                     break
-        overdue.sort(key=_by_complete_by)
+        overdue.sort(key=by_complete_by)
         return {"overdue": overdue[:limit], "stuck": stuck[:limit]}
 
 
-def _by_complete_by(summary: WorkflowSummary) -> tuple[int, str]:
+def overdue_before(now: int, grace: int, older_than: int = 0) -> int:
+    """The complete-by (epoch seconds) before which a workflow is listed as overdue: overdue by more than
+    ``older_than`` seconds, and never less than the supervisor's own ``grace``."""
+    return now - max(grace, older_than)
+
+
+def by_complete_by(summary: WorkflowSummary) -> tuple[int, str]:
+    """Sort key of the overdue listing: oldest complete-by first, then by id (a stable order for equal times)."""
     return (summary.complete_by if summary.complete_by is not None else 0, summary.workflow_id)

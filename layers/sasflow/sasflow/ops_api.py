@@ -44,7 +44,7 @@ from .api import (
 from .api_models import HistoryPage, WorkflowView
 from .clock import epoch_seconds
 from .errors import WorkflowNotFoundError
-from .finding import MAX_PAGE, WorkflowFinder
+from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
 from .identity import principal_of
 from .ports import MessageBus, WorkflowIndex
 from .scheduler import SchedulerService
@@ -286,7 +286,7 @@ def build_ops_app(
         scheduler, _, index, _ = services()
         config = scheduler.config
         now = epoch_seconds(scheduler.clock)
-        threshold = now - max(config.deadline_grace_seconds, older_than)
+        threshold = overdue_before(now, config.deadline_grace_seconds, older_than)
         found = WorkflowFinder(index, config.deadline_shards).overdue(
             now, config.deadline_grace_seconds, stuck_at=config.stuck_after, limit=limit, older_than=older_than
         )
@@ -298,7 +298,7 @@ def build_ops_app(
             deadline = snapshot.deadline if snapshot is not None else None
             if deadline is not None and deadline < threshold:
                 overdue.append(dataclasses.replace(summary, complete_by=deadline))
-        overdue.sort(key=lambda s: (s.complete_by or 0, s.workflow_id))  # the worst first (issue 19)
+        overdue.sort(key=by_complete_by)  # by the re-read complete-by: the worst first (issue 19)
         return OverdueView(
             now=now,
             grace_seconds=config.deadline_grace_seconds,

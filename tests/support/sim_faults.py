@@ -1,0 +1,13 @@
+"""Fault mixes of the simulation's tests (tests/simulation), shared by the seeded runs and the differential test."""
+
+from __future__ import annotations
+
+from simulation.world import Faults
+
+#: The operator's and the payloads' checks need no new step kinds (the seeded runs have them): without them each run
+#: is faster.
+PLAIN_STEPS = {"conditional": 0.0, "wait_step": 0.0, "callback_step": 0.0}
+#: Every workflow under the hold policy, some refused by their services, and the operator acting at every tick.
+OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0, **PLAIN_STEPS)
+#: Every workflow with a payload above the claim-check threshold.
+LARGE_PAYLOADS = Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)
