@@ -653,7 +653,8 @@ def build_http_api_event(
     method
         HTTP method of the request.
     raw_path, raw_query
-        Path and query string as sent (still percent-encoded).
+        The path as API Gateway passes it (percent-decoded by the caller, as HTTP APIs do) and the query string
+        as sent (still percent-encoded).
     headers
         Request headers in order; duplicates are joined with commas and ``cookie`` headers become ``cookies``.
     body
@@ -923,7 +924,9 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
         event = build_http_api_event(
             route=route,
             method=self.command,
-            raw_path=raw_path,
+            # API Gateway HTTP APIs hand the function the path percent-decoded (rawPath and
+            # requestContext.http.path alike); the signature above was checked on the path as sent.
+            raw_path=unquote(raw_path),
             raw_query=raw_query,
             headers=list(self.headers.items()),
             body=body,

@@ -544,7 +544,7 @@ def definitions_list(
 ) -> None:
     """Every registered name with its latest version, or one name's versions."""
     client = _state(ctx).client
-    body = client.request("GET", f"/definitions/{name}" if name else "/definitions")
+    body = client.definitions(name)
     if as_json:
         _print_json(body)
     elif name:

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
-__all__ = ["ApiError", "Routes", "SasflowClient", "Signer", "Transport", "UrllibTransport"]
+__all__ = ["ApiError", "Routes", "SasflowClient", "Signer", "Transport", "UrllibTransport", "api_path", "query_string"]
 
 #: Statuses worth another try: throttled, or a gateway/back end that did not answer.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -69,6 +69,32 @@ class UrllibTransport:
         return response.status, response.data
 
 
+def api_path(*segments: str | int) -> str:
+    """A path of the API from its segments, each percent-encoded per RFC 3986 (only the unreserved characters
+    ``A-Z a-z 0-9 - . _ ~`` stay as they are; ``/``, ``:`` and a space are encoded).
+
+    API Gateway checks a SigV4 signature against the path it receives, URI-encoded per RFC 3986 (the SigV4 guide,
+    "Create a canonical request"). A segment sent unencoded, such as a definition name with a space, was signed
+    as one string and checked as another, and refused with 403.
+
+    Examples
+    --------
+    >>> api_path("definitions", "order saga", "versions", 2)
+    '/definitions/order%20saga/versions/2'
+    """
+    return "".join("/" + quote(str(segment), safe="") for segment in segments)
+
+
+def query_string(params: Mapping[str, Any]) -> str:
+    """``params`` as a query string per RFC 3986 (a space is ``%20``, never ``+``), ``None`` values left out.
+
+    SigV4 canonicalizes every query name and value with RFC 3986's encoding; ``urlencode``'s default writes a space
+    as ``+``, which the service reads as a literal ``+`` of another canonical request, so the signature failed.
+    """
+    present = {key: value for key, value in params.items() if value is not None}
+    return urlencode(present, quote_via=quote, safe="")
+
+
 @dataclass(frozen=True)
 class Routes:
     """Which routes a caller reads through: the operators' (``/ops``, any workflow) or the clients' (its own)."""
@@ -76,8 +102,7 @@ class Routes:
     operator: bool = True
 
     def workflow(self, workflow_id: str) -> str:
-        prefix = "/ops/workflows" if self.operator else "/workflows"
-        return f"{prefix}/{quote(workflow_id, safe='')}"
+        return api_path("ops", "workflows", workflow_id) if self.operator else api_path("workflows", workflow_id)
 
 
 class SasflowClient:
@@ -128,14 +153,17 @@ class SasflowClient:
     ) -> Any:
         """Send one request and return its parsed JSON body.
 
+        ``path`` is already encoded (build it with `api_path`); ``query`` is encoded here (`query_string`). The URL
+        signed is the URL sent, byte for byte.
+
         Raises
         ------
         ApiError
             A 4xx/5xx answer (its ``error`` and ``message``; API Gateway's own refusals carry only ``message``), or
             no answer after every try (status 0, ``UNREACHABLE``).
         """
-        params = {k: v for k, v in (query or {}).items() if v is not None}
-        url = self.base_url + path + (f"?{urlencode(params)}" if params else "")
+        encoded_query = query_string(query or {})
+        url = self.base_url + path + (f"?{encoded_query}" if encoded_query else "")
         data = b"" if body is None else json.dumps(body).encode()
         headers: dict[str, str] = {"Accept": "application/json"}
         if body is not None:
@@ -167,12 +195,15 @@ class SasflowClient:
     def publish_definition(self, name: str, version: int, definition: Mapping[str, Any]) -> Any:
         """``PUT /definitions/{name}/versions/{version}``: the DefinitionVersionView (idempotent: sent again on a
         lost answer, the same body is 200)."""
-        path = f"/definitions/{quote(name, safe='')}/versions/{version}"
-        return self.request("PUT", path, body=dict(definition))
+        return self.request("PUT", api_path("definitions", name, "versions", version), body=dict(definition))
+
+    def definitions(self, name: str | None = None) -> Any:
+        """``GET /definitions`` (every name with its latest version) or ``GET /definitions/{name}`` (its versions)."""
+        return self.request("GET", api_path("definitions", name) if name else api_path("definitions"))
 
     def callback(self, token: str, body: Mapping[str, Any]) -> Any:
         """``POST /callbacks/{token}``: the CallbackResult (sent once: a repeat of an applied use is a 409)."""
-        return self.request("POST", f"/callbacks/{quote(token, safe='')}", body=dict(body))
+        return self.request("POST", api_path("callbacks", token), body=dict(body))
 
     def get(self, workflow_id: str) -> Any:
         """The WorkflowView of ``workflow_id``."""
@@ -248,7 +279,7 @@ class SasflowClient:
             body["input"] = step_input
         if output is not None:
             body["output"] = output
-        path = f"/ops/workflows/{quote(workflow_id, safe='')}/{action}"
+        path = api_path("ops", "workflows", workflow_id, action)
         return self.request("POST", path, body=body, idempotency_key=idempotency_key)
 
     # ------------------------------------------------------------------ operations

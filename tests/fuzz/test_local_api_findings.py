@@ -56,11 +56,6 @@ def send(server: HttpApiServer, method: str, path: str) -> tuple[int, str, bytes
         connection.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="devstack bug: the emulator passes rawPath still percent-encoded; API Gateway HTTP API decodes it "
-    "(powertools routes on rawPath, so GET /workflows/a%3Ab is a 422 locally and a lookup of 'a:b' on AWS)",
-)
 def test_the_function_sees_a_decoded_raw_path_like_api_gateway_http_api(
     api: tuple[HttpApiServer, RecordingFunction],
 ) -> None:

@@ -297,3 +297,14 @@ def test_a_first_step_that_cannot_be_evaluated_is_422_with_its_own_code(
         steps[0].update(first_step)
     status, answer = post_raw(deployed, json.dumps(body).encode())
     assert_refused(deployed, status, answer, (422, code))
+
+
+@pytest.mark.parametrize("path", ["/workflows/parent-1%3A1%3A0/cancel", "/workflows/parent-1:1:0/cancel"])
+def test_a_map_childs_id_is_routed_by_its_decoded_path_in_either_form(deployed: Deployed, path: str) -> None:
+    # Given a map child's id (it holds ':'), sent percent-encoded as a client may, or decoded as API Gateway's HTTP
+    # API passes rawPath to the function
+    # When it is cancelled (no such workflow exists)
+    status, body = post_raw(deployed, b"", path=path)
+    # Then the path is decoded once: the id passes the id pattern and is looked up (404, not a 422 on "%3A")
+    assert (status, body["error"]) == (404, "WORKFLOW_NOT_FOUND")
+    assert "parent-1:1:0" in body["message"]

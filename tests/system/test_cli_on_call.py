@@ -153,6 +153,32 @@ def test_a_failed_flight_compensation_is_found_read_and_retried_to_compensated(o
     assert [m["kind"] for m in line["markers"]].count("operator_action") == 1
 
 
+def test_a_map_childs_id_with_colons_is_read_by_get_and_history(on_call: OnCall, tmp_path: Path) -> None:
+    # Given a workflow whose map step started two children (their ids are "<parent>:0:<i>")
+    child = {
+        "name": "hold-seat",
+        "steps": [{"name": "reserve", "agent": "flights", "action": "reserve", "input": {"seat.$": "input.item"}}],
+    }
+    request = {
+        "definition": {
+            "name": "seats",
+            "steps": [{"name": "each", "type": "map", "items": "input.seats", "definition": child}],
+        },
+        "input": {"seats": ["1A", "1B"]},
+    }
+    path = tmp_path / "seats.json"
+    path.write_text(json.dumps(request))
+    wid = on_call.sasflow("start", str(path))["workflow_id"]
+    assert on_call.wait_until(wid, lambda v: v["status"] != "RUNNING", timeout=60)["status"] == "COMPLETED"
+    # When the operator reads a child by its id through the CLI (the path carries %3A for each ':')
+    child_id = f"{wid}:0:1"
+    view = on_call.sasflow("get", child_id)
+    events = on_call.sasflow("history", child_id)["events"]
+    # Then the API found that child: its own id and its item
+    assert (view["workflow_id"], view["status"], view["input"]) == (child_id, "COMPLETED", {"item": "1B", "index": 1})
+    assert events[0]["kind"] == "started" and events[-1]["kind"] == "finished"
+
+
 def test_swagger_serves_one_document_of_both_apis_routes(on_call: OnCall) -> None:
     # The page and its document need no signature; every route of the template is in it
     api = SignedHttp(on_call.stack.api_url)

@@ -176,3 +176,48 @@ def test_a_message_that_names_a_step_path_is_printed_as_it_is() -> None:
     screen = Console(width=200, record=True)
     screen.print(render.workflow_table(view))
     assert "MISSING_REFERENCE steps[b].x" in screen.export_text()
+
+
+def _aws_canonical_query(url: str) -> str:
+    """The canonical query string as the service computes it from what it received (SigV4 guide, "Create a
+    canonical request"): each name and value percent-decoded, then encoded per RFC 3986, sorted by name."""
+    from urllib.parse import quote, unquote, urlsplit
+
+    pairs = [pair.partition("=") for pair in urlsplit(url).query.split("&") if pair]
+    encoded = sorted((quote(unquote(k), safe="-_.~"), quote(unquote(v), safe="-_.~")) for k, _, v in pairs)
+    return "&".join(f"{k}={v}" for k, v in encoded)
+
+
+def test_odd_names_and_query_values_are_signed_exactly_as_the_service_canonicalizes_them() -> None:
+    # Given botocore's SigV4 signer recording the URL it signs, and an API that answers every request
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    signed: list[tuple[str, str]] = []
+
+    def aws_signer(method: str, url: str, body: bytes, headers: Mapping[str, str]) -> dict[str, str]:
+        request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
+        auth = SigV4Auth(Credentials("AKIDEXAMPLE", "secret"), "execute-api", "us-east-1")
+        auth.add_auth(request)
+        signed.append((url, auth.canonical_query_string(request)))
+        return dict(request.headers.items())
+
+    transport = FakeTransport((200, {"versions": []}), (200, {"workflows": []}), (200, {"status": "HELD"}))
+    api = SasflowClient("http://api.test", aws_signer, transport=transport, sleep=lambda _: None)
+    # When a definition name with a space and a slash, a query value with a space and a plus, and a map child's
+    # id (colons) are sent
+    api.definitions("order saga/v2")
+    next(api.list_pages(definition="order saga+x", status="HELD"))
+    api.get("wf-1:0:3")
+    # Then each path segment is encoded per RFC 3986 and each query value with %20 (never '+')
+    sent = [url for _, url, _, _ in transport.requests]
+    assert sent == [
+        "http://api.test/definitions/order%20saga%2Fv2",
+        "http://api.test/ops/workflows?status=HELD&definition=order%20saga%2Bx",
+        "http://api.test/ops/workflows/wf-1%3A0%3A3",
+    ]
+    # And the URL signed is the URL sent, whose canonical query is the one the service computes
+    assert [url for url, _ in signed] == sent
+    assert [query for _, query in signed] == [_aws_canonical_query(url) for url in sent]
+    assert signed[1][1] == "definition=order%20saga%2Bx&status=HELD"

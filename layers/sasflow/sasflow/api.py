@@ -31,9 +31,10 @@ import binascii
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import content_types
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayHttpResolver, Response
@@ -348,9 +349,50 @@ def _document_agents(document: dict[str, Any], agents: list[str]) -> None:
     agent["description"] = "The agent (remote service) that does the step: one of this deployment's agents."
 
 
+class _DecodedPathResolver(APIGatewayHttpResolver):
+    """Powertools' HTTP API resolver, routing on the path decoded once.
+
+    API Gateway HTTP APIs deliver ``rawPath`` percent-decoded (payload format 2.0), while a REST API, a function URL
+    or a hand-made test event may carry it still encoded. A map child's id holds ``:`` (``wf:1:0``), which a client
+    may send as ``%3A``: routed as it came, the id failed the id pattern (422). Ids never hold ``%``, so decoding once
+    is right for both forms, and a path already decoded is unchanged.
+    """
+
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        return super().resolve(decoded_path_event(event), context)
+
+
+def decoded_path_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``event`` with its ``rawPath`` (and ``requestContext.http.path``) percent-decoded once; the same event when
+    the path holds no ``%``.
+
+    Parameters
+    ----------
+    event
+        An API Gateway HTTP API (payload format 2.0) proxy event.
+
+    Returns
+    -------
+    Mapping
+        A shallow copy with the decoded path, or ``event`` itself.
+    """
+    raw_path = event.get("rawPath")
+    if not isinstance(raw_path, str) or "%" not in raw_path:
+        return event
+    decoded = dict(event)
+    decoded["rawPath"] = unquote(raw_path)
+    context = event.get("requestContext")
+    if isinstance(context, dict) and isinstance(context.get("http"), dict):
+        http = dict(context["http"])
+        if isinstance(http.get("path"), str):
+            http["path"] = unquote(http["path"])
+        decoded["requestContext"] = {**context, "http": http}
+    return decoded
+
+
 def api_resolver() -> APIGatewayHttpResolver:
     """A resolver with validation, strict JSON bodies and the body rules of `_JsonBodyValidation` (both APIs')."""
-    app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=parse_json_body)
+    app = _DecodedPathResolver(enable_validation=True, json_body_deserializer=parse_json_body)
     # The request validation middleware is created by the resolver and run before any user middleware, so the
     # body rules above can only take its place. Fail at cold start, not per request, if powertools renames it.
     if not isinstance(getattr(app, "_request_validation_middleware", None), OpenAPIRequestValidationMiddleware):
