@@ -254,3 +254,17 @@ def test_an_output_that_would_overflow_the_workflow_record_fails_its_step_which_
     assert snapshot.workflow.reason == "step book_hotel failed: OUTPUT_TOO_LARGE"
     assert [decode_request(m.body).action for m in messages] == ["cancel_booking"]
     assert snapshot.steps["reserve_flight"].output == big
+
+
+def test_current_re_reads_summaries_from_the_items_in_chunks_of_100_and_leaves_out_missing_ids(env: Env) -> None:
+    # Given 120 started workflows (two BatchGetItem requests: 100 keys is its limit), one of them completed since
+    ids = [start(env) for _ in range(120)]
+    for step in ("reserve_flight", "book_hotel", "charge_card"):
+        env.scheduler.on_reply(reply(ids[7], step))
+    # When their summaries are re-read, with an id that does not exist among them
+    found = env.store.current([*ids, "no-such-workflow"])
+    # Then each is as its item is now, the missing id left out
+    assert sorted(found) == sorted(ids)
+    assert found[ids[7]].status == "COMPLETED" and found[ids[7]].complete_by is None
+    assert found[ids[0]].status == "RUNNING" and found[ids[0]].complete_by == int(START) + 30
+    assert (found[ids[0]].definition_name, found[ids[0]].created_at) == ("trip-booking", int(START))

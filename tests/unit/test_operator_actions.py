@@ -389,3 +389,52 @@ def test_the_finder_lists_what_waits_for_a_person_and_counts_by_status() -> None
         if cursor is None:
             break
     assert sorted(seen) == sorted(others)
+
+
+class LaggingIndex:
+    """The store's indexes as a GSI may answer just after a write: the listings as they were when `freeze` ran,
+    the items (``current``) as they are now."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.frozen: dict[tuple[str, str], Any] = {}
+
+    def freeze(self, shards: int) -> None:
+        self.frozen[("attention", "HELD")] = self.store.attention("HELD", 200, None)
+        for shard in range(shards):
+            self.frozen[("in_flight", f"{shard:02d}")] = self.store.in_flight(f"{shard:02d}", 200, None, None)
+
+    def attention(self, kind: str, limit: int, start: Any) -> Any:
+        return self.frozen[("attention", kind)]
+
+    def in_flight(self, shard: str, limit: int, start: Any, before: Any) -> Any:
+        return self.frozen[("in_flight", shard)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_listing_re_reads_its_page_so_a_workflow_retried_a_moment_ago_is_not_listed_as_held() -> None:
+    # Given two held workflows and one in flight, and indexes that still answer as they did before one of the held
+    # was retried and everything ran (a GSI lags its table)
+    p = Pipeline()
+    retried, still_held = held_at_hotel(p), held_at_hotel(p)
+    running = p.start(trip_definition(), TRIP_INPUT)
+    lagging = LaggingIndex(p.store)
+    lagging.freeze(p.config.deadline_shards)
+    act(p, retried, "retry", "lag-1", step="book_hotel")
+    p.pump()
+    assert (p.snapshot(retried).workflow.status, p.snapshot(running).workflow.status) == ("COMPLETED", "COMPLETED")
+    finder = WorkflowFinder(lagging, p.config.deadline_shards)
+    # When the operator lists what is HELD, and what is in flight
+    held = finder.find(status="HELD")
+    in_flight = finder.find()
+    # Then the retried one is not listed as HELD: the page was re-read from the items, and a note says why
+    assert [(s.workflow_id, s.status) for s in held.workflows] == [(still_held, "HELD")]
+    assert held.notes == [
+        "1 listed by the attention index changed since it was written (the index lags its table) and no longer "
+        "match: left out"
+    ]
+    # And the one that completed since is not listed in flight
+    assert [s.workflow_id for s in in_flight.workflows] == []
+    assert in_flight.notes[0].startswith("1 listed by the deadline index changed since it was written")

@@ -119,7 +119,7 @@ class WorkflowFinder:
 
         if status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, state.get("k"))
-            page = Page([s for s in found if wanted(s)], None, source="attention index")
+            page = self._current(found, wanted, source="attention index")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in FINISHED:
             found, next_key = self.index.finished(str(status), limit, state.get("k"))
@@ -145,8 +145,29 @@ class WorkflowFinder:
             found += [entry for entry in entries if wanted(entry)]
             if key is None:
                 shard += 1
-        cursor = None if shard >= self.shards else _encode({"s": shard, "k": key})
-        return Page(found, cursor, source="deadline index")
+        page = self._current(found, lambda now: wanted(now) and now.status not in FINISHED, source="deadline index")
+        page.cursor = None if shard >= self.shards else _encode({"s": shard, "k": key})
+        return page
+
+    def _current(self, found: list[WorkflowSummary], wanted: Any, *, source: str) -> Page:
+        """A page of what the index listed, each entry as its item is now.
+
+        The indexes are GSIs, eventually consistent: a workflow retried a moment ago can still be listed as HELD.
+        The page's items are re-read (``WorkflowIndex.current``, a strongly consistent BatchGetItem); an entry
+        whose workflow no longer matches the filter, or no longer exists, is left out and counted in a note. The
+        cursor stays the index's, so paging is unchanged.
+        """
+        if not found:
+            return Page([], None, source=source)
+        now = self.index.current([summary.workflow_id for summary in found])
+        kept = [now[s.workflow_id] for s in found if s.workflow_id in now and wanted(now[s.workflow_id])]
+        page = Page(kept, None, source=source)
+        if len(kept) < len(found):
+            page.notes.append(
+                f"{len(found) - len(kept)} listed by the {source} changed since it was written (the index lags its "
+                "table) and no longer match: left out"
+            )
+        return page
 
     def counts(self) -> dict[str, int]:
         """Workflows by status of what the indexes hold: every workflow in flight or waiting (not the finished)."""

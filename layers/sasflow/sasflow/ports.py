@@ -144,6 +144,14 @@ class WorkflowIndex(Protocol):
         """Workflows of a finished ``status`` (a scan: its cost grows with the table)."""
         ...
 
+    def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
+        """The summaries of ``workflow_ids`` read from their items, strongly consistent; a missing id is left out.
+
+        The indexes are global secondary indexes, whose entries lag the item (eventually consistent): a listing
+        re-reads its page here before it answers (``finding.WorkflowFinder``).
+        """
+        ...
+
 
 @dataclass(frozen=True)
 class Outgoing:

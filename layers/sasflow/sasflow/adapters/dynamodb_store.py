@@ -69,6 +69,11 @@ _DEF_SK = "#DEF"
 _TABLE_KEY = {"pk": "S", "sk": "S"}
 _ATTENTION_KEY = {**_TABLE_KEY, "attn": "S", "attn_since": "N"}
 _DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
+#: Rounds of BatchGetItem for one chunk of keys before unprocessed keys are reported (DynamoDB returns keys it did
+#: not read under throttling; the SDK guide advises asking again, with backoff, which botocore's retries give).
+_BATCH_GET_ROUNDS = 5
+#: What a summary (``ports.WorkflowSummary``) reads of a workflow's item.
+_SUMMARY_ATTRIBUTES = "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason"
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -720,6 +725,46 @@ class DynamoDBStateStore:
             kwargs["ExclusiveStartKey"] = _start_key(start, _TABLE_KEY, {})
         response = self.client.scan(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
+        """Re-read the summaries of ``workflow_ids`` from their items (see ``ports.WorkflowIndex.current``).
+
+        BatchGetItem with ``ConsistentRead`` and the summary's attributes only, 100 keys a request (its limit);
+        unprocessed keys are asked again, at most `_BATCH_GET_ROUNDS` rounds.
+
+        Raises
+        ------
+        ClientError
+            DynamoDB refused the read, or keys were still unprocessed after every round (``ProvisionedThroughput``
+            is not an issue on an on-demand table; a throttle that lasts is reported rather than hidden).
+        """
+        found: dict[str, WorkflowSummary] = {}
+        unique = list(dict.fromkeys(workflow_ids))
+        for first in range(0, len(unique), 100):
+            chunk = unique[first : first + 100]
+            keys = [_ser({"pk": f"{WORKFLOW_PREFIX}{wid}", "sk": WORKFLOW_SORT_KEY}) for wid in chunk]
+            request: dict[str, Any] = {
+                self.table: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": _SUMMARY_ATTRIBUTES,
+                    "ExpressionAttributeNames": {"#status": "status"},
+                }
+            }
+            for _ in range(_BATCH_GET_ROUNDS):
+                response = self.client.batch_get_item(RequestItems=request)
+                for raw in response.get("Responses", {}).get(self.table, []):
+                    summary = _summary(_de(raw))
+                    found[summary.workflow_id] = summary
+                request = response.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                raise ClientError(
+                    {"Error": {"Code": "UnprocessedKeys", "Message": "BatchGetItem left keys unprocessed"}},
+                    "BatchGetItem",
+                )
+        return found
 
     # -- lease
     def acquire_lease(self, name: str, owner: str, now: int, ttl_seconds: int) -> int:

@@ -228,6 +228,11 @@ class InMemoryStateStore:
             ]
         return self._page(rows, limit, start)
 
+    def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
+        """See ``ports.WorkflowIndex.current``: the summaries of the stored workflows (always current here)."""
+        with self._lock:
+            return {wid: self._summary(self.workflows[wid]) for wid in workflow_ids if wid in self.workflows}
+
     def acquire_lease(self, name: str, owner: str, now: int, ttl_seconds: int) -> int:
         """See ``StateStore.acquire_lease``."""
         with self._lock:
