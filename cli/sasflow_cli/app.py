@@ -17,7 +17,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -81,8 +81,14 @@ def _state(ctx: typer.Context) -> CliState:
     return state
 
 
+class CliUsageError(Exception):
+    """What the operator gave cannot be used (a file that is not JSON, an option out of place): printed as one line
+    ``error: <cause>``, exit 2."""
+
+
 def _handled(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn the API's refusals and target errors into their code and message on stderr, and exit 1."""
+    """Turn the API's refusals and target errors into their code and message on stderr, and exit 1 (2 for what the
+    operator gave, and for a missing target)."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -97,7 +103,7 @@ def _handled(command: Callable[P, R]) -> Callable[P, R]:
             for detail in error.details:
                 errors.print(f"  {'.'.join(str(p) for p in detail.get('loc', []))}: {detail.get('msg')}")
             raise typer.Exit(1) from None
-        except TargetError as error:
+        except (TargetError, CliUsageError) as error:
             errors.print(f"error: {error}")
             raise typer.Exit(2) from None
 
@@ -109,14 +115,51 @@ def _print_json(document: Any) -> None:
 
 
 def _json_arg(value: str, what: str) -> Any:
-    """A JSON value given inline, or the path of a file holding one."""
-    text = value
-    if not value.lstrip().startswith(("{", "[", '"')) and Path(value).is_file():
-        text = Path(value).read_text(encoding="utf-8")
+    """A JSON value given inline, or the path of a file holding one.
+
+    Raises
+    ------
+    CliUsageError
+        Neither JSON nor a readable file of JSON: the message names the file, and the line and column of a syntax
+        error.
+    """
+    path = Path(value)
+    if not value.lstrip().startswith(("{", "[", '"')) and path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise CliUsageError(
+                f"{what} {value}: not JSON: line {error.lineno} column {error.colno}: {error.msg}"
+            ) from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise CliUsageError(f"{what} {value}: cannot be read: {error}") from None
     try:
-        return json.loads(text)
-    except ValueError:
-        raise typer.BadParameter(f"{what}: neither JSON nor a file of JSON: {value[:80]!r}") from None
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise CliUsageError(
+            f"{what}: neither a file nor JSON ({error.msg} at line {error.lineno} column {error.colno}): {value[:80]!r}"
+        ) from None
+
+
+def _json_object(value: str, what: str) -> dict[str, Any]:
+    """`_json_arg` that must be a JSON object (`CliUsageError` names what it is instead)."""
+    document = _json_arg(value, what)
+    if not isinstance(document, dict):
+        source = f"{what} {value}" if Path(value).is_file() else what
+        raise CliUsageError(f"{source}: expected a JSON object {{...}}, got {_json_type(document)}")
+    return document
+
+
+def _json_type(document: Any) -> str:
+    names = {
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }
+    return names.get(type(document), type(document).__name__)
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of tables.")]
@@ -160,7 +203,7 @@ def start(
 ) -> None:
     """Start a workflow from a file like events/trip_booking_request.json."""
     state = _state(ctx)
-    request = _json_arg(str(file), "FILE")
+    request = _json_object(str(file), "FILE")
     if input_ is not None:
         request["input"] = _json_arg(input_, "--input")
     view = state.client.start(request, idempotency_key=key or state.new_key())
@@ -210,8 +253,21 @@ def _watch(state: CliState, workflow_id: str, interval: float, timeout: float | 
     if result.timed_out:
         errors.print(f"still {result.view.get('status')} after {timeout} s")
         raise typer.Exit(1)
-    if result.view.get("status") == "HELD":
-        errors.print("HELD: it waits for a person (sasflow retry | skip | compensate | cancel)")
+    status = result.view.get("status")
+    if status in NOT_COMPLETED:
+        errors.print(f"{status}: {NOT_COMPLETED[status]}")
+        raise typer.Exit(WATCH_NOT_COMPLETED_EXIT)
+
+
+#: How ``watch`` ends without COMPLETED (exit `WATCH_NOT_COMPLETED_EXIT`), and what it means for a person.
+NOT_COMPLETED = {
+    "HELD": "it waits for a person (sasflow retry | skip | compensate | cancel)",
+    "COMPENSATED": "it did not complete: the steps that may have happened were undone",
+    "COMPENSATION_FAILED": "a compensation gave up: a person must finish it (sasflow retry-compensation | resolve)",
+    "CANCELLED": "it was cancelled",
+}
+#: ``watch``'s exit code for a workflow that stopped without completing (1 is an error or a timeout).
+WATCH_NOT_COMPLETED_EXIT = 3
 
 
 @app.command()
@@ -223,7 +279,11 @@ def watch(
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Give up after this many seconds.")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """A live table of the workflow's steps, until it is terminal or HELD."""
+    """A live table of the workflow's steps, until it is terminal or HELD.
+
+    Exits 0 when it COMPLETED, 3 when it stopped otherwise (HELD, COMPENSATED, COMPENSATION_FAILED, CANCELLED;
+    the status is named on stderr), 1 on an error or at --timeout.
+    """
     _watch(_state(ctx), workflow_id, interval, timeout, as_json)
 
 
@@ -246,25 +306,41 @@ def history(
     console.print(render.history_table(page, created_at=created))
 
 
+#: What waits for a person: the kinds of the attention index, which ``sasflow list`` shows without --status.
+ATTENTION_KINDS = ("HELD", "COMPENSATION_FAILED", "PAUSED")
+
+
 @app.command("list")
 @_handled
 def list_(
     ctx: typer.Context,
     status: Annotated[
-        str | None, typer.Option("--status", help="RUNNING, HELD, PAUSED, COMPENSATION_FAILED, ...")
+        str | None, typer.Option("--status", help="RUNNING, HELD, PAUSED, COMPENSATION_FAILED, COMPLETED, ...")
     ] = None,
+    in_flight: Annotated[
+        bool, typer.Option("--in-flight", help="Every workflow in flight (RUNNING, COMPENSATING, CANCELLING).")
+    ] = False,
     definition: Annotated[str | None, typer.Option("--definition", help="Definition name.")] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Find workflows by status, definition and start (first page, or --all)."""
-    pages = list(
-        _state(ctx).client.list_pages(
-            status=status, definition=definition, started_after=started_after, limit=limit, follow=all_
+    """Find workflows. Without --status or --in-flight: what waits for a person (HELD, COMPENSATION_FAILED,
+    PAUSED), newest first; with counts of everything in flight or waiting."""
+    if status is not None and in_flight:
+        raise CliUsageError("give --status or --in-flight, not both")
+    client = _state(ctx).client
+
+    def pages_of(one: str | None) -> list[dict[str, Any]]:
+        return list(
+            client.list_pages(status=one, definition=definition, started_after=started_after, limit=limit, follow=all_)
         )
-    )
+
+    if status is not None or in_flight:
+        pages = pages_of(status)
+    else:
+        pages = [_attention_page([pages_of(kind) for kind in ATTENTION_KINDS])]
     if as_json:
         merged = dict(pages[0])
         merged["workflows"] = [row for page in pages for row in page.get("workflows", [])]
@@ -272,6 +348,24 @@ def list_(
         _print_json(merged)
     else:
         console.print(render.workflow_list_table(pages))
+
+
+def _attention_page(per_kind: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """One page of what waits for a person, from each attention kind's pages: newest attention first; the counts
+    of the first page; a cursor left only when some kind has more (--all follows them all)."""
+    rows = [row for pages in per_kind for page in pages for row in page.get("workflows", [])]
+    rows.sort(key=lambda row: row.get("attention_since") or 0, reverse=True)
+    first = per_kind[0][0]
+    notes = [note for pages in per_kind for note in pages[0].get("notes", [])]
+    notes.append("without --status: what waits for a person; --in-flight lists every workflow in flight")
+    more = next((pages[-1]["next_cursor"] for pages in per_kind if pages[-1].get("next_cursor")), None)
+    return {
+        "workflows": rows,
+        "counts": first.get("counts"),
+        "source": f"attention index ({', '.join(ATTENTION_KINDS)})",
+        "notes": notes,
+        "next_cursor": more,
+    }
 
 
 @app.command()
@@ -302,7 +396,7 @@ def timeline(
 ) -> None:
     """Draw the workflow's attempts as bars over time (PNG or HTML) from its history."""
     if out.suffix.lower() not in (".png", ".html", ".htm"):
-        raise typer.BadParameter("--out must end in .png or .html", param_hint="--out")
+        raise CliUsageError(f"--out {out}: must end in .png or .html")
     state = _state(ctx)
     view = state.client.get(workflow_id)
     page = state.client.history(workflow_id)
@@ -410,9 +504,7 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Retry a HELD workflow's failed step (a new budget of attempts; optionally an edited input)."""
-    step_input = _json_arg(input_, "--input") if input_ is not None else None
-    if step_input is not None and not isinstance(step_input, dict):
-        raise typer.BadParameter("--input must be a JSON object", param_hint="--input")
+    step_input = _json_object(input_, "--input") if input_ is not None else None
     _act(ctx, workflow_id, "retry", reason, key, as_json, step=step, step_input=step_input)
 
 
@@ -496,6 +588,29 @@ def definition_files(paths: list[Path]) -> list[Path]:
     return files
 
 
+def _definition_file(file: Path) -> tuple[dict[str, Any], str, int]:
+    """A definition file's document, name and version.
+
+    Raises
+    ------
+    CliUsageError
+        Not readable, not JSON (with the line and column), not an object, or without a name and a whole-number
+        version (the cause in one line).
+    """
+    document = _json_object(str(file), "file")
+    missing = [key for key in ("name", "version") if key not in document]
+    if missing:
+        raise CliUsageError(
+            f"no {' and no '.join(repr(k) for k in missing)}: a definition file needs a name and a version"
+        )
+    name, version = document["name"], document["version"]
+    if not isinstance(name, str) or not name:
+        raise CliUsageError(f"'name' must be a non-empty string, not {_json_type(name)}")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CliUsageError(f"'version' must be a whole number from 1, not {json.dumps(version)}")
+    return document, name, version
+
+
 @definitions_app.command("push")
 @_handled
 def definitions_push(
@@ -512,14 +627,13 @@ def definitions_push(
     refused: list[dict[str, Any]] = []
     files = definition_files(paths or [Path("definitions")])
     if not files:
-        raise typer.BadParameter(f"no definition files in {', '.join(str(p) for p in paths or [Path('definitions')])}")
+        raise CliUsageError(f"no definition files in {', '.join(str(p) for p in paths or [Path('definitions')])}")
     for file in files:  # every file is tried; the refused ones are named, and the command then exits 1
         try:
-            document = json.loads(file.read_text(encoding="utf-8"))
-            name, version = document["name"], document["version"]
-            view = state.client.publish_definition(str(name), int(version), document)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            refused.append({"file": str(file), "error": "UNREADABLE", "message": f"{type(error).__name__}: {error}"})
+            document, name, version = _definition_file(file)
+            view = state.client.publish_definition(name, version, document)
+        except CliUsageError as error:
+            refused.append({"file": str(file), "error": "NOT_A_DEFINITION", "message": str(error)})
             continue
         except ApiError as error:
             refused.append({"file": str(file), "error": error.code, "message": error.message})
@@ -577,17 +691,44 @@ def dlq_list(
 def dlq_redrive(
     ctx: typer.Context,
     queue: Annotated[str, typer.Argument(help="The dead-letter queue (sasflow dlq list).")],
+    reason: ReasonOption,
     max_per_second: Annotated[int | None, typer.Option("--max-per-second", min=1, max=500)] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow the move until it ends.")] = True,
+    interval: Annotated[float, typer.Option("--interval", "-n", min=0.2, help="Seconds between reads.")] = 2.0,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Stop following after SECONDS.")] = 600.0,
     as_json: JsonOption = False,
 ) -> None:
-    """Move a dead-letter queue's messages back to the queues they came from."""
-    body = _state(ctx).client.redrive(queue, max_per_second=max_per_second)
+    """Move a dead-letter queue's messages back to the queues they came from, and follow the move.
+
+    Exits 0 when the move completed, 1 when SQS reports it FAILED or CANCELLED or it is still running at --timeout.
+    """
+    state = _state(ctx)
+    started_at = state.now()
+    body = state.client.redrive(queue, reason=reason, max_per_second=max_per_second)
+    if not as_json:
+        console.print(f"redrive of {body['queue']} started: {body['approximate_messages']} message(s) to move back")
+    task: Mapping[str, Any] | None = None
+    shown = ""
+    if wait:
+        deadline = state.clock() + timeout
+        while True:
+            listing = state.client.dead_letters(queue, limit=0)["queues"][0]
+            task = render.this_move(listing.get("move_tasks", []), body["task_handle"], started_at)
+            line = render.move_progress(task)
+            if line != shown and not as_json:
+                console.print(line)
+                shown = line
+            if task is None or task["status"] in render.MOVE_ENDED or state.clock() >= deadline:
+                break
+            state.sleep(interval)
     if as_json:
-        _print_json(body)
-    else:
-        console.print(
-            f"redrive of {body['queue']} started: {body['approximate_messages']} message(s), task {body['task_handle']}"
-        )
+        _print_json({**body, "move_task": task})
+    if task is not None and task["status"] in ("FAILED", "CANCELLED"):
+        errors.print(f"the move {task['status']}: {task.get('failure_reason') or 'no reason given by SQS'}")
+        raise typer.Exit(1)
+    if wait and task is not None and task["status"] not in render.MOVE_ENDED:
+        errors.print(f"still moving after {timeout:g} s: follow it with sasflow dlq list {queue}")
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -288,12 +288,13 @@ class SasflowClient:
         return self.request("GET", "/ops/overdue", query={"limit": limit, "older_than": older_than})
 
     def dead_letters(self, queue: str | None = None, *, limit: int | None = None) -> Any:
-        """``GET /ops/dead-letters``: every queue's depth, or one queue's messages."""
+        """``GET /ops/dead-letters``: every queue's depth, or one queue's messages (``limit`` 0: only its depth and
+        move tasks, no message received)."""
         return self.request("GET", "/ops/dead-letters", query={"queue": queue, "limit": limit if queue else None})
 
-    def redrive(self, queue: str, *, max_per_second: int | None = None) -> Any:
+    def redrive(self, queue: str, *, reason: str, max_per_second: int | None = None) -> Any:
         """``POST /ops/dead-letters/redrive`` (not retried: a second move of the same queue is not a no-op)."""
-        body: dict[str, Any] = {"queue": queue}
+        body: dict[str, Any] = {"queue": queue, "reason": reason}
         if max_per_second is not None:
             body["max_per_second"] = max_per_second
         return self.request("POST", "/ops/dead-letters/redrive", body=body)

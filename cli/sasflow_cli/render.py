@@ -270,5 +270,31 @@ def dead_letters_table(body: Mapping[str, Any]) -> RenderableType:
                 )
             parts.append(table)
         for task in queue.get("move_tasks", []):
-            parts.append(Text(f"move task: {_short(task, 200)}", style="dim"))
+            parts.append(Text(move_progress(task), style="dim"))
     return Group(*parts)
+
+
+#: SQS message move task statuses after which nothing moves any more (ListMessageMoveTasks).
+MOVE_ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+
+
+def this_move(tasks: list[Mapping[str, Any]], task_handle: str, started_at: float) -> Mapping[str, Any] | None:
+    """The move task a redrive started, among a queue's recent ones (newest first): the one with its handle, which
+    SQS gives only while it runs; once it ended, the newest that started no earlier than the redrive (epoch
+    seconds, one second of clock difference allowed)."""
+    for task in tasks:
+        if task.get("task_handle") == task_handle:
+            return task
+    return next((task for task in tasks if int(task.get("started_at") or 0) >= int(started_at) - 1), None)
+
+
+def move_progress(task: Mapping[str, Any] | None) -> str:
+    """One line of a message move task's progress: ``move COMPLETED: 5 of 5 moved, started 12:00:01``."""
+    if task is None:
+        return "move: not listed by SQS yet"
+    to_move = task.get("to_move")
+    total = f" of {to_move}" if to_move is not None else ""
+    line = f"move {task.get('status')}: {task.get('moved', 0)}{total} moved, started {when(task.get('started_at'))}"
+    if task.get("failure_reason"):
+        line += f" ({task['failure_reason']})"
+    return line

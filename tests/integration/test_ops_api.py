@@ -147,7 +147,9 @@ def test_a_stale_dead_letter_is_listed_and_redriven_and_changes_nothing(deployed
     )
     assert letter["age_seconds"] >= 0
     # and redrives it
-    status, moved = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "FlightsDeadLetterQueue"})
+    status, moved = deployed.ops(
+        "POST", "/ops/dead-letters/redrive", {"queue": "FlightsDeadLetterQueue", "reason": "flights is back"}
+    )
     assert (status, moved["queue"], moved["approximate_messages"]) == (202, "FlightsDeadLetterQueue", 1)
     assert deployed.depth("FlightsDeadLetterQueue") == 0
     assert deployed.depth("FlightsRequestQueue") == 1
@@ -158,8 +160,11 @@ def test_a_stale_dead_letter_is_listed_and_redriven_and_changes_nothing(deployed
     assert (after["status"], after["updated_at"], after["events"]) == ("COMPLETED", done["updated_at"], done["events"])
     assert deployed.depth("FlightsRequestQueue") == deployed.depth("ResponseQueue") == 0
     # An unknown queue is a 404
-    status, body = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "NoSuchQueue"})
+    status, body = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "NoSuchQueue", "reason": "test"})
     assert (status, body["error"]) == (404, "QUEUE_NOT_FOUND")
+    # And a redrive without a reason is refused before anything moves
+    status, body = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": "FlightsDeadLetterQueue"})
+    assert (status, body["error"]) == (422, "VALIDATION_ERROR")
 
 
 def test_overdue_lists_what_the_supervisor_would_resend(deployed: Deployed) -> None:

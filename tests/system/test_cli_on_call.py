@@ -40,11 +40,11 @@ class OnCall:
     stack: LocalStack
     servers: dict[str, RunningServer]
 
-    def sasflow(self, *args: str) -> Any:
-        """``sasflow --url <stack> ARGS --json`` as the local operator; its parsed output (exit 0 asserted)."""
+    def sasflow(self, *args: str, exit_code: int = 0) -> Any:
+        """``sasflow --url <stack> ARGS --json`` as the local operator; its parsed output (its exit code asserted)."""
         state = CliState(client_=build_client(url=self.stack.api_url, stack=None, caller="operator"))
         result = CliRunner().invoke(app, [*args, "--json"], obj=state)
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == exit_code, result.output
         return json.loads(result.stdout)
 
     def wait_until(self, workflow_id: str, done: Any, timeout: float = 60.0) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def test_a_failed_flight_compensation_is_found_read_and_retried_to_compensated(o
     flights.update_knobs({"transient_error_rate": 0.0})
     after = on_call.sasflow("retry-compensation", wid, "--reason", "flights is back", "--step", "reserve_flight")
     assert after["status"] == "COMPENSATING"
-    done = on_call.sasflow("watch", wid, "--interval", "0.2", "--timeout", "60")
+    done = on_call.sasflow("watch", wid, "--interval", "0.2", "--timeout", "60", exit_code=3)  # not COMPLETED
     # Then it ends COMPENSATED, the flight undone once, and the audit event names the operator
     assert done["status"] == "COMPENSATED"
     assert (done["steps"][0]["compensation_status"], done["steps"][0]["compensation_attempt"]) == ("COMPENSATED", 4)

@@ -59,7 +59,7 @@ def test_a_post_without_a_key_is_not_retried_and_errors_carry_the_api_code() -> 
     # A redrive has no Idempotency-Key: a 503 is reported, not repeated
     transport = FakeTransport((503, {"error": "UNAVAILABLE", "message": "try later"}))
     with pytest.raises(ApiError) as raised:
-        client(transport, []).redrive("FlightsDeadLetterQueue")
+        client(transport, []).redrive("FlightsDeadLetterQueue", reason="flights is back")
     assert (raised.value.status, raised.value.code, raised.value.message) == (503, "UNAVAILABLE", "try later")
     assert len(transport.requests) == 1
     # API Gateway's own refusal has a message only
@@ -221,3 +221,141 @@ def test_odd_names_and_query_values_are_signed_exactly_as_the_service_canonicali
     assert [url for url, _ in signed] == sent
     assert [query for _, query in signed] == [_aws_canonical_query(url) for url in sent]
     assert signed[1][1] == "definition=order%20saga%2Bx&status=HELD"
+
+
+def page(*rows: dict[str, Any], counts: dict[str, int] | None = None, cursor: str | None = None) -> dict[str, Any]:
+    return {"workflows": list(rows), "next_cursor": cursor, "counts": counts, "source": "attention index", "notes": []}
+
+
+def row(wid: str, status: str, since: int) -> dict[str, Any]:
+    return {
+        "workflow_id": wid,
+        "status": status,
+        "definition_name": "trip",
+        "created_at": since - 60,
+        "trouble": 0,
+        "attention": status,
+        "attention_since": since,
+    }
+
+
+def test_list_without_a_filter_lists_what_waits_for_a_person_newest_first() -> None:
+    # Given 2 HELD, 1 COMPENSATION_FAILED and no PAUSED workflow (the in-flight listing would show none of them)
+    counts = {"COMPENSATION_FAILED": 1, "HELD": 2, "PAUSED": 0, "RUNNING": 4}
+    transport = FakeTransport(
+        (200, page(row("h-1", "HELD", 1_800_000_010), row("h-2", "HELD", 1_800_000_030), counts=counts)),
+        (200, page(row("f-1", "COMPENSATION_FAILED", 1_800_000_020), counts=counts)),
+        (200, page(counts=counts)),
+    )
+    state = CliState(client_=client(transport, []))
+    # When the operator runs `sasflow list` with no filter
+    result = CliRunner().invoke(app, ["list", "--json"], obj=state)
+    # Then it asked for each kind that waits for a person, and lists them newest attention first
+    assert result.exit_code == 0, result.output
+    assert [url.split("?")[1] for _, url, _, _ in transport.requests] == [
+        "status=HELD",
+        "status=COMPENSATION_FAILED",
+        "status=PAUSED",
+    ]
+    listing = json.loads(result.stdout)
+    assert [w["workflow_id"] for w in listing["workflows"]] == ["h-2", "f-1", "h-1"]
+    assert listing["counts"] == counts
+    # And --in-flight asks for the in-flight listing (no status), as `list` did before
+    transport = FakeTransport((200, page(counts=counts)))
+    state = CliState(client_=client(transport, []))
+    assert CliRunner().invoke(app, ["list", "--in-flight", "--json"], obj=state).exit_code == 0
+    assert [url for _, url, _, _ in transport.requests] == ["http://api.test/ops/workflows"]
+
+
+@pytest.mark.parametrize(
+    ("status", "exit_code", "said"),
+    [
+        ("COMPLETED", 0, ""),
+        ("HELD", 3, "HELD: it waits for a person"),
+        ("COMPENSATED", 3, "COMPENSATED: it did not complete"),
+        ("COMPENSATION_FAILED", 3, "COMPENSATION_FAILED: a compensation gave up"),
+        ("CANCELLED", 3, "CANCELLED: it was cancelled"),
+    ],
+)
+def test_watch_exits_non_zero_naming_the_status_when_the_workflow_did_not_complete(
+    status: str, exit_code: int, said: str
+) -> None:
+    # Given a workflow that has stopped in `status`
+    transport = FakeTransport((200, {"workflow_id": "wf-1", "status": status, "steps": []}))
+    state = CliState(client_=client(transport, []), sleep=lambda _: None)
+    # When it is watched
+    result = CliRunner().invoke(app, ["watch", "wf-1", "--json"], obj=state)
+    # Then only COMPLETED exits 0; the others exit 3 and name the status on stderr
+    assert result.exit_code == exit_code
+    assert json.loads(result.stdout)["status"] == status
+    assert said in result.stderr if said else result.stderr == ""
+
+
+def test_dlq_redrive_sends_the_reason_and_follows_the_move_to_its_end() -> None:
+    # Given an API that starts a move of 5 messages, then lists it running, then completed
+    started = {"queue": "FlightsDeadLetterQueue", "task_handle": "aGFuZGxl", "approximate_messages": 5}
+    running = {"task_handle": "aGFuZGxl", "status": "RUNNING", "started_at": 1_800_000_000, "moved": 2, "to_move": 5}
+    done = {"task_handle": None, "status": "COMPLETED", "started_at": 1_800_000_000, "moved": 5, "to_move": 5}
+    transport = FakeTransport(
+        (202, started),
+        (200, {"queues": [{"queue": "FlightsDeadLetterQueue", "approximate_messages": 3, "move_tasks": [running]}]}),
+        (200, {"queues": [{"queue": "FlightsDeadLetterQueue", "approximate_messages": 0, "move_tasks": [done]}]}),
+    )
+    sleeps: list[float] = []
+    state = CliState(client_=client(transport, sleeps), sleep=sleeps.append, now=lambda: 1_800_000_000.0)
+    # When the operator redrives the queue with a reason
+    result = CliRunner().invoke(
+        app, ["dlq", "redrive", "FlightsDeadLetterQueue", "--reason", "flights is back", "-n", "0.5"], obj=state
+    )
+    # Then the reason is sent, the progress is read without receiving any message (limit=0), and printed as words
+    assert result.exit_code == 0, result.output
+    assert json.loads(transport.requests[0][2]) == {"queue": "FlightsDeadLetterQueue", "reason": "flights is back"}
+    assert [url.split("?")[1] for _, url, _, _ in transport.requests[1:]] == [
+        "queue=FlightsDeadLetterQueue&limit=0"
+    ] * 2
+    lines = result.stdout.splitlines()
+    assert lines[0] == "redrive of FlightsDeadLetterQueue started: 5 message(s) to move back"
+    assert lines[1].startswith("move RUNNING: 2 of 5 moved, started ")
+    assert lines[2].startswith("move COMPLETED: 5 of 5 moved, started ")
+    assert "aGFuZGxl" not in result.stdout and "{" not in result.stdout
+    assert sleeps == [0.5]
+    # And a redrive without --reason sends nothing
+    transport.requests.clear()
+    result = CliRunner().invoke(app, ["dlq", "redrive", "FlightsDeadLetterQueue"], obj=state)
+    assert result.exit_code == 2 and "--reason" in result.stderr and transport.requests == []
+
+
+def test_every_cli_error_about_a_file_is_one_line_naming_its_cause(tmp_path: Any) -> None:
+    state = CliState(client_=client(FakeTransport(), []))
+    runner = CliRunner()
+    # A start of a JSON array
+    array = tmp_path / "array.json"
+    array.write_text("[1, 2]")
+    result = runner.invoke(app, ["start", str(array)], obj=state)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"error: FILE {array}: expected a JSON object {{...}}, got an array\n",
+    )
+    # A JSON syntax error names its line and column
+    broken = tmp_path / "broken.json"
+    broken.write_text('{\n  "definition": {},\n  "input": {"a": 1,}\n}\n')
+    result = runner.invoke(app, ["start", str(broken)], obj=state)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"error: FILE {broken}: not JSON: line 3 column 20: Expecting property name enclosed in double quotes\n",
+    )
+    # And definitions push names what each other file lacks, one line each
+    (tmp_path / "defs").mkdir()
+    (tmp_path / "defs" / "notes.json").write_text('{"comment": "not a definition"}')
+    (tmp_path / "defs" / "list.json").write_text("[]")
+    (tmp_path / "defs" / "v.json").write_text('{"name": "trip", "version": "2"}')
+    result = runner.invoke(app, ["definitions", "push", str(tmp_path / "defs")], obj=state)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"{tmp_path}/defs/list.json: NOT_A_DEFINITION: file {tmp_path}/defs/list.json: expected a JSON object {{...}}, "
+        "got an array",
+        f"{tmp_path}/defs/notes.json: NOT_A_DEFINITION: no 'name' and no 'version': a definition file needs a name "
+        "and a version",
+        f"{tmp_path}/defs/v.json: NOT_A_DEFINITION: 'version' must be a whole number from 1, not \"2\"",
+    ]
+    assert state.client.transport.requests == []  # type: ignore[attr-defined]

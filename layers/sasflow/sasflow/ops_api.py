@@ -159,6 +159,9 @@ class RedriveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     queue: str = Field(min_length=1, max_length=80, description="The dead-letter queue's name (GET /ops/dead-letters).")
+    reason: str = Field(
+        min_length=1, max_length=500, description="Why: written to the operators' audit log line with your principal."
+    )
     max_per_second: int | None = Field(default=None, ge=1, le=500, description="SQS's move rate; default: as fast.")
 
 
@@ -315,7 +318,9 @@ def build_ops_app(
     )
     def dead_letters(
         queue: Annotated[str | None, Query(max_length=80)] = None,
-        limit: Annotated[int, Query(ge=1, le=100)] = 50,
+        limit: Annotated[
+            int, Query(ge=0, le=100, description="Messages to peek at; 0: only the depth and the move tasks.")
+        ] = 50,
     ) -> DeadLetterList:
         caller()
         scheduler, _, _, queues = services()
@@ -344,7 +349,19 @@ def build_ops_app(
         _, _, _, queues = services()
         result = queues.redrive(request.queue, max_per_second=request.max_per_second)
         body = RedriveResult.model_validate(result)
-        logger.info("dead-letter redrive started", extra={"queue": request.queue, "principal": principal})
+        # The audit of a redrive: it acts on a queue, not on one workflow's history, so its record is this line (the
+        # README's Logs Insights query for operator actions finds it) and SQS's own list of move tasks.
+        logger.info(
+            "operator action",
+            extra={
+                "action": "dlq-redrive",
+                "queue": request.queue,
+                "principal": principal,
+                "reason": request.reason,
+                "task_handle": body.task_handle,
+                "approximate_messages": body.approximate_messages,
+            },
+        )
         return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=body)
 
     @app.get("/ops/openapi.json", summary="OpenAPI document of the operator routes", include_in_schema=False)

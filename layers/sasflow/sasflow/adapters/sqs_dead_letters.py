@@ -117,6 +117,8 @@ class DeadLetterQueues:
     def peek(self, name: str, *, now: int, limit: int = 50) -> DeadLetterListing:
         """Read up to ``limit`` messages of dead-letter queue ``name`` without taking them, and its move tasks.
 
+        ``limit`` 0 receives nothing (a redrive's progress is read so, without hiding messages from the move).
+
         Raises
         ------
         DeadLetterQueueNotFoundError
@@ -194,6 +196,7 @@ class DeadLetterQueues:
         results = self.client.list_message_move_tasks(SourceArn=queue.arn, MaxResults=10).get("Results", [])
         return [
             {
+                "task_handle": task.get("TaskHandle"),  # only while RUNNING (SQS ListMessageMoveTasks)
                 "status": task.get("Status"),
                 "started_at": int(task.get("StartedTimestamp", 0)) // 1000,
                 "moved": task.get("ApproximateNumberOfMessagesMoved", 0),
