@@ -306,16 +306,19 @@ def layout(line: Timeline, *, width_px: int = PNG_WIDTH_PX) -> Layout:
     plot_px = width_px - left_px - 24
     low, high = -end * 0.02, end * 1.05
     seconds_per_px = (high - low) / plot_px
-    labels: list[Label] = []
-    for marker in sorted(line.markers, key=lambda m: m.time):
-        text = _short_label(marker)
-        x = float(marker.time - line.start)
-        width = (len(text) + 2) * CHAR_PX * seconds_per_px
-        left, right = (x, x + width) if x + width <= high else (x - width, x)
-        level = 0
-        while any(o.level == level and o.left < right and left < o.right for o in labels):
-            level += 1
-        labels.append(Label(text, marker.kind, x, left, right, level))
+    markers = sorted(line.markers, key=lambda m: m.time)
+    texts = [_short_label(marker) for marker in markers]
+    spans = _stack(
+        [
+            (float(m.time - line.start), (len(t) + 2) * CHAR_PX * seconds_per_px)
+            for m, t in zip(markers, texts, strict=True)
+        ],
+        high,
+    )
+    labels = [
+        Label(text, marker.kind, float(marker.time - line.start), left, right, level)
+        for marker, text, (left, right, level) in zip(markers, texts, spans, strict=True)
+    ]
     attempt_labels: set[int] = set()
     lane_edge: dict[str, float] = {}
     for index, bar in enumerate(line.bars):
@@ -326,6 +329,19 @@ def layout(line: Timeline, *, width_px: int = PNG_WIDTH_PX) -> Layout:
             attempt_labels.add(index)
             lane_edge[bar.lane] = start + needed
     return Layout(end, beyond, tuple(labels), frozenset(attempt_labels), left_px, plot_px)
+
+
+def _stack(items: Sequence[tuple[float, float]], high: float) -> list[tuple[float, float, int]]:
+    """Place labels of ``(x, width)``, in order: each right of its x (left of it if it would pass ``high``), on the
+    lowest level where it overlaps no label placed before. Returns ``(left, right, level)`` for each."""
+    placed: list[tuple[float, float, int]] = []
+    for x, width in items:
+        left, right = (x, x + width) if x + width <= high else (x - width, x)
+        level = 0
+        while any(lv == level and lo < right and left < hi for lo, hi, lv in placed):
+            level += 1
+        placed.append((left, right, level))
+    return placed
 
 
 def _short_label(marker: Marker) -> str:
@@ -460,13 +476,21 @@ def write_html(line: Timeline, path: Path) -> Path:
     """Write ``line`` as one self-contained HTML page (inline SVG and CSS; no script, no link). Returns the path."""
     esc = html.escape
     lanes = list(line.lanes) or ["(no steps)"]
-    label_width, plot_width, row_height, top = 260, 760, 26, 40
-    height = top + row_height * len(lanes) + 30
+    label_width, plot_width, row_height = 260, 760, 26
     end, beyond = _axis_end(line)
     span = end * 1.05
 
     def x(time: float) -> float:
         return label_width + plot_width * (time - line.start) / span
+
+    # operator actions' labels, 11 px type taken as 7 px a character, stacked 14 px apart where they would overlap
+    operator = sorted((m for m in line.markers if m.kind == "operator_action"), key=lambda m: m.time)
+    action_texts = [_short_label(m) for m in operator]
+    stacked = _stack(
+        [(x(m.time) + 3, 7.0 * len(t)) for m, t in zip(operator, action_texts, strict=True)], label_width + plot_width
+    )
+    top = 40 + 14 * max(0, max((level for _, _, level in stacked), default=0))
+    height = top + row_height * len(lanes) + 30
 
     parts = [f'<svg width="{label_width + plot_width + 20}" height="{height}" role="img">']
     for second in _ticks(span):
@@ -492,6 +516,8 @@ def write_html(line: Timeline, path: Path) -> Path:
             f'fill="{COLOURS[bar.outcome]}"><title>{esc(tip)}</title></rect>'
         )
         if bar.complete_by is not None and bar in beyond:
+            if bar is not max((b for b in beyond if b.lane == bar.lane), key=lambda b: b.complete_by or 0):
+                continue  # one note a lane: its latest complete-by
             parts.append(
                 f'<text x="{label_width + plot_width:.1f}" y="{y + 10}" text-anchor="end">'
                 f"complete-by +{_seconds(bar.complete_by - line.start)} →</text>"
@@ -509,8 +535,8 @@ def write_html(line: Timeline, path: Path) -> Path:
             f'<line class="{css}" x1="{mx:.1f}" y1="{top - 14}" x2="{mx:.1f}" y2="{height - 24}">'
             f"<title>{esc(marker.label)}</title></line>"
         )
-        if marker.kind == "operator_action":
-            parts.append(f'<text class="optext" x="{mx + 3:.1f}" y="{top - 18}">{esc(marker.label[:80])}</text>')
+    for text, (left, _, level) in zip(action_texts, stacked, strict=True):
+        parts.append(f'<text class="optext" x="{left:.1f}" y="{top - 18 - 14 * level}">{esc(text)}</text>')
     parts.append("</svg>")
     legend = "".join(
         f'<span><i style="background:{colour}"></i>{esc(name.replace("_", " "))}</span>'

@@ -276,6 +276,16 @@ def test_marker_labels_of_a_busy_workflow_take_levels_and_never_overlap(drawn: C
     assert len(placed.attempt_labels) == len(line.bars)
 
 
+def test_the_html_page_stacks_operator_labels_that_would_overlap(tmp_path: Path) -> None:
+    # Given the busy workflow's three operator actions within 3 s
+    events, busy = busy_history()
+    # When its page is written
+    text = write_html(timeline(events, busy), tmp_path / "busy.html").read_text(encoding="utf-8")
+    # Then each label has a row of its own above the lanes, in time order from the lowest
+    rows = re.findall(r'<text class="optext" x="[0-9.]+" y="([0-9]+)">([a-z]+) by', text)
+    assert rows == [("50", "pause"), ("36", "resume"), ("22", "retry")]
+
+
 def test_attempt_numbers_are_left_off_bars_too_narrow_for_them() -> None:
     # Given a flight deferred every second for 10 s, then a wait of 10 minutes
     events = [event(1, 0, "started")]
