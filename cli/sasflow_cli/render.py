@@ -1,8 +1,10 @@
-"""Tables for people: a workflow and its steps, a history, a listing, the overdue, the dead-letter queues.
+"""Tables for people: a workflow and its steps, a history, a listing, the overdue, the dead-letter queues, the
+registered definitions.
 
 Every function takes the API's JSON (the shapes of ``api_models`` / ``ops_api`` in the layer) and returns a rich
 renderable; nothing here calls the API. Times are shown in UTC, with the seconds since the workflow started where
-that says more (a history).
+that says more (a history). Each table is a `fit.FitTable`: its ``*_COLUMNS`` say which columns stay whole (ids,
+statuses, errors) and in which order the others give way on a narrow terminal; ``wide=True`` keeps them all.
 """
 
 from __future__ import annotations
