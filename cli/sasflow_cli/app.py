@@ -114,6 +114,11 @@ def _print_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
 
 
+def _print_table(renderable: Any, wide: bool) -> None:
+    """A table for people: fitted to the terminal, or with --wide as wide as it is (lines not cut at the edge)."""
+    console.print(renderable, crop=not wide)
+
+
 def _json_arg(value: str, what: str) -> Any:
     """A JSON value given inline, or the path of a file holding one.
 
@@ -165,6 +170,9 @@ def _json_type(document: Any) -> str:
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of tables.")]
 ReasonOption = Annotated[str, typer.Option("--reason", "-r", help="Why (written to the history with your principal).")]
 StepOption = Annotated[str | None, typer.Option("--step", "-s", help="The step, when more than one applies.")]
+WideOption = Annotated[
+    bool, typer.Option("--wide", help="Every column, nothing wrapped: one line a row, wider than the terminal.")
+]
 KeyOption = Annotated[
     str | None, typer.Option("--idempotency-key", help="Idempotency-Key to send [default: a new uuid].")
 ]
@@ -217,14 +225,14 @@ def start(
 
 @app.command()
 @_handled
-def get(ctx: typer.Context, workflow_id: str, as_json: JsonOption = False) -> None:
+def get(ctx: typer.Context, workflow_id: str, wide: WideOption = False, as_json: JsonOption = False) -> None:
     """A workflow and its steps (status, attempts, complete-by, times, errors, compensations)."""
     state = _state(ctx)
     view = state.client.get(workflow_id)
     if as_json:
         _print_json(view)
     else:
-        console.print(render.workflow_table(view, now=state.now()))
+        _print_table(render.workflow_table(view, now=state.now(), wide=wide), wide)
 
 
 def _watch(state: CliState, workflow_id: str, interval: float, timeout: float | None, as_json: bool) -> None:
@@ -293,6 +301,7 @@ def history(
     ctx: typer.Context,
     workflow_id: str,
     limit: Annotated[int | None, typer.Option("--limit", min=1, max=500, help="Events per page.")] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Every event of the workflow, oldest first (all pages): attempts, replies, timeouts, operator actions."""
@@ -303,7 +312,7 @@ def history(
         return
     events = page.get("events", [])
     created = int(events[0]["time"]) if events else None
-    console.print(render.history_table(page, created_at=created))
+    _print_table(render.history_table(page, created_at=created, wide=wide), wide)
 
 
 #: What waits for a person: the kinds of the attention index, which ``sasflow list`` shows without --status.
@@ -324,6 +333,7 @@ def list_(
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Find workflows. Without --status or --in-flight: what waits for a person (HELD, COMPENSATION_FAILED,
@@ -347,7 +357,7 @@ def list_(
         merged["next_cursor"] = pages[-1].get("next_cursor")
         _print_json(merged)
     else:
-        console.print(render.workflow_list_table(pages))
+        _print_table(render.workflow_list_table(pages, wide=wide), wide)
 
 
 def _attention_page(per_kind: list[list[dict[str, Any]]]) -> dict[str, Any]:
@@ -376,6 +386,7 @@ def overdue(
     older_than: Annotated[
         int | None, typer.Option("--older-than", min=0, help="Only what is overdue by more than SECONDS.")
     ] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """What the supervisor finds overdue now, oldest complete-by first, and the workflows that look stuck."""
@@ -383,7 +394,7 @@ def overdue(
     if as_json:
         _print_json(body)
     else:
-        console.print(render.overdue_tables(body))
+        _print_table(render.overdue_tables(body, wide=wide), wide)
 
 
 @app.command()
@@ -654,6 +665,7 @@ def definitions_push(
 def definitions_list(
     ctx: typer.Context,
     name: Annotated[str | None, typer.Argument(help="One name: list its versions.")] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Every registered name with its latest version, or one name's versions."""
@@ -661,12 +673,8 @@ def definitions_list(
     body = client.definitions(name)
     if as_json:
         _print_json(body)
-    elif name:
-        for version in body["versions"]:
-            console.print(f"{name} v{version['version']}  {version['content_id'][:12]}  by {version['published_by']}")
     else:
-        for entry in body["definitions"]:
-            console.print(f"{entry['name']}  latest v{entry['latest_version']}  owner {entry['owner']}")
+        _print_table(render.definitions_table(body, wide=wide), wide)
 
 
 # ----------------------------------------------------------------------------------------------------- dead letters
@@ -676,6 +684,7 @@ def dlq_list(
     ctx: typer.Context,
     queue: Annotated[str | None, typer.Argument(help="One queue: list its messages.")] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, max=100)] = None,
+    wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Every dead-letter queue's depth, or one queue's messages (what, which workflow and step, how old)."""
@@ -683,7 +692,7 @@ def dlq_list(
     if as_json:
         _print_json(body)
     else:
-        console.print(render.dead_letters_table(body))
+        _print_table(render.dead_letters_table(body, wide=wide), wide)
 
 
 @dlq_app.command("redrive")

@@ -1,8 +1,10 @@
-"""Tables for people: a workflow and its steps, a history, a listing, the overdue, the dead-letter queues.
+"""Tables for people: a workflow and its steps, a history, a listing, the overdue, the dead-letter queues, the
+registered definitions.
 
 Every function takes the API's JSON (the shapes of ``api_models`` / ``ops_api`` in the layer) and returns a rich
 renderable; nothing here calls the API. Times are shown in UTC, with the seconds since the workflow started where
-that says more (a history).
+that says more (a history). Each table is a `fit.FitTable`: its ``*_COLUMNS`` say which columns stay whole (ids,
+statuses, errors) and in which order the others give way on a narrow terminal; ``wide=True`` keeps them all.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
+
+from .fit import Col, FitTable
 
 __all__ = [
     "STATUS_STYLES",
     "clock",
     "dead_letters_table",
+    "definitions_table",
     "history_table",
     "overdue_tables",
     "when",
@@ -67,17 +71,49 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: An error's message is shown up to this many characters (``--json`` has all of it); its code always whole.
+MESSAGE_CHARS = 160
+
+
 def _error(error: Any) -> Text:
     """An error cell: its code and the start of its message, as plain text (``steps[b]`` is not Rich markup)."""
     if not error:
         return Text("")
     if isinstance(error, Mapping):
-        return Text(f"{error.get('code', '')} {_short(error.get('message', ''), 50)}".strip())
-    return Text(_short(error))
+        return Text(f"{error.get('code', '')} {_short(error.get('message', ''), MESSAGE_CHARS)}".strip())
+    return Text(_short(error, MESSAGE_CHARS))
 
 
-def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> RenderableType:
-    """A workflow's header line and one row per step (both phases)."""
+#: The step table's columns. Step, status and error are never cut; the others give way, the first dropped first:
+#: the finish and start times, the deferrals and resends, the agent's action, the complete-by, the attempt.
+STEP_COLUMNS = (
+    Col("step", "whole"),
+    Col("agent.action", drop=5),
+    Col("status", "whole"),
+    Col("att", drop=7, justify="right"),
+    Col("resends", drop=4, justify="right"),
+    Col("defer", drop=3, justify="right"),
+    Col("complete-by", drop=6),
+    Col("started", drop=2),
+    Col("finished", drop=1),
+    Col("error", "wrap", minimum=16),
+)
+#: The row under a step that shows its compensation (its status, attempt, times and error).
+COMPENSATION_ROW = "↳ compensation"
+
+
+def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: bool = False) -> RenderableType:
+    """A workflow's header line and one row per step, with a row under it for its compensation once that ran.
+
+    Parameters
+    ----------
+    view
+        A WorkflowView (``GET /ops/workflows/{id}``): times in epoch seconds.
+    now
+        Epoch seconds: a complete-by already past shows how late it is (``+84s late``).
+    wide
+        Every column, nothing wrapped, one line a row (see `fit.FitTable`).
+    """
     header = Text.assemble(
         (f"{view['workflow_id']}  ", "bold"),
         _status(view.get("status")),
@@ -96,38 +132,48 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> Rend
         notes.append(f"held until {when(view['hold_until'])}")
     if notes:
         lines.append(Text("  ".join(notes), style="dim"))
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("step", "agent.action", "status", "att", "resends", "defer", "complete-by", "started", "finished"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("error", overflow="fold")
-    table.add_column("compensation", no_wrap=True)
-    table.add_column("c.error", overflow="fold")
+
+    def deadline(complete_by: Any) -> str:
+        if complete_by is None:
+            return ""
+        late = f" +{int(now - complete_by)}s late" if now is not None and now > complete_by else ""
+        return clock(complete_by) + late
+
+    rows: list[dict[str, Text]] = []
     for step in view.get("steps", []):
-        complete_by = step.get("complete_by")
-        late = ""
-        if complete_by is not None and now is not None and now > complete_by:
-            late = f" +{int(now - complete_by)}s late"
-        compensation = Text()
-        if step.get("compensation_status") or step.get("compensation_attempt"):
-            compensation = Text.assemble(
-                _status(step.get("compensation_status") or step.get("status")),
-                f" #{step.get('compensation_attempt', 0)}",
-            )
-        table.add_row(
-            str(step["name"]),
-            f"{step.get('agent')}.{step.get('action')}" if step.get("agent") else str(step.get("type", "task")),
-            _status(step.get("status")),
-            str(step.get("attempt", 0)),
-            str(step.get("resends", 0)),
-            str(step.get("deferrals", 0)),
-            (clock(complete_by) + late) if complete_by is not None else "",
-            clock(step.get("started_at")),
-            clock(step.get("finished_at")),
-            _error(step.get("error")),
-            compensation,
-            _error(step.get("compensation_error")),
+        compensated = bool(step.get("compensation_status") or step.get("compensation_attempt"))
+        compensation_status = step.get("compensation_status") or step.get("status")
+        # the step's complete-by is its phase in flight: the compensation's while that runs
+        on_compensation = compensated and compensation_status == "COMPENSATING"
+        rows.append(
+            {
+                "step": Text(str(step["name"])),
+                "agent.action": Text(
+                    f"{step.get('agent')}.{step.get('action')}" if step.get("agent") else str(step.get("type", "task"))
+                ),
+                "status": _status(step.get("status")),
+                "att": Text(str(step.get("attempt", 0))),
+                "resends": Text(str(step.get("resends", 0))),
+                "defer": Text(str(step.get("deferrals", 0))),
+                "complete-by": Text("" if on_compensation else deadline(step.get("complete_by"))),
+                "started": Text(clock(step.get("started_at"))),
+                "finished": Text(clock(step.get("finished_at"))),
+                "error": _error(step.get("error")),
+            }
         )
-    lines.append(table)
+        if compensated:
+            rows.append(
+                {
+                    "step": Text(COMPENSATION_ROW, style="dim"),
+                    "status": _status(compensation_status),
+                    "att": Text(str(step.get("compensation_attempt", 0))),
+                    "complete-by": Text(deadline(step.get("complete_by")) if on_compensation else ""),
+                    "started": Text(clock(step.get("compensation_started_at"))),
+                    "finished": Text(clock(step.get("compensation_finished_at"))),
+                    "error": _error(step.get("compensation_error")),
+                }
+            )
+    lines.append(FitTable(STEP_COLUMNS, rows, wide=wide))
     for step in view.get("steps", []):
         if step.get("task_token"):
             # whole, never cut by the terminal's width: it is what `sasflow approve` takes
@@ -135,14 +181,15 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None) -> Rend
     return Group(*lines)
 
 
-def _event_detail(event: Mapping[str, Any], created_at: int) -> str:
+def _event_detail(event: Mapping[str, Any]) -> str:
+    """What an event says beyond its kind; a dispatch's complete-by counts from the dispatch (its time budget)."""
     parts = []
     if event.get("outcome"):
         parts.append(str(event["outcome"]))
     if event.get("calls") is not None:
         parts.append(f"{event['calls']} call(s)")
     if event.get("complete_by") is not None:
-        parts.append(f"complete-by +{int(event['complete_by']) - created_at}s")
+        parts.append(f"complete-by +{int(event['complete_by']) - int(event['time'])}s")
     if event.get("status"):
         parts.append(str(event["status"]))
     detail = event.get("detail")
@@ -154,70 +201,106 @@ def _event_detail(event: Mapping[str, Any], created_at: int) -> str:
     return ", ".join(parts)
 
 
-def history_table(page: Mapping[str, Any], *, created_at: int | None = None) -> RenderableType:
-    """One row per event: its number, time (and seconds since the start), kind, step, phase, attempt, error."""
+#: The history's columns: the number, the phase (its event's kind says it) and the clock time give way first;
+#: then the attempt folds into the step (``reserve_flight #2``) and the error code into the detail, still whole.
+HISTORY_COLUMNS = (
+    Col("#", drop=1, justify="right"),
+    Col("time", drop=3),
+    Col("+s", "whole", justify="right"),
+    Col("event", "whole"),
+    Col("step", "whole"),
+    Col("phase", drop=2),
+    Col("att", drop=4, into="step", sep=" #"),
+    Col("error", drop=5, into="detail", sep=": ", before=True),
+    Col("detail", "wrap", minimum=20),
+)
+
+
+def history_table(page: Mapping[str, Any], *, created_at: int | None = None, wide: bool = False) -> RenderableType:
+    """One row per event: its number, time (and seconds since the start), kind, step, phase, attempt, error, detail.
+
+    Parameters
+    ----------
+    page
+        A HistoryPage (``GET /ops/workflows/{id}/history``, every page's events): times in epoch seconds.
+    created_at
+        Epoch seconds that ``+s`` counts from [default: the first event's time].
+    wide
+        Every column, nothing wrapped, one line a row (see `fit.FitTable`).
+    """
     events: Sequence[Mapping[str, Any]] = page.get("events", [])
     base = created_at if created_at is not None else (int(events[0]["time"]) if events else 0)
     title = f"{page.get('workflow_id')}  {page.get('status')}: {len(events)} events from {when(base)}"
-    table = Table(title=title, title_justify="left")
-    for column in ("#", "time", "+s", "event", "step", "phase", "att", "error"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("detail", overflow="fold")
+    rows: list[dict[str, Text]] = []
+    styles: list[str] = []
     for event in events:
         style = "bold magenta" if event.get("kind") == "operator_action" else ""
         if event.get("error_code") or event.get("outcome") in ("failed", "rejected"):
             style = style or "red"
-        table.add_row(
-            str(event.get("seq")),
-            clock(event.get("time")),
-            str(int(event["time"]) - base),
-            str(event.get("kind")),
-            str(event.get("step") or ""),
-            str(event.get("phase") or ""),
-            "" if event.get("attempt") is None else str(event["attempt"]),
-            str(event.get("error_code") or ""),
-            _event_detail(event, base),
-            style=style,
+        styles.append(style)
+        rows.append(
+            {
+                "#": Text(str(event.get("seq"))),
+                "time": Text(clock(event.get("time"))),
+                "+s": Text(str(int(event["time"]) - base)),
+                "event": Text(str(event.get("kind"))),
+                "step": Text(str(event.get("step") or "")),
+                "phase": Text(str(event.get("phase") or "")),
+                "att": Text("" if event.get("attempt") is None else str(event["attempt"])),
+                "error": Text(str(event.get("error_code") or "")),
+                "detail": Text(_event_detail(event)),
+            }
         )
-    return table
+    return FitTable(HISTORY_COLUMNS, rows, title=title, wide=wide, styles=styles)
 
 
-def _summaries(title: str, rows: Sequence[Mapping[str, Any]]) -> RenderableType:
+#: A listing's columns: the workflow id, its status and reason are kept; its times and counts give way, and its
+#: attention (HELD, PAUSED, ...) folds into the status where it says more than the status.
+SUMMARY_COLUMNS = (
+    Col("workflow", "whole"),
+    Col("status", "whole"),
+    Col("definition", drop=4),
+    Col("created", drop=2),
+    Col("complete-by", drop=5),
+    Col("trouble", drop=3, justify="right"),
+    Col("attention", drop=6, into="status", sep=" "),
+    Col("since", drop=1),
+    Col("reason", "wrap", minimum=12),
+)
+
+
+def _summaries(title: str, rows: Sequence[Mapping[str, Any]], wide: bool) -> RenderableType:
     if not rows:
         return Text(f"{title} (none)")
-    table = Table(title=title, title_justify="left")
-    for column in (
-        "workflow",
-        "status",
-        "definition",
-        "created",
-        "complete-by",
-        "trouble",
-        "attention",
-        "since",
-        "reason",
-    ):
-        table.add_column(column, overflow="fold")
+    cells: list[dict[str, Text]] = []
+    folds: list[dict[str, Text]] = []
     for row in rows:
-        table.add_row(
-            str(row.get("workflow_id")),
-            _status(row.get("status")),
-            str(row.get("definition_name") or ""),
-            when(row.get("created_at")),
-            when(row.get("complete_by")),
-            str(row.get("trouble", 0)),
-            _status(row.get("attention")),
-            when(row.get("attention_since")),
-            _short(row.get("reason"), 50),
+        attention = row.get("attention")
+        cells.append(
+            {
+                "workflow": Text(str(row.get("workflow_id"))),
+                "status": _status(row.get("status")),
+                "definition": Text(str(row.get("definition_name") or "")),
+                "created": Text(when(row.get("created_at"))),
+                "complete-by": Text(when(row.get("complete_by"))),
+                "trouble": Text(str(row.get("trouble", 0))),
+                "attention": _status(attention),
+                "since": Text(when(row.get("attention_since"))),
+                "reason": Text(_short(row.get("reason"), MESSAGE_CHARS)),
+            }
         )
-    return table
+        # COMPENSATION_FAILED is its own attention: said once; PAUSED on a RUNNING workflow says more
+        folds.append({"attention": _status(attention if attention != row.get("status") else None)})
+    return FitTable(SUMMARY_COLUMNS, cells, title=title, wide=wide, folds=folds)
 
 
-def workflow_list_table(pages: Sequence[Mapping[str, Any]]) -> RenderableType:
+def workflow_list_table(pages: Sequence[Mapping[str, Any]], *, wide: bool = False) -> RenderableType:
     """The workflows of every page, then the first page's counts by status, where it came from and its notes."""
     rows = [row for page in pages for row in page.get("workflows", [])]
     first = pages[0] if pages else {}
-    parts: list[RenderableType] = [_summaries(f"{len(rows)} workflow(s) from the {first.get('source', '?')}", rows)]
+    parts: list[RenderableType] = [
+        _summaries(f"{len(rows)} workflow(s) from the {first.get('source', '?')}", rows, wide)
+    ]
     counts = first.get("counts")
     if counts:
         parts.append(Text("in flight or waiting: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))))
@@ -228,7 +311,7 @@ def workflow_list_table(pages: Sequence[Mapping[str, Any]]) -> RenderableType:
     return Group(*parts)
 
 
-def overdue_tables(body: Mapping[str, Any]) -> RenderableType:
+def overdue_tables(body: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
     """The overdue workflows (the supervisor's query now) and the stuck ones."""
     return Group(
         Text(
@@ -236,39 +319,52 @@ def overdue_tables(body: Mapping[str, Any]) -> RenderableType:
             f"{body.get('older_than_seconds', 0)} s, oldest first; stuck from "
             f"{body.get('stuck_after')} resends+deferrals"
         ),
-        _summaries(f"overdue: {len(body.get('overdue', []))}", body.get("overdue", [])),
-        _summaries(f"stuck: {len(body.get('stuck', []))}", body.get("stuck", [])),
+        _summaries(f"overdue: {len(body.get('overdue', []))}", body.get("overdue", []), wide),
+        _summaries(f"stuck: {len(body.get('stuck', []))}", body.get("stuck", []), wide),
     )
 
 
-def dead_letters_table(body: Mapping[str, Any]) -> RenderableType:
+DEPTH_COLUMNS = (Col("queue", "whole"), Col("messages", "whole", justify="right"))
+#: A dead-letter message's columns: its workflow, step, kind and age are kept; phase and attempt fold into the step.
+DEAD_LETTER_COLUMNS = (
+    Col("message", drop=3),
+    Col("kind", "whole"),
+    Col("workflow", "whole"),
+    Col("step", "whole"),
+    Col("phase", drop=5, into="step", sep=" "),
+    Col("att", drop=6, into="step", sep=" #"),
+    Col("sent", drop=1),
+    Col("age s", "whole", justify="right"),
+    Col("receives", drop=4, justify="right"),
+    Col("bytes", drop=2, justify="right"),
+)
+
+
+def dead_letters_table(body: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
     """Every queue's depth; for one queue, its messages and move tasks too."""
-    parts: list[RenderableType] = []
-    depths = Table(title="dead-letter queues", title_justify="left")
-    depths.add_column("queue")
-    depths.add_column("messages", justify="right")
-    for queue in body.get("queues", []):
-        depths.add_row(str(queue["queue"]), str(queue.get("approximate_messages", 0)))
-    parts.append(depths)
+    depths = [
+        {"queue": Text(str(q["queue"])), "messages": Text(str(q.get("approximate_messages", 0)))}
+        for q in body.get("queues", [])
+    ]
+    parts: list[RenderableType] = [FitTable(DEPTH_COLUMNS, depths, title="dead-letter queues", wide=wide)]
     for queue in body.get("queues", []):
         if queue.get("messages"):
-            table = Table(title=f"{queue['queue']}: messages", title_justify="left")
-            for column in ("message", "kind", "workflow", "step", "phase", "att", "sent", "age s", "receives", "bytes"):
-                table.add_column(column, overflow="fold")
-            for message in queue["messages"]:
-                table.add_row(
-                    str(message.get("message_id")),
-                    str(message.get("kind")),
-                    str(message.get("workflow_id") or ""),
-                    str(message.get("step") or ""),
-                    str(message.get("phase") or ""),
-                    "" if message.get("attempt") is None else str(message["attempt"]),
-                    when(message.get("sent_at")),
-                    str(message.get("age_seconds")),
-                    str(message.get("receive_count")),
-                    str(message.get("body_bytes")),
-                )
-            parts.append(table)
+            rows = [
+                {
+                    "message": Text(str(message.get("message_id"))),
+                    "kind": Text(str(message.get("kind"))),
+                    "workflow": Text(str(message.get("workflow_id") or "")),
+                    "step": Text(str(message.get("step") or "")),
+                    "phase": Text(str(message.get("phase") or "")),
+                    "att": Text("" if message.get("attempt") is None else str(message["attempt"])),
+                    "sent": Text(when(message.get("sent_at"))),
+                    "age s": Text(str(message.get("age_seconds"))),
+                    "receives": Text(str(message.get("receive_count"))),
+                    "bytes": Text(str(message.get("body_bytes"))),
+                }
+                for message in queue["messages"]
+            ]
+            parts.append(FitTable(DEAD_LETTER_COLUMNS, rows, title=f"{queue['queue']}: messages", wide=wide))
         for task in queue.get("move_tasks", []):
             parts.append(Text(move_progress(task), style="dim"))
     return Group(*parts)
@@ -298,3 +394,46 @@ def move_progress(task: Mapping[str, Any] | None) -> str:
     if task.get("failure_reason"):
         line += f" ({task['failure_reason']})"
     return line
+
+
+DEFINITION_COLUMNS = (
+    Col("name", "whole"),
+    Col("latest", "whole", justify="right"),
+    Col("created", drop=1),
+    Col("owner", "wrap", minimum=16),
+)
+VERSION_COLUMNS = (
+    Col("version", "whole", justify="right"),
+    Col("content id", "whole"),
+    Col("published", drop=1),
+    Col("published by", "wrap", minimum=16),
+)
+
+
+def definitions_table(body: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
+    """``GET /definitions`` (every name, its latest version and owner) or ``GET /definitions/{name}`` (its versions).
+
+    A content id is shown by its first 12 characters (all of it with ``wide``).
+    """
+    if "versions" in body:
+        rows = [
+            {
+                "version": Text(str(v["version"])),
+                "content id": Text(str(v["content_id"]) if wide else str(v["content_id"])[:12]),
+                "published": Text(when(v.get("created_at"))),
+                "published by": Text(str(v.get("published_by", ""))),
+            }
+            for v in body["versions"]
+        ]
+        title = f"{body.get('name')}: {len(rows)} version(s), owner {body.get('owner')}"
+        return FitTable(VERSION_COLUMNS, rows, title=title, wide=wide)
+    rows = [
+        {
+            "name": Text(str(d["name"])),
+            "latest": Text(f"v{d['latest_version']}"),
+            "created": Text(when(d.get("created_at"))),
+            "owner": Text(str(d.get("owner", ""))),
+        }
+        for d in body.get("definitions", [])
+    ]
+    return FitTable(DEFINITION_COLUMNS, rows, title=f"{len(rows)} definition(s)", wide=wide)

@@ -27,7 +27,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["COLOURS", "Bar", "Marker", "Timeline", "timeline", "write_html", "write_png"]
+__all__ = [
+    "COLOURS",
+    "Bar",
+    "Label",
+    "Layout",
+    "Marker",
+    "Timeline",
+    "draw",
+    "layout",
+    "timeline",
+    "write_html",
+    "write_png",
+]
 
 #: Colour of each bar outcome (also the legend's order).
 COLOURS: Final = {
@@ -203,10 +215,154 @@ def _lanes(view: Mapping[str, Any], bars: Iterable[Bar]) -> tuple[str, ...]:
     return tuple(lanes)
 
 
-def _span(line: Timeline) -> float:
-    """Seconds from the start to the last thing drawn (now, or a complete-by still ahead)."""
-    ends = [line.now, *(bar.complete_by for bar in line.bars if bar.complete_by is not None)]
-    return float(max(1, max(ends) - line.start))
+#: How far past the last event a complete-by may lie and still stretch the x-axis, as a share of the workflow's
+#: time so far. A farther one (a day-long callback, a wait) is written at the axis' right edge with its value:
+#: stretched to it, a minute of attempts would be a sliver at the left.
+HEADROOM = 0.5
+#: ... and always this many seconds past it: a young workflow's first deadline is on the axis.
+REACH_SECONDS = 30
+#: The PNG is this wide (11 in at 100 dpi).
+PNG_WIDTH_PX = 1100
+#: One character of a 7 pt label, in pixels: DejaVu Sans' capitals and digits are at most this wide, so a label's
+#: extent is known before it is drawn (and two labels never share a place).
+CHAR_PX = 6.5
+#: One character of a lane's name (8 pt), in pixels.
+LANE_CHAR_PX = 7.0
+#: A label of an operator action is cut to this many characters (the HTML page's list has all of it).
+LABEL_CHARS = 70
+
+
+@dataclass(frozen=True)
+class Label:
+    """A marker's label: where its line is and the extent it takes, in seconds since the start, and its level
+    (0 just above the lanes, then upwards: labels that would overlap go to different levels)."""
+
+    text: str
+    kind: str
+    x: float
+    left: float
+    right: float
+    level: int
+
+    @property
+    def leftwards(self) -> bool:
+        """Written leftwards of its line (a label near the right edge)."""
+        return self.right <= self.x
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where things go on the PNG: the x-axis (seconds since the start), the labels, the plot's place in pixels."""
+
+    end: float
+    beyond: tuple[Bar, ...]
+    labels: tuple[Label, ...]
+    attempt_labels: frozenset[int]
+    left_px: float
+    plot_px: float
+
+    @property
+    def xlim(self) -> tuple[float, float]:
+        """The x-axis' limits: a little room either side of 0 .. `end`."""
+        return -self.end * 0.02, self.end * 1.05
+
+    @property
+    def levels(self) -> int:
+        """Rows of labels above the lanes."""
+        return max((label.level for label in self.labels), default=-1) + 1
+
+
+def _axis_end(line: Timeline) -> tuple[float, tuple[Bar, ...]]:
+    """Seconds from the start to the axis' end, and the bars whose complete-by lies beyond it (see `HEADROOM` and
+    `REACH_SECONDS`)."""
+    activity = float(max(1, line.now - line.start))
+    reach = max(activity * (1 + HEADROOM), activity + REACH_SECONDS)
+    near = [bar.complete_by - line.start for bar in line.bars if bar.complete_by is not None]
+    end = max([activity, *(c for c in near if c <= reach)])
+    beyond = tuple(bar for bar in line.bars if bar.complete_by is not None and bar.complete_by - line.start > end)
+    return end, beyond
+
+
+def layout(line: Timeline, *, width_px: int = PNG_WIDTH_PX) -> Layout:
+    """Where the PNG puts its axis, marker labels and attempt numbers (pure: no matplotlib).
+
+    Parameters
+    ----------
+    line
+        The timeline.
+    width_px
+        The picture's width in pixels.
+
+    Returns
+    -------
+    Layout
+        The x-axis ends at the workflow's last event, or at a complete-by within reach of it (`HEADROOM`,
+        `REACH_SECONDS`); the marker labels
+        (operator actions and milestones, in time order) each take the lowest level where they overlap no other;
+        an attempt's number is written only on a bar wide enough for it, clear of the previous one in its lane.
+    """
+    end, beyond = _axis_end(line)
+    left_px = 24 + LANE_CHAR_PX * max((len(lane) for lane in line.lanes), default=10)
+    plot_px = width_px - left_px - 24
+    low, high = -end * 0.02, end * 1.05
+    seconds_per_px = (high - low) / plot_px
+    markers = sorted(line.markers, key=lambda m: m.time)
+    texts = [_short_label(marker) for marker in markers]
+    spans = _stack(
+        [
+            (float(m.time - line.start), (len(t) + 2) * CHAR_PX * seconds_per_px)
+            for m, t in zip(markers, texts, strict=True)
+        ],
+        high,
+    )
+    labels = [
+        Label(text, marker.kind, float(marker.time - line.start), left, right, level)
+        for marker, text, (left, right, level) in zip(markers, texts, spans, strict=True)
+    ]
+    attempt_labels: set[int] = set()
+    lane_edge: dict[str, float] = {}
+    for index, bar in enumerate(line.bars):
+        start = bar.start - line.start
+        finish = (bar.end if bar.end is not None else line.now) - line.start
+        needed = (len(str(bar.attempt)) + 1) * CHAR_PX * seconds_per_px
+        if finish - start >= needed and start >= lane_edge.get(bar.lane, low):
+            attempt_labels.add(index)
+            lane_edge[bar.lane] = start + needed
+    return Layout(end, beyond, tuple(labels), frozenset(attempt_labels), left_px, plot_px)
+
+
+def _stack(items: Sequence[tuple[float, float]], high: float) -> list[tuple[float, float, int]]:
+    """Place labels of ``(x, width)``, in order: each right of its x (left of it if it would pass ``high``), on the
+    lowest level where it overlaps no label placed before. Returns ``(left, right, level)`` for each."""
+    placed: list[tuple[float, float, int]] = []
+    for x, width in items:
+        left, right = (x, x + width) if x + width <= high else (x - width, x)
+        level = 0
+        while any(lv == level and lo < right and left < hi for lo, hi, lv in placed):
+            level += 1
+        placed.append((left, right, level))
+    return placed
+
+
+def _short_label(marker: Marker) -> str:
+    """A marker's label for the PNG: an operator action names its principal by its last two path parts (an assumed
+    role's name and session: ``sasflow-operator/alice``, the person), and is cut to `LABEL_CHARS`."""
+    if marker.kind != "operator_action":
+        return marker.label
+    principal = str(marker.detail.get("principal", "?"))
+    if principal.startswith("arn:"):
+        principal = "/".join(principal.rsplit(":", 1)[-1].split("/")[-2:])
+    text = f"{marker.detail.get('action', 'action')} by {principal}: {marker.detail.get('reason', '')}"
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def _seconds(value: float) -> str:
+    """A duration for a label: seconds, minutes or hours."""
+    if value >= 7200:
+        return f"{value / 3600:.1f} h"
+    if value >= 600:
+        return f"{value / 60:.0f} min"
+    return f"{value:.0f} s"
 
 
 def _title(line: Timeline) -> str:
@@ -215,8 +371,12 @@ def _title(line: Timeline) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- PNG
-def write_png(line: Timeline, path: Path) -> Path:
-    """Draw ``line`` as a PNG at ``path`` with matplotlib (Agg backend: no display needed). Returns the path."""
+#: Inches of a lane, of a level of labels, and of the title, the x-axis' ticks and name, and the legend.
+_LANE_IN, _LEVEL_UNITS, _TOP_IN, _BOTTOM_IN = 0.45, 0.5, 0.35, 0.95
+
+
+def draw(line: Timeline) -> Any:
+    """The PNG's matplotlib Figure (Agg backend: no display needed); `write_png` saves and closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,54 +384,74 @@ def write_png(line: Timeline, path: Path) -> Path:
     from matplotlib.patches import Patch
 
     lanes = list(line.lanes) or ["(no steps)"]
-    height = 1.6 + 0.45 * len(lanes)
-    figure, axes = pyplot.subplots(figsize=(11, height), dpi=100)
-    try:
-        row = {lane: index for index, lane in enumerate(lanes)}
-        minimum = _span(line) / 150  # a bar of 0 s (one second's resolution) stays visible
-        for bar in line.bars:
-            y = row[bar.lane]
-            left = bar.start - line.start
-            end = (bar.end if bar.end is not None else line.now) - line.start
-            axes.barh(
-                y,
-                max(end - left, minimum),
-                left=left,
-                height=0.6,
-                color=COLOURS[bar.outcome],
-                edgecolor="black",
-                linewidth=0.4,
-            )
+    placed = layout(line)
+    top = 0.6 + placed.levels * _LEVEL_UNITS  # lane units above lane 0: the labels' band
+    bottom = len(lanes) - 0.4
+    axes_in = _LANE_IN * (bottom + top)
+    height = axes_in + _TOP_IN + _BOTTOM_IN
+    figure, axes = pyplot.subplots(figsize=(PNG_WIDTH_PX / 100, height), dpi=100)
+    # fixed margins (no tight_layout): the plot's width in pixels is the one `layout` placed the labels for
+    figure.subplots_adjust(
+        left=placed.left_px / PNG_WIDTH_PX,
+        right=1 - 24 / PNG_WIDTH_PX,
+        top=1 - _TOP_IN / height,
+        bottom=_BOTTOM_IN / height,
+    )
+    row = {lane: index for index, lane in enumerate(lanes)}
+    low, high = placed.xlim
+    minimum = (high - low) / 300  # a bar of 0 s (one second's resolution) stays visible
+    for index, bar in enumerate(line.bars):
+        y = row[bar.lane]
+        left = bar.start - line.start
+        end = (bar.end if bar.end is not None else line.now) - line.start
+        axes.barh(
+            y,
+            max(end - left, minimum),
+            left=left,
+            height=0.6,
+            color=COLOURS[bar.outcome],
+            edgecolor="black",
+            linewidth=0.4,
+        )
+        if index in placed.attempt_labels:
             axes.text(left, y, f" {bar.attempt}", va="center", ha="left", fontsize=7, color="white")
-            if bar.complete_by is not None:
-                axes.plot([bar.complete_by - line.start] * 2, [y - 0.38, y + 0.38], color="black", linewidth=1.2)
-        for marker in line.markers:
-            x = marker.time - line.start
-            if marker.kind == "operator_action":
-                axes.axvline(x, color="#c2185b", linestyle="--", linewidth=1.0)
-                right = x > _span(line) * 0.6  # a label near the right edge is written leftwards of its line
-                axes.text(
-                    x,
-                    -0.9,
-                    f" {marker.label[:70]} ",
-                    fontsize=7,
-                    color="#c2185b",
-                    va="top",
-                    ha="right" if right else "left",
-                )
-            else:
-                axes.axvline(x, color="#bbbbbb", linestyle=":", linewidth=0.8)
-                axes.text(x, len(lanes) - 0.4, marker.label, fontsize=7, color="#555555", va="bottom")
-        axes.set_yticks(range(len(lanes)), lanes, fontsize=8)
-        axes.set_ylim(len(lanes) - 0.2, -1.3)
-        axes.set_xlim(-_span(line) * 0.02, _span(line) * 1.05)
-        axes.set_xlabel("seconds since the workflow started")
-        axes.set_title(_title(line), fontsize=9, loc="left")
-        handles = [Patch(color=colour, label=name.replace("_", " ")) for name, colour in COLOURS.items()]
-        handles.append(Patch(color="black", label="| complete-by"))
-        figure.legend(handles=handles, fontsize=7, loc="lower center", ncol=7, frameon=False)
-        axes.grid(axis="x", color="#eeeeee")
-        figure.tight_layout(rect=(0, 0.6 / height, 1, 1))
+        if bar.complete_by is not None and bar not in placed.beyond:
+            axes.plot([bar.complete_by - line.start] * 2, [y - 0.38, y + 0.38], color="black", linewidth=1.2)
+    for lane in sorted({row[bar.lane] for bar in placed.beyond}):
+        # the latest complete-by of the lane beyond the axis, written at its right edge
+        far = max(bar.complete_by or 0 for bar in placed.beyond if row[bar.lane] == lane) - line.start
+        axes.text(high, lane - 0.32, f"complete-by +{_seconds(far)} →", fontsize=7, ha="right", va="bottom")
+    for label in placed.labels:
+        operator = label.kind == "operator_action"
+        colour = "#c2185b" if operator else "#555555"
+        axes.axvline(label.x, color="#c2185b" if operator else "#bbbbbb", linestyle="--" if operator else ":", lw=0.9)
+        axes.text(
+            label.x,
+            -0.6 - label.level * _LEVEL_UNITS,
+            f" {label.text} ",
+            fontsize=7,
+            color=colour,
+            va="bottom",
+            ha="right" if label.leftwards else "left",
+        )
+    axes.set_yticks(range(len(lanes)), lanes, fontsize=8)
+    axes.set_ylim(bottom, -top)
+    axes.set_xlim(low, high)
+    axes.set_xlabel("seconds since the workflow started")
+    axes.set_title(_title(line), fontsize=9, loc="left")
+    handles = [Patch(color=colour, label=name.replace("_", " ")) for name, colour in COLOURS.items()]
+    handles.append(Patch(color="black", label="| complete-by"))
+    figure.legend(handles=handles, fontsize=7, loc="lower center", ncol=7, frameon=False)
+    axes.grid(axis="x", color="#eeeeee")
+    return figure
+
+
+def write_png(line: Timeline, path: Path) -> Path:
+    """Draw ``line`` as a PNG at ``path`` with matplotlib (see `layout` for where things go). Returns the path."""
+    figure = draw(line)
+    from matplotlib import pyplot
+
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, format="png")
     finally:
@@ -296,12 +476,21 @@ def write_html(line: Timeline, path: Path) -> Path:
     """Write ``line`` as one self-contained HTML page (inline SVG and CSS; no script, no link). Returns the path."""
     esc = html.escape
     lanes = list(line.lanes) or ["(no steps)"]
-    label_width, plot_width, row_height, top = 260, 760, 26, 40
-    height = top + row_height * len(lanes) + 30
-    span = _span(line)
+    label_width, plot_width, row_height = 260, 760, 26
+    end, beyond = _axis_end(line)
+    span = end * 1.05
 
     def x(time: float) -> float:
         return label_width + plot_width * (time - line.start) / span
+
+    # operator actions' labels, 11 px type taken as 7 px a character, stacked 14 px apart where they would overlap
+    operator = sorted((m for m in line.markers if m.kind == "operator_action"), key=lambda m: m.time)
+    action_texts = [_short_label(m) for m in operator]
+    stacked = _stack(
+        [(x(m.time) + 3, 7.0 * len(t)) for m, t in zip(operator, action_texts, strict=True)], label_width + plot_width
+    )
+    top = 40 + 14 * max(0, max((level for _, _, level in stacked), default=0))
+    height = top + row_height * len(lanes) + 30
 
     parts = [f'<svg width="{label_width + plot_width + 20}" height="{height}" role="img">']
     for second in _ticks(span):
@@ -326,7 +515,14 @@ def write_html(line: Timeline, path: Path) -> Path:
             f'<rect class="bar" x="{left:.1f}" y="{y}" width="{width:.1f}" height="{row_height - 8}" '
             f'fill="{COLOURS[bar.outcome]}"><title>{esc(tip)}</title></rect>'
         )
-        if bar.complete_by is not None:
+        if bar.complete_by is not None and bar in beyond:
+            if bar is not max((b for b in beyond if b.lane == bar.lane), key=lambda b: b.complete_by or 0):
+                continue  # one note a lane: its latest complete-by
+            parts.append(
+                f'<text x="{label_width + plot_width:.1f}" y="{y + 10}" text-anchor="end">'
+                f"complete-by +{_seconds(bar.complete_by - line.start)} →</text>"
+            )
+        elif bar.complete_by is not None:
             cx = x(bar.complete_by)
             parts.append(
                 f'<line class="cb" x1="{cx:.1f}" y1="{y - 2}" x2="{cx:.1f}" y2="{y + row_height - 6}">'
@@ -339,8 +535,8 @@ def write_html(line: Timeline, path: Path) -> Path:
             f'<line class="{css}" x1="{mx:.1f}" y1="{top - 14}" x2="{mx:.1f}" y2="{height - 24}">'
             f"<title>{esc(marker.label)}</title></line>"
         )
-        if marker.kind == "operator_action":
-            parts.append(f'<text class="optext" x="{mx + 3:.1f}" y="{top - 18}">{esc(marker.label[:80])}</text>')
+    for text, (left, _, level) in zip(action_texts, stacked, strict=True):
+        parts.append(f'<text class="optext" x="{left:.1f}" y="{top - 18 - 14 * level}">{esc(text)}</text>')
     parts.append("</svg>")
     legend = "".join(
         f'<span><i style="background:{colour}"></i>{esc(name.replace("_", " "))}</span>'

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sasflow_cli.timeline import COLOURS, Bar, Marker, timeline, write_html, write_png
+import pytest
+
+from sasflow_cli.timeline import COLOURS, Bar, Marker, Timeline, draw, layout, timeline, write_html, write_png
 
 T0 = 1_800_000_000
 
@@ -153,3 +157,143 @@ def test_both_pictures_are_written_and_the_html_is_self_contained(tmp_path: Path
     assert re.search(r"https?:", text) is None
     assert "<script" not in text and "<link" not in text and "src=" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+
+
+@pytest.fixture
+def drawn() -> Iterator[Callable[[Timeline], Any]]:
+    """`draw`, closing every figure it made afterwards."""
+    figures: list[Any] = []
+
+    def make(line: Timeline) -> Any:
+        figures.append(draw(line))
+        return figures[-1]
+
+    yield make
+    from matplotlib import pyplot
+
+    for figure in figures:
+        pyplot.close(figure)
+
+
+PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/sasflow-operator/"
+BUSY_STEPS = ("reserve_flight", "book_hotel", "rent_car", "reserve_table", "buy_insurance", "charge_card")
+
+
+def busy_history() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Six steps, every other one deferred twice by an open circuit (1 s apart), three operator actions within 3 s,
+    a hold, then an approval step waiting a day for its callback: 26 s of work and a complete-by at +24 h."""
+    events: list[dict[str, Any]] = []
+
+    def add(dt: int, kind: str, **fields: Any) -> None:
+        events.append(event(len(events) + 1, dt, kind, **fields))
+
+    add(0, "started")
+    t = 0
+    for index, name in enumerate(BUSY_STEPS):
+        for attempt in (1, 2, 3):
+            add(t, "dispatched", step=name, phase="action", attempt=attempt, complete_by=T0 + t + 5)
+            if attempt < 3 and index % 2 == 0:
+                add(t + 1, "reply_applied", step=name, phase="action", attempt=attempt, outcome="deferred", calls=0)
+                t += 1
+                continue
+            add(t + 2, "reply_applied", step=name, phase="action", attempt=attempt, outcome="succeeded", calls=1)
+            t += 2
+            break
+    tickets = {"step": "send_tickets", "phase": "action"}
+    add(t, "dispatched", **tickets, attempt=1, complete_by=T0 + t + 10)
+    for dt, action, who, reason in (
+        (1, "pause", "alice", "customer called about the dates"),
+        (2, "resume", "alice", "dates confirmed"),
+    ):
+        detail = {"action": action, "principal": PRINCIPAL + who, "reason": reason}
+        add(t + dt, "operator_action", step="send_tickets", detail=detail)
+    add(t + 3, "reply_applied", **tickets, attempt=1, outcome="failed", calls=3, error_code="TRANSIENT_EXHAUSTED")
+    add(t + 3, "held", error_code="TRANSIENT_EXHAUSTED")
+    detail = {"action": "retry", "principal": PRINCIPAL + "bob", "reason": "mail server back"}
+    add(t + 4, "operator_action", step="send_tickets", detail=detail)
+    add(t + 4, "dispatched", **tickets, attempt=2, complete_by=T0 + t + 14)
+    add(t + 5, "reply_applied", **tickets, attempt=2, outcome="succeeded", calls=1)
+    add(t + 5, "dispatched", step="approval", phase="action", attempt=1, complete_by=T0 + t + 5 + 86_400)
+    steps = [{"name": name} for name in (*BUSY_STEPS, "send_tickets", "approval")]
+    return events, {
+        "workflow_id": "wf-busy",
+        "status": "RUNNING",
+        "created_at": T0,
+        "updated_at": T0 + t + 8,
+        "steps": steps,
+    }
+
+
+def test_the_x_axis_ends_at_the_work_and_a_far_complete_by_is_written_at_its_edge(
+    drawn: Callable[[Timeline], Any],
+) -> None:
+    # Given a busy workflow of 26 s whose approval step waits for a callback with a complete-by a day ahead
+    events, busy = busy_history()
+    line = timeline(events, busy)
+    assert line.now - line.start == 26
+    # When the PNG is laid out and drawn
+    placed = layout(line)
+    figure = drawn(line)
+    # Then the x-axis ends at the last complete-by within half the workflow's time past its last event (32 s:
+    # send_tickets' retry), not at the day-long one
+    assert placed.end == 32
+    assert figure.axes[0].get_xlim() == pytest.approx((-0.64, 33.6))
+    # And the far complete-by is written at the axis' right edge of its lane, with its value
+    assert [(b.step, b.complete_by - T0) for b in placed.beyond] == [("approval", 86_423)]
+    texts = [t for t in figure.axes[0].texts if "complete-by" in t.get_text()]
+    assert [(t.get_text(), t.get_position()[0]) for t in texts] == [("complete-by +24.0 h →", 33.6)]
+    # And a complete-by just ahead of a young workflow still stretches the axis to it
+    young = timeline(events[:3], dict(busy, updated_at=T0 + 1))
+    assert layout(young).end == 5 and layout(young).beyond == ()
+
+
+def test_marker_labels_of_a_busy_workflow_take_levels_and_never_overlap(drawn: Callable[[Timeline], Any]) -> None:
+    # Given the busy workflow: started, three operator actions within 3 s and a hold among them
+    events, busy = busy_history()
+    line = timeline(events, busy)
+    # When it is laid out
+    placed = layout(line)
+    # Then every marker has its label, operator actions naming the person's role session and the reason
+    assert [(label.text, label.level) for label in placed.labels] == [
+        ("started", 0),
+        ("pause by sasflow-operator/alice: customer called about the dates", 0),
+        ("resume by sasflow-operator/alice: dates confirmed", 0),
+        ("held (TRANSIENT_EXHAUSTED)", 1),
+        ("retry by sasflow-operator/bob: mail server back", 2),
+    ]
+    # And no two labels of a level share any of the axis
+    for a, b in itertools.combinations(placed.labels, 2):
+        assert a.level != b.level or a.right <= b.left or b.right <= a.left, (a, b)
+    # And, drawn, their text extents (as matplotlib measures them) overlap neither each other nor the attempt numbers
+    figure = drawn(line)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    texts = [t for t in figure.axes[0].texts if t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        assert not box_a.overlaps(box_b), (a, b)
+    # And the attempt numbers are on the bars wide enough for them: all here (1 s is 28 px)
+    assert len(placed.attempt_labels) == len(line.bars)
+
+
+def test_the_html_page_stacks_operator_labels_that_would_overlap(tmp_path: Path) -> None:
+    # Given the busy workflow's three operator actions within 3 s
+    events, busy = busy_history()
+    # When its page is written
+    text = write_html(timeline(events, busy), tmp_path / "busy.html").read_text(encoding="utf-8")
+    # Then each label has a row of its own above the lanes, in time order from the lowest
+    rows = re.findall(r'<text class="optext" x="[0-9.]+" y="([0-9]+)">([a-z]+) by', text)
+    assert rows == [("50", "pause"), ("36", "resume"), ("22", "retry")]
+
+
+def test_attempt_numbers_are_left_off_bars_too_narrow_for_them() -> None:
+    # Given a flight deferred every second for 10 s, then a wait of 10 minutes
+    events = [event(1, 0, "started")]
+    for second in range(10):
+        events.append(event(len(events) + 1, second, "dispatched", step="reserve_flight", attempt=1))
+    events.append(event(len(events) + 1, 600, "reply_applied", step="reserve_flight", outcome="succeeded"))
+    line = timeline(events, view(status="COMPLETED", updated=600))
+    # When it is laid out: 1 s is under 2 px
+    placed = layout(line)
+    # Then only the last attempt, 590 s long, carries its number
+    assert sorted(placed.attempt_labels) == [9]
