@@ -125,7 +125,7 @@ def test_routes_pick_the_most_specific_match(server: HttpApiServer, functions: d
     assert (read["routeKey"], read["pathParameters"], read["rawPath"]) == (
         "GET /workflows/{workflow_id}",
         {"workflow_id": "wf-42"},
-        "/workflows/wf%2D42",
+        "/workflows/wf-42",  # percent-decoded, as API Gateway's HTTP API passes rawPath
     )
     proxied = functions["Proxy"].events[0]
     assert (proxied["routeKey"], proxied["pathParameters"]) == ("ANY /files/{proxy+}", {"proxy": "a/b/c.txt"})
