@@ -197,11 +197,24 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 stored = records.get(step.name, {})
                 if stored.get("status") != "COMPENSATION_FAILED":
                     continue
-                assert step.compensation is not None
+                if step.compensation is None:
+                    # A map step fails its unwind for a child whose compensation failed: that child is a workflow
+                    # of its own, COMPENSATION_FAILED, and checked here as such.
+                    if isinstance(step, MapStep):
+                        exhausted.append(step.name)
+                    continue
                 error = stored.get("comp_error") or {}
-                if stored.get("comp_attempts_used", 0) >= step.compensation.retry.max_attempts or error.get("code") in (
-                    "REJECTED",
-                    "ALREADY_COMPENSATED",
+                policy = step.compensation.retry
+                # When it gave up: the step's last compensation event (its failed reply or its timeout).
+                gave_up_at = max(
+                    (e.time for e in events_of(snapshot) if e.step == step.name and e.phase == "compensation"),
+                    default=0,
+                )
+                budget_spent = gave_up_at >= int(stored.get("comp_since") or 0) + policy.budget_minutes * 60
+                if (
+                    stored.get("comp_attempts_used", 0) >= policy.max_attempts
+                    or budget_spent
+                    or error.get("code") in ("REJECTED", "ALREADY_COMPENSATED")
                 ):
                     exhausted.append(step.name)
             if not exhausted:
@@ -418,10 +431,27 @@ def _unexplained_unwind(sim: Simulation, snapshot: Snapshot, audited: list[dict[
         )
         return [] if refused else [Violation("unexplained unwind", workflow_id, f"{step} refused, none injected")]
     clean = [a for a in range(1, record.attempt + 1) if not touched.get((workflow_id, step, "action", a))]
+    clean = [a for a in clean if not _in_outage(sim, snapshot, step, a)]
     if clean:
         detail = f"{snapshot.workflow.reason}; attempt(s) {clean} of {record.attempt} met no fault"
         return [Violation("unexplained unwind", workflow_id, detail)]
     return []
+
+
+#: How long after an outage its agent's circuit may still be open (the template's BreakerOpenSeconds, 30, twice).
+OUTAGE_BREAKER_SECONDS = 60
+
+
+def _in_outage(sim: Simulation, snapshot: Snapshot, step: str, attempt: int) -> bool:
+    """Whether forward ``attempt`` of ``step`` was dispatched while its service was down (or its circuit still open
+    after it): an attempt that made no call, only deferrals by the open circuit until their budget ran out, met the
+    outage injected into its service (a 15-minute outage outlasts a forward action's deferral budget)."""
+    kind = snapshot.workflow.definition.step(step)
+    remote = sim.remotes.get(getattr(kind, "agent", ""))
+    if remote is None:
+        return False
+    times = [e.time for e in events_of(snapshot) if e.step == step and e.phase == "action" and e.attempt == attempt]
+    return any(start - 1 <= t <= end + OUTAGE_BREAKER_SECONDS for t in times for start, end in remote.outages)
 
 
 def _effect_of(effects: dict[str, Any], workflow_id: str, step: Any, snapshot: Snapshot) -> Any:
@@ -563,6 +593,7 @@ def _fields(record: StepRecord) -> dict[str, Any]:
         "may_have_happened": record.may_have_happened,
         "comp_attempt": record.comp_attempt,
         "comp_attempts_used": record.comp_attempts_used,
+        "comp_since": record.comp_since,
         "error": record.error,
         "comp_error": record.comp_error,
     }

@@ -286,7 +286,9 @@ class Simulation:
         for _ in range(self.faults.remote_outages):
             remote = self.rng.choice(list(self.remotes.values()))
             start = START + self.rng.uniform(0, max(60.0, self.workflows * 2.0))
-            remote.outages.append((start, start + self.faults.outage_seconds))
+            long = self.rng.random() < self.faults.long_outage
+            seconds = self.faults.long_outage_seconds if long else self.faults.outage_seconds
+            remote.outages.append((start, start + seconds))
 
     def _load_engine_function(self, spec: FunctionSpec) -> Any:
         module: Any = load_function_module(spec)

@@ -56,6 +56,10 @@ class Faults:
     remote_hang: float = 0.02
     remote_outages: int = 1
     outage_seconds: int = 120
+    #: Chance that a run's outage lasts `long_outage_seconds` instead (15 minutes: longer than any forward retry,
+    #: shorter than a compensation's default time budget of 30, which must outlast it: issue 19).
+    long_outage: float = 0.3
+    long_outage_seconds: int = 900
     clock_skew_seconds: float = 4.0
     second_supervisor: float = 0.3
     concurrent_invocation: float = 0.15

@@ -106,6 +106,9 @@ def test_definitions_push_tries_every_file_and_names_the_refused_ones(deployed: 
     )
     result = CliRunner().invoke(app, ["definitions", "push", str(tmp_path)], obj=CliState(client_=client))
     assert result.exit_code == 1
-    assert f"{tmp_path / 'b.json'}: UNREADABLE" in result.stderr
+    assert (
+        f"{tmp_path / 'b.json'}: NOT_A_DEFINITION: file {tmp_path / 'b.json'}: not JSON: line 1 column 2: "
+        "Expecting property name enclosed in double quotes"
+    ) in result.stderr
     assert f"{tmp_path / 'c.json'}: DEFINITION_VERSION_EXISTS" in result.stderr
     assert [v["version"] for v in deployed.api("GET", "/definitions/trip")[1]["versions"]] == [1]

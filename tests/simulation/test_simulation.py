@@ -19,6 +19,7 @@ from sasflow.messages import StepReply
 from sasflow.records import Snapshot
 from sasflow.states import Outcome, WorkflowStatus
 from sasflow.transitions import Transition, TransitionBase
+from sasflow.transitions.compensation import CompensationTransitions
 from sasflow.transitions.forward import ForwardTransitions
 from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
@@ -372,3 +373,18 @@ def test_a_rendered_input_never_written_is_a_payload_missing_while_needed(monkey
     monkeypatch.setattr(ClaimCheck, "upload", lambda self, uploads: None)
     kinds = {v.kind for v in run_one(41, 20, LARGE_PAYLOADS).violations}
     assert "claim-checked payload missing when read" in kinds
+
+
+def test_a_compensation_that_gives_up_before_its_time_budget_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 5 (tools/mutations.toml, "a compensation gives up before its time budget"): under
+    a 15-minute outage, a compensation that stops after one minute ends COMPENSATION_FAILED with attempts and
+    budget left."""
+
+    def one_minute(self: CompensationTransitions, record: Any, policy: Any) -> int:
+        since = record.comp_since if record.comp_since is not None else self.now
+        return max(0, since + 60 - self.now)
+
+    monkeypatch.setattr(CompensationTransitions, "_budget_left", one_minute)
+    faults = Faults(long_outage=1.0, operator_action=0.0, hold_policy=0.0, remote_reject=0.15)
+    kinds = {v.kind for v in run_one(41, 30, faults).violations}
+    assert "COMPENSATION_FAILED before retries were exhausted" in kinds

@@ -196,7 +196,11 @@ def failed_compensation(p: Pipeline) -> str:
     """A trip whose payment was refused and whose flight's compensation keeps failing: COMPENSATION_FAILED."""
     p.services["payments"].script["charge"] = ["reject"]
     p.services["flights"].script["cancel_reservation"] = ["503"] * 100
-    wid = p.start(trip_definition(), TRIP_INPUT)
+    # Five attempts, seconds apart (the default keeps trying for 30 minutes: test_compensation_policy.py)
+    policy = {"max_attempts": 5, "backoff_base_seconds": 2.0, "backoff_cap_seconds": 60.0}
+    compensation = {"action": "cancel_reservation", "input": {"confirmation.$": "step.output.confirmation"}}
+    flight = {"compensation": {**compensation, "retry": policy}}
+    wid = p.start(trip_definition(reserve_flight=flight), TRIP_INPUT)
     p.settle(wid)
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATION_FAILED
     return wid

@@ -380,11 +380,14 @@ def test_compensation_that_always_fails_ends_compensation_failed_and_stays_there
     assert p.store.index_entries() == []
 
 
-def test_compensation_retries_by_default_five_times() -> None:
+def test_a_compensation_makes_the_attempts_its_policy_gives_then_fails() -> None:
+    # (The default policy is measured in time, 30 minutes: tests/unit/test_compensation_policy.py.)
     p = Pipeline()
     p.services["payments"].script["charge"] = ["reject"]
     p.services["hotels"].script["cancel_booking"] = ["503"] * 100
-    wid = p.start()
+    policy = {"max_attempts": 5, "backoff_base_seconds": 1, "backoff_cap_seconds": 4}
+    hotel = {"compensation": {"action": "cancel_booking", "retry": policy}}
+    wid = p.start(trip_definition(book_hotel=hotel))
     run_until_terminal(p, wid, step_seconds=1)
     assert p.services["hotels"].actions().count("cancel_booking") == 5
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATION_FAILED

@@ -66,12 +66,43 @@ class RetryPolicy(BaseModel):
         return self
 
 
+class CompensationRetryPolicy(RetryPolicy):
+    """How long a compensation keeps trying before it gives up and waits for a person (COMPENSATION_FAILED).
+
+    A compensation that gives up pages a person, so its policy is measured in time, not only in attempts: it is
+    retried while attempts remain **and** ``budget_minutes`` have not passed since its first dispatch, the last
+    retry falling no later than the budget's end. A deferral (an open circuit: no call made) uses no attempt, and
+    is bounded by the budget alone. The delay after attempt ``n`` is ``d = min(cap, base * 2**(n-1))`` seconds with
+    *equal* jitter (uniform in ``[d/2, d]``; AWS Architecture Blog, "Exponential Backoff and Jitter"), so the
+    default's attempts cannot run out before its budget: their shortest delays add up to more than 30 minutes.
+
+    The default (40 attempts, 5 s to 120 s, 30 minutes) outlasts a 15-minute outage of the service: on an outage of
+    21 s the earlier default (5 attempts, 2 s to 60 s, full jitter) had already paged a person.
+    """
+
+    max_attempts: int = Field(default=40, ge=1, le=200)
+    backoff_base_seconds: float = Field(default=5.0, gt=0, le=60)
+    backoff_cap_seconds: float = Field(default=120.0, gt=0, le=900)
+    budget_minutes: int = Field(
+        default=30,
+        ge=1,
+        le=1440,
+        description="Minutes from the compensation's first dispatch after which it is not retried again.",
+    )
+
+    def delay_seconds(self, attempt: int, rng: Any) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based): equal jitter in ``[d/2, d]``, or ``d``."""
+        delay = min(self.backoff_cap_seconds, self.backoff_base_seconds * (2 ** max(0, attempt - 1)))
+        return float(rng.uniform(delay / 2, delay)) if self.jitter else delay
+
+
 class CompensationDefinition(BaseModel):
     """The compensating action that undoes a step (Compensating Transaction pattern).
 
     Each compensation attempt makes one remote call; a failed attempt is dispatched again after the policy's
-    backoff (an SQS delay), so every retry is a supervised attempt with its own complete-by. The default policy is
-    more patient than a forward step's, because a compensation that gives up needs a person.
+    backoff (an SQS delay), so every retry is a supervised attempt with its own complete-by. The policy
+    (`CompensationRetryPolicy`) is far more patient than a forward step's, and bounded in time, because a
+    compensation that gives up needs a person.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -79,9 +110,7 @@ class CompensationDefinition(BaseModel):
     action: ActionName
     input: dict[str, Any] = Field(default_factory=dict)
     timeout_seconds: int = Field(default=30, ge=5, le=900)
-    retry: RetryPolicy = Field(
-        default_factory=lambda: RetryPolicy(max_attempts=5, backoff_base_seconds=2.0, backoff_cap_seconds=60.0)
-    )
+    retry: CompensationRetryPolicy = Field(default_factory=CompensationRetryPolicy)
 
 
 class _StepBase(BaseModel):

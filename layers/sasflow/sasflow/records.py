@@ -107,9 +107,12 @@ class StepRecord:
     error, ``comp_error`` the compensation's. The times of a step are in the workflow's history. A step with no
     record is PENDING.
 
+    ``comp_since`` (epoch seconds) is when the compensation's first attempt was dispatched: its policy's time
+    budget (``CompensationRetryPolicy.budget_minutes``) counts from there.
+
     An operator's retry gives the step a new budget of attempts (``attempt_base``: the attempts before it do not
-    count; ``comp_attempt_base`` likewise for a retried compensation), may give it an edited input
-    (``input_override``), and, when nothing can have happened under the old token (a refusal), a new token
+    count; ``comp_attempt_base`` and a new ``comp_since`` likewise for a retried compensation), may give it an
+    edited input (``input_override``), and, when nothing can have happened under the old token (a refusal), a new token
     (``generation``, `token_action`).
 
     A callback step's attempt in flight keeps ``callback_nonce``: the secret part of its task token
@@ -134,6 +137,7 @@ class StepRecord:
     comp_error: dict[str, Any] | None = None
     attempt_base: int = 0
     comp_attempt_base: int = 0
+    comp_since: int | None = None
     generation: int = 0
     input_override: dict[str, Any] | None = None
     callback_nonce: str | None = None

@@ -213,7 +213,7 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
         doc["deferrals"] = record.deferrals
     if record.comp_deferrals:
         doc["comp_deferrals"] = record.comp_deferrals
-    for name in ("attempt_base", "comp_attempt_base", "generation"):
+    for name in ("attempt_base", "comp_attempt_base", "comp_since", "generation"):
         if getattr(record, name):
             doc[name] = getattr(record, name)
     doc["input_override"] = _doc(record.input_override)
@@ -244,6 +244,7 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         comp_error=_undoc(doc.get("comp_error")),
         attempt_base=doc.get("attempt_base", 0),
         comp_attempt_base=doc.get("comp_attempt_base", 0),
+        comp_since=doc.get("comp_since"),
         generation=doc.get("generation", 0),
         input_override=_undoc(doc.get("input_override")),
         callback_nonce=doc.get("callback_nonce"),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from ..definition import AnyStep, CallbackStep, MapStep, WaitStep, render
+from typing import Any
+
+from ..definition import AnyStep, CallbackStep, CompensationRetryPolicy, MapStep, WaitStep, render
 from ..messages import StepReply
 from ..records import StepRecord
 from ..states import Outcome, Phase, StepStatus, WorkflowStatus
 from .base import (
+    _MAX_SQS_DELAY,
     _PREPARATION_ERRORS,
     TransitionBase,
     _error,
@@ -14,7 +17,6 @@ from .base import (
     _preparation_error,
     _retry_delay,
     _settled,
-    backoff_seconds,
 )
 
 
@@ -30,24 +32,41 @@ class CompensationTransitions(TransitionBase):
             output = None if self.oversized else reply.output
             self.set_step(_settled(record, StepStatus.COMPENSATED, comp_output=output))
             return
-        # The compensation has a deferral budget of its own: deferrals of the forward action (the outage that made
-        # the workflow unwind, often) must not use up the compensation's attempts.
-        if _no_call_made(reply) and record.comp_deferrals < self.config.max_deferrals:
-            delay = _retry_delay(reply, self.now)
+        left = self._budget_left(record, policy)
+        # A deferral (an open circuit, or no time left on arrival: no call made) uses no attempt, and is bounded by
+        # the policy's time budget alone: a breaker that stays open through a 15-minute outage must not use up the
+        # compensation's attempts, nor give up before the budget does.
+        if _no_call_made(reply) and left > 0:
+            delay = min(_retry_delay(reply, self.now), left)
             base = record.evolve(comp_deferrals=record.comp_deferrals + 1)
             self._dispatch_compensation(base, record.comp_attempt, self.now + delay, delay=delay)
             return
         # A compensation makes one call per attempt, so every failure that is not a definitive refusal uses one
-        # supervised attempt and is retried with backoff while attempts remain (a business refusal cannot improve).
-        if reply.outcome is not Outcome.REJECTED and record.comp_attempts_used < policy.max_attempts:
-            delay = round(backoff_seconds(policy, record.comp_attempt, self.rng))
+        # supervised attempt and is retried with backoff while attempts and time remain (a business refusal cannot
+        # improve). The last retry falls no later than the budget's end.
+        if reply.outcome is not Outcome.REJECTED and record.comp_attempts_used < policy.max_attempts and left > 0:
+            delay = min(round(policy.delay_seconds(record.comp_attempt, self.rng)), left, _MAX_SQS_DELAY)
             self._dispatch_compensation(record, record.comp_attempt + 1, self.now + delay, delay=delay)
             return
-        self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_error(reply)))
+        self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=self._gave_up(record, reply, left)))
+
+    def _budget_left(self, record: StepRecord, policy: CompensationRetryPolicy) -> int:
+        """Seconds of the compensation's time budget left now (0 when it has run out)."""
+        since = record.comp_since if record.comp_since is not None else self.now
+        return max(0, since + policy.budget_minutes * 60 - self.now)
+
+    def _gave_up(self, record: StepRecord, reply: StepReply, left: int) -> dict[str, Any]:
+        error = _error(reply)
+        if left <= 0 and reply.outcome is not Outcome.REJECTED:
+            # Say which limit ended it: the person paged reads this first.
+            message = f"{error.get('message', '')} (gave up: the compensation's time budget ran out)"
+            error = {**error, "message": message}
+        return error
 
     def _compensation_timed_out(self, record: StepRecord, step: AnyStep) -> None:
         assert step.compensation is not None  # nosec B101 # narrows the type: only a step with a compensation is COMPENSATING
-        if record.comp_attempts_used < step.compensation.retry.max_attempts:
+        policy = step.compensation.retry
+        if record.comp_attempts_used < policy.max_attempts and self._budget_left(record, policy) > 0:
             self.history.resent(step.name, Phase.COMPENSATION, record.comp_attempt)
             self._dispatch_compensation(record.evolve(resends=record.resends + 1), record.comp_attempt + 1, self.now)
             self.count("SupervisorResends")
@@ -156,6 +175,11 @@ class CompensationTransitions(TransitionBase):
             self._refuse(step.name, error, Phase.COMPENSATION)
             self.set_step(_settled(record, StepStatus.COMPENSATION_FAILED, error=_preparation_error(error)))
             return
-        self.set_step(record.evolve(status=StepStatus.COMPENSATING, comp_attempt=comp_attempt, complete_by=complete_by))
+        since = record.comp_since if record.comp_since is not None else self.now  # the budget starts at attempt 1
+        self.set_step(
+            record.evolve(
+                status=StepStatus.COMPENSATING, comp_attempt=comp_attempt, complete_by=complete_by, comp_since=since
+            )
+        )
         self.history.dispatched(step.name, Phase.COMPENSATION, comp_attempt, complete_by)
         self.messages.append(outgoing)

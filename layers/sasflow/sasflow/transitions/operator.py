@@ -228,7 +228,7 @@ class OperatorTransitions(TransitionBase):
         return failed
 
     def retry_compensation(self, principal: str, reason: str, action_id: str, *, step: str | None = None) -> None:
-        """Try the failed compensations again (all, or ``step``'s), each with a new budget of attempts.
+        """Try the failed compensations again (all, or ``step``'s), each with a new budget of attempts and time.
 
         Raises
         ------
@@ -238,7 +238,9 @@ class OperatorTransitions(TransitionBase):
         if self.already_done(action_id, "retry-compensation", step):
             return
         for record in self._reopen("retry-compensation", principal, reason, action_id, step):
-            base = record.evolve(comp_attempt_base=record.comp_attempt, comp_error=None, comp_deferrals=0)
+            base = record.evolve(
+                comp_attempt_base=record.comp_attempt, comp_error=None, comp_deferrals=0, comp_since=None
+            )
             self._dispatch_compensation(base, record.comp_attempt + 1, self.now)
         self.advance()
 
