@@ -126,3 +126,14 @@ def test_up_serves_until_interrupted(mini_template: Path, tmp_path: Path) -> Non
         output.append(lines.get())
     assert code == 0, "".join(output)
     assert output[-1].strip() == "stopped"
+
+
+def test_up_serves_the_sample_services_unless_the_template_cannot_or_the_caller_named_services(
+    mini_template: Path,
+) -> None:
+    real = Stack.from_file(REPO_ROOT / "template.yaml")
+    assert devstack.cli._serves_sample_services(real, {})
+    assert devstack.cli._serves_sample_services(real, {"LogLevel": "DEBUG"})
+    assert not devstack.cli._serves_sample_services(real, {"FlightsBaseUrl": "http://127.0.0.1:9"})
+    assert not devstack.cli._serves_sample_services(real, {"DeploySampleServices": "true"})
+    assert not devstack.cli._serves_sample_services(Stack.from_file(mini_template), {})
