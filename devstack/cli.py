@@ -286,7 +286,7 @@ def _serve_until_stopped(
     try:
         # What a person needs next comes first; the long lists follow, the resources only on --verbose.
         console.print(f"[bold]HTTP API[/]      {local.api_url}")
-        console.print("\n[bold]next[/], in another terminal (sasflow signs as the operator; --as client-a|client-b)")
+        console.print("\n[bold]next[/], in another terminal (sasflow signs as the operator; --as client-a)")
         for command in cli_examples(local.api_url):
             console.print(f"  {command}", soft_wrap=True, highlight=False)
         if servers:
