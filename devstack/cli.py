@@ -1,8 +1,9 @@
-"""Command line of the local stack: ``python -m devstack run | load | up | resources | template``.
+"""Command line of the local stack: ``python -m devstack run | load | up | faults | resources | template``.
 
 ``run`` is the main job (the demo in ``devstack/demo.py``), ``load`` the load run (``devstack/load.py``), ``up``
-keeps the stack running, ``resources`` lists how each template resource is realised locally, ``template`` renders
-the agents' parts of template.yaml from agents.yaml (``devstack/agents.py``).
+keeps the stack running (one per checkout, `devstack.uplock`), ``faults`` shows and sets the fault knobs of its sample
+services from another terminal (`devstack.faults`), ``resources`` lists how each template resource is realised
+locally, ``template`` renders the agents' parts of template.yaml from agents.yaml (``devstack/agents.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,10 +24,13 @@ from rich.table import Table
 
 from devstack.agents import AgentsFileError, write_template
 from devstack.client import SignedHttp
+from devstack.faults import FaultsError, KnobChanges, knobs_table, parse_duration, read_knobs
+from devstack.faults import apply as apply_faults
 from devstack.identities import IDENTITIES, identity
 from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
 from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
-from devstack.template import HttpApiEventSpec, Stack, TemplateError
+from devstack.template import HttpApiEventSpec, Stack, TemplateError, remote_service_parameters
+from devstack.uplock import DEFAULT_LOCK_PATH, StackAlreadyRunningError, UpLock, read_running
 
 __all__ = ["app", "cli_examples", "example_requests", "main", "parse_parameters", "resources_table"]
 
@@ -151,6 +155,29 @@ def resources(
     console.print(resources_table(_load_stack(template, param, stack_name)))
 
 
+#: The template parameters that say where the agents' services are: given any, ``up`` serves no sample services.
+REMOTE_SERVICE_PARAMETERS = ("DeploySampleServices", "FlightsBaseUrl", "HotelsBaseUrl", "PaymentsBaseUrl")
+
+
+def _serves_sample_services(stack: Stack, parameters: dict[str, str]) -> bool:
+    """Whether ``up`` serves the sample services on loopback: the template can point its agents at them, and the
+    caller gave no service of their own."""
+    declared = stack.template.get("Parameters") or {}
+    return all(name in declared for name in REMOTE_SERVICE_PARAMETERS) and not any(
+        name in parameters for name in REMOTE_SERVICE_PARAMETERS
+    )
+
+
+def faults_examples() -> list[str]:
+    """The fault-knob commands of the sample services (``python -m devstack faults``), for the console."""
+    faults_cli = ".venv/bin/python -m devstack faults"
+    return [
+        f"{faults_cli}                                   # the knobs in force",
+        f"{faults_cli} flights --outage 60s --error-rate 0.2",
+        f"{faults_cli} --reset                           # no faults anywhere",
+    ]
+
+
 @app.command()
 def up(
     port: Annotated[int, typer.Option("--port", help="Port of the HTTP API emulator (0 = any free port).")] = 3000,
@@ -165,19 +192,66 @@ def up(
         int | None, typer.Option("--visibility-timeout", help="Visibility timeout when polling (seconds).")
     ] = None,
     log_dir: Annotated[Path, typer.Option("--log-dir", help="Folder of the per-function logs.")] = DEFAULT_LOG_DIR,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log the emulators' activity.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Also print the resources, outputs and a curl per route; log the emulators."
+        ),
+    ] = False,
     swagger: Annotated[
         bool, typer.Option("--swagger/--no-swagger", help="Serve Swagger UI at /swagger (local only, unauthenticated).")
     ] = True,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample services' fault draws.")] = 0,
 ) -> None:
-    """Start the local stack and keep it running until Ctrl-C."""
+    """Start the local stack and keep it running until Ctrl-C (one per checkout: .devstack/up.lock)."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    _load_stack(template, param, stack_name)  # fail fast, before starting anything
+    lock = UpLock(DEFAULT_LOCK_PATH)
+    try:
+        lock.acquire()
+    except StackAlreadyRunningError as error:
+        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        raise typer.Exit(code=1) from None
+    try:
+        if lock.stale_pid is not None:
+            console.print(f"[dim]took over {lock.path}: its pid {lock.stale_pid} is not running[/]", highlight=False)
+        _up(lock, port, template, param, stack_name, schedule_interval, sqs_concurrency, visibility_timeout, log_dir,
+            verbose, swagger, seed)  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _up(
+    lock: UpLock,
+    port: int,
+    template: Path,
+    param: list[str] | None,
+    stack_name: str,
+    schedule_interval: float | None,
+    sqs_concurrency: int,
+    visibility_timeout: int | None,
+    log_dir: Path,
+    verbose: bool,
+    swagger: bool,
+    seed: int,
+) -> None:
+    parameters = parse_parameters(param)
+    stack = _load_stack(template, param, stack_name)  # fail fast, before starting anything
+    servers: dict[str, Any] = {}
+    if _serves_sample_services(stack, parameters):
+        from devstack.demo import sample_services_importable
+
+        sample_services_importable()
+        from http_server import serve_all
+
+        # In this process, one instance per service, so a knob set from another terminal is in force at once for
+        # every agent (as Lambda workers, each would hold its own knobs).
+        servers = serve_all(rng_seed=seed)
+        parameters = {**parameters, **remote_service_parameters({n: s.base_url for n, s in servers.items()})}
     local = LocalStack(
         template,
-        parse_parameters(param),
+        parameters,
         schedule_interval_seconds=schedule_interval,
         sqs_concurrency=sqs_concurrency,
         log_dir=log_dir,
@@ -186,12 +260,23 @@ def up(
         sqs_visibility_timeout_seconds=visibility_timeout,
         swagger=swagger,
     )
-    with console.status("starting the local stack (moto, tables, queues, function workers)..."):
-        try:
-            local.start()
-        except OSError as error:
-            console.print(f"[bold red]error:[/] {error} (is port {port} free? try --port 0)")
-            raise typer.Exit(code=1) from None
+    try:
+        with console.status("starting the local stack (moto, tables, queues, function workers)..."):
+            try:
+                local.start()
+            except OSError as error:
+                console.print(f"[bold red]error:[/] {error} (is port {port} free? try --port 0)")
+                raise typer.Exit(code=1) from None
+        lock.publish(api_url=local.api_url, services={name: server.base_url for name, server in servers.items()})
+        _serve_until_stopped(local, servers, log_dir, verbose, swagger)
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def _serve_until_stopped(
+    local: LocalStack, servers: dict[str, Any], log_dir: Path, verbose: bool, swagger: bool
+) -> None:
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -199,8 +284,18 @@ def up(
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        console.print(resources_table(local.stack))
-        console.print(f"\n[bold]HTTP API[/]      {local.api_url}")
+        # What a person needs next comes first; the long lists follow, the resources only on --verbose.
+        console.print(f"[bold]HTTP API[/]      {local.api_url}")
+        console.print("\n[bold]next[/], in another terminal (sasflow signs as the operator; --as client-a)")
+        for command in cli_examples(local.api_url):
+            console.print(f"  {command}", soft_wrap=True, highlight=False)
+        if servers:
+            console.print("\n[bold]fault knobs[/] of the sample services (README: Fault knobs and an on-call drill)")
+            for command in faults_examples():
+                console.print(f"  {command}", soft_wrap=True, highlight=False)
+        console.print()
+        for name, server in servers.items():
+            console.print(f"[bold]{name:13}[/] {server.base_url}  (sample service, no faults)", highlight=False)
         if swagger:
             console.print(
                 f"[bold]Swagger UI[/]    {local.api_url}/swagger  (local only and [bold]unauthenticated[/]: the page, "
@@ -209,8 +304,11 @@ def up(
             )
         console.print(f"[bold]moto endpoint[/] {local.endpoint_url}  (AWS_ENDPOINT_URL for the aws cli / boto3)")
         console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
-        for name, value in local.outputs.items():
-            console.print(f"  [dim]{name}[/] {value}")
+        console.print(
+            "[bold]state[/]         in this process's memory: tables, queues and the services' ledgers are gone "
+            "when it stops",
+            soft_wrap=True,
+        )
         console.print("\n[bold]identities[/] (the API verifies SigV4 against these, as API Gateway against IAM)")
         for who in IDENTITIES.values():
             console.print(f"  {who.name:9} {who.access_key}:{who.secret_key}  {who.arn}", highlight=False)
@@ -219,14 +317,23 @@ def up(
             console.print("\n[bold]definitions[/] (definitions/*.json, published as client-a: start them by name)")
             for line in published:
                 console.print(f"  {line}", highlight=False)
-        commands = example_requests(local.stack, local.api_url)
-        if commands:
-            console.print("\n[bold]try[/]")
-            for command in commands:
-                console.print(f"  {command}", soft_wrap=True, highlight=False)
-        console.print("\n[bold]sasflow CLI[/] (operator by default; --as client-a|client-b)")
-        for command in cli_examples(local.api_url):
-            console.print(f"  {command}", soft_wrap=True, highlight=False)
+        if verbose:
+            console.print()
+            console.print(resources_table(local.stack))
+            console.print("\n[bold]outputs[/]")
+            for name, value in local.outputs.items():
+                console.print(f"  [dim]{name}[/] {value}")
+            commands = example_requests(local.stack, local.api_url)
+            if commands:
+                console.print("\n[bold]try[/] (signed curl, one per route)")
+                for command in commands:
+                    console.print(f"  {command}", soft_wrap=True, highlight=False)
+        else:
+            console.print(
+                f"\n[dim]--verbose also prints the {len(local.stack.template_resources())} resources and how each is "
+                "realised, the outputs and a signed curl per route[/]",
+                highlight=False,
+            )
         console.print("\n[green]ready[/] - Ctrl-C to stop")
         while not stopping.wait(1.0):
             pass
@@ -236,6 +343,92 @@ def up(
         with console.status("stopping..."):
             local.stop()
     console.print("stopped")
+
+
+def _duration(text: str | None, option: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from None
+
+
+Rate = Annotated[float | None, typer.Option(min=0.0, max=1.0)]
+
+
+@app.command()
+def faults(
+    service: Annotated[str, typer.Argument(help="flights, hotels, payments, or all.", show_default="all")] = "all",
+    outage: Annotated[
+        str | None, typer.Option("--outage", help="Answer every call 503 from now for this long (60s, 2m); 0 ends it.")
+    ] = None,
+    error_rate: Annotated[
+        float | None, typer.Option("--error-rate", min=0.0, max=1.0, help="Share of calls answered 503 (0..1).")
+    ] = None,
+    latency: Annotated[str | None, typer.Option("--latency", help="Added to every call (250ms, 2s).")] = None,
+    hang_rate: Annotated[
+        float | None,
+        typer.Option("--hang-rate", min=0.0, max=1.0, help="Share of calls that apply their effect only after --hang."),
+    ] = None,
+    hang: Annotated[str | None, typer.Option("--hang", help="How long a hang lasts (30s; past complete-by).")] = None,
+    rejection_rate: Annotated[
+        float | None,
+        typer.Option("--rejection-rate", min=0.0, max=1.0, help="Share of forward actions refused (the step fails)."),
+    ] = None,
+    reset: Annotated[bool, typer.Option("--reset", help="No faults (outage included), before the other options.")] = (
+        False
+    ),
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show or set the fault knobs of the sample services of this checkout's running `make up`."""
+    running = read_running(DEFAULT_LOCK_PATH)
+    if running is None:
+        console.print(
+            f"[bold red]error:[/] no `make up` is running in this checkout (no live lock at {DEFAULT_LOCK_PATH}); "
+            "start one with `make up`, and run this from the same folder",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    services: dict[str, str] = running.get("services") or {}
+    if not services:
+        starting = "api_url" not in running
+        console.print(
+            "[bold red]error:[/] "
+            + (
+                f"the `make up` of pid {running.get('pid')} is still starting; try again in a few seconds"
+                if starting
+                else "this `make up` serves no sample services (its agents call the services given by --param)"
+            ),
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    if service != "all" and service not in services:
+        raise typer.BadParameter(f"expected one of {', '.join([*services, 'all'])}", param_hint="SERVICE")
+    latency_seconds = _duration(latency, "--latency")
+    knobs: dict[str, float] = {}
+    for name, value in (
+        ("transient_error_rate", error_rate),
+        ("latency_ms", None if latency_seconds is None else latency_seconds * 1000),
+        ("hang_rate", hang_rate),
+        ("hang_seconds", _duration(hang, "--hang")),
+        ("rejection_rate", rejection_rate),
+    ):
+        if value is not None:
+            knobs[name] = value
+    changes = KnobChanges(outage_seconds=_duration(outage, "--outage"), knobs=knobs, reset=reset)
+    chosen = services if service == "all" else {service: services[service]}
+    try:
+        changed = {} if changes.empty else {row.service: row for row in apply_faults(chosen, changes)}
+        # Every service is shown, so the table is the whole picture of what the agents meet.
+        rows = [changed.get(name) or read_knobs({name: url})[0] for name, url in services.items()]
+    except FaultsError as error:
+        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        raise typer.Exit(code=1) from None
+    if json_output:
+        console.print_json(json.dumps({row.service: {"base_url": row.base_url, **row.knobs} for row in rows}))
+    else:
+        console.print(knobs_table(rows))
 
 
 DEFINITIONS_DIR = Path(__file__).resolve().parent.parent / "definitions"

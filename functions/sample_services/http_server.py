@@ -7,6 +7,7 @@ method      path            what
 ==========  ==============  =======================================================================
 ``POST``    ``/{action}``   the wire contract of ``travel_services`` (``TravelService.handle``)
 ``GET``     ``/_ledger``    ``TravelService.snapshot()``: knobs, effects, compensations, stats
+``GET``     ``/_faults``    the ``FaultKnobs`` in force
 ``PUT``     ``/_faults``    partial ``FaultKnobs`` update; answers the knobs in force (400 if invalid)
 ``POST``    ``/_outage``    ``{"seconds": N}``: outage ``[now, now + N)``; answers the knobs in force
 ==========  ==============  =======================================================================
@@ -84,6 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self._path() == "_ledger":
             self._send(200, self.server.service.snapshot())
+        elif self._path() == "_faults":
+            self._send(200, self.server.service.knobs.model_dump())
         else:
             self._not_allowed("GET")
 

@@ -96,15 +96,27 @@ def test_up_serves_until_interrupted(mini_template: Path, tmp_path: Path) -> Non
         assert any("ready" in line for line in output), "".join(output)
         api_url = next(line.split()[-1] for line in output if line.startswith("HTTP API"))
 
-        # Then its HTTP API answers, and the table and curl examples were printed
+        # Then the URL and the next commands come first, and the resources table only on --verbose
+        text = "".join(output)
+        assert output[0].startswith("HTTP API") and output[2].startswith("next")
+        assert f"sasflow --url {api_url} list" in output[3] + output[4]
+        assert "created in moto" not in text and "curl -sS" not in text
+        assert "--verbose also prints the" in text
+
+        # And a second `up` in the same checkout refuses at once, naming the first
+        second = subprocess.run(
+            [sys.executable, "-m", "devstack", "up", "--port", "0", "--template", str(mini_template)],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"another `make up` is running in this checkout (pid {process.pid}, API {api_url}" in second.stdout
+
+        # And its HTTP API answers
         with urllib.request.urlopen(f"{api_url}/nowhere-{os.getpid()}", timeout=10) as response:
             pytest.fail(f"expected 404, got {response.status}")
     except urllib.error.HTTPError as error:
         assert error.code == 404
         assert json.loads(error.read()) == {"message": "Not Found"}
-        text = "".join(output)
-        assert "created in moto" in text and "emulated in-process" in text
-        assert f"curl -sS -X POST {api_url}/items" in text
     finally:
         # And Ctrl-C stops it cleanly
         process.send_signal(signal.SIGINT)
@@ -114,3 +126,14 @@ def test_up_serves_until_interrupted(mini_template: Path, tmp_path: Path) -> Non
         output.append(lines.get())
     assert code == 0, "".join(output)
     assert output[-1].strip() == "stopped"
+
+
+def test_up_serves_the_sample_services_unless_the_template_cannot_or_the_caller_named_services(
+    mini_template: Path,
+) -> None:
+    real = Stack.from_file(REPO_ROOT / "template.yaml")
+    assert devstack.cli._serves_sample_services(real, {})
+    assert devstack.cli._serves_sample_services(real, {"LogLevel": "DEBUG"})
+    assert not devstack.cli._serves_sample_services(real, {"FlightsBaseUrl": "http://127.0.0.1:9"})
+    assert not devstack.cli._serves_sample_services(real, {"DeploySampleServices": "true"})
+    assert not devstack.cli._serves_sample_services(Stack.from_file(mini_template), {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,9 @@ def handler(event, context):
         time.sleep(event["sleep"])
     if event.get("started"):
         pathlib.Path(event["started"]).touch()
+    if event.get("allocate_mb"):
+        held = b"x" * (event["allocate_mb"] << 20)  # written, so every page is resident
+        del held
     if event.get("rendezvous"):
         # Meet the other invocations: each leaves a file named by its pid and waits until all have arrived.
         folder = pathlib.Path(event["rendezvous"])
@@ -131,6 +135,31 @@ def test_functions_sharing_a_module_keep_their_own_environment_and_state(
     assert f"START RequestId: {first.request_id} Version: $LATEST" in log
     assert f"REPORT RequestId: {first.request_id}\tDuration: " in log
     assert "handled 3" in (logs / "HotelsFn.log").read_text()
+
+
+def _max_memory_used_mb(log: str, request_id: str) -> int:
+    report = next(line for line in log.splitlines() if line.startswith(f"REPORT RequestId: {request_id}\t"))
+    return int(re.search(r"\tMax Memory Used: (\d+) MB", report).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the per-invocation peak needs Linux's /proc")
+def test_max_memory_used_is_each_invocations_own_peak_not_the_workers(
+    write_handler: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    # Given one execution environment (one worker)
+    code = write_handler("shared_agent", SHARED_MODULE)
+    with FunctionPool(_spec(code, "Fn", "a"), log_dir=tmp_path, max_workers=1) as pool:
+        # When a warm invocation allocates 96 MB, and the next one allocates nothing
+        cold = pool.invoke({"n": 1})
+        big = pool.invoke({"allocate_mb": 96})
+        small = pool.invoke({"n": 3})
+    log = (tmp_path / "Fn.log").read_text()
+    cold_mb, big_mb, small_mb = (_max_memory_used_mb(log, r.request_id) for r in (cold, big, small))
+    # Then each REPORT gives that invocation's own peak: the 96 MB show in the big one only, and the small one is
+    # back at the worker's resident size (a worker's high-water mark would have kept the 96 MB, and more)
+    assert big_mb - small_mb >= 90
+    assert abs(small_mb - cold_mb) < 20
+    assert small_mb < 256  # the worker's interpreter and handler, within its MemorySize
 
 
 def test_a_raising_handler_is_an_error_result_and_the_worker_keeps_running(

@@ -133,6 +133,8 @@ def test_put_faults_updates_part_of_the_knobs_and_refuses_bad_ones(flights: Runn
     assert (bad[0], bad[1]["error"], not_object[0]) == (400, "BAD_REQUEST", 400)
     assert flights.service.knobs == FaultKnobs(rejection_rate=1.0, latency_ms=5)
     assert rejected == (409, {"error": "NO_SEATS", "message": "flights refused reserve"})
+    # And GET /_faults reads the knobs in force
+    assert http("GET", f"{flights.base_url}/_faults") == (200, knobs)
 
 
 def test_post_outage_refuses_actions_until_the_window_ends(flights: RunningServer, clock: FakeClock, uid: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -159,3 +160,37 @@ def test_when_a_workflow_group_fails_every_record_of_it_fails_and_the_others_do_
         {"Records": records}, ReplyGroups(apply, records).handle, OutboxBatchProcessor(InMemoryBus)
     )
     assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == ["1a", "1b"]
+
+
+def test_a_poison_record_logs_one_line_with_its_message_id_receive_count_and_reason(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a batch with a well-formed reply and a poison body received for the third time
+    bus = InMemoryBus()
+    poison = sqs_record("poison-3", '{"kind":"step.reply","secret":"card-4111"}')
+    poison["attributes"]["ApproximateReceiveCount"] = "3"
+    # When it is processed
+    with caplog.at_level(logging.WARNING, logger="sasflow.batch"):
+        response = process_partial_response(
+            {"Records": [sqs_record("fine", VALID), poison]}, handle, OutboxBatchProcessor(lambda: bus)
+        )
+    # Then the poison record fails alone, with one line that says which message, how often and why
+    assert response["batchItemFailures"] == [{"itemIdentifier": "poison-3"}]
+    lines = [r for r in caplog.records if r.getMessage() == "batch item failed"]
+    assert [(r.message_id, r.receive_count, r.permanent) for r in lines] == [("poison-3", 3, True)]  # type: ignore[attr-defined]
+    assert lines[0].reason == (  # type: ignore[attr-defined]
+        "MalformedMessageError: StepReply workflow_id: Field required; step: Field required; phase: Field required"
+    )
+    assert "card-4111" not in caplog.text  # the body is never logged
+
+
+def test_a_record_whose_messages_could_not_be_sent_logs_a_failure_that_is_not_permanent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bus = InMemoryBus(fail_next=1)
+    with caplog.at_level(logging.WARNING, logger="sasflow.batch"):
+        process_partial_response({"Records": [sqs_record("unsent", VALID)]}, handle, OutboxBatchProcessor(lambda: bus))
+    lines = [r for r in caplog.records if r.getMessage() == "batch item failed"]
+    assert [(r.message_id, r.receive_count, r.permanent, r.reason) for r in lines] == [  # type: ignore[attr-defined]
+        ("unsent", 1, False, "its messages could not be sent")
+    ]

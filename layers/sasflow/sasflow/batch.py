@@ -10,10 +10,17 @@ With ``reserve_seconds`` the processor stops starting records once the invocatio
 the Lambda context): the records not started become batch-item failures, so SQS delivers them again to a fresh
 invocation, instead of the whole batch timing out and coming back after the visibility timeout (Lambda developer
 guide, "Handling errors for an SQS event source": a timed-out invocation fails the whole batch).
+
+Every batch-item failure writes one WARNING line, ``batch item failed``, with the queue's ``message_id``, its
+``receive_count`` (SQS ``ApproximateReceiveCount``), ``reason`` (the error's class and message) and ``permanent``
+(a malformed message, or any ``PermanentError``: it will fail again on every receive until the redrive policy moves
+it to the dead-letter queue). Without it a poison message travels to its dead-letter queue in silence, which takes
+``maxReceiveCount`` x ``VisibilityTimeout`` (5 x 180 s = 15 minutes with template.yaml's queues).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,10 +28,15 @@ from typing import Any
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.batch.base import FailureResponse, SuccessResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from pydantic import ValidationError
 
-from .errors import MalformedMessageError
+from .errors import MalformedMessageError, PermanentError
 from .messages import StepReply, decode_reply
 from .ports import MessageBus, Outgoing
+
+logger = logging.getLogger("sasflow.batch")
+#: Longest ``reason`` a failure line carries (characters): an error may quote a large body, which is never logged.
+MAX_REASON_CHARS = 512
 
 
 class OutboxBatchProcessor(BatchProcessor):
@@ -63,6 +75,12 @@ class OutboxBatchProcessor(BatchProcessor):
             self._outbox.append((record, message))
         return super().success_handler(record, result)
 
+    def failure_handler(self, record: Any, exception: Any) -> FailureResponse:
+        """Count ``record`` as a batch-item failure and log it (see the module docstring for the line's keys)."""
+        error = exception[1]
+        log_failure(record, failure_reason(error), permanent=isinstance(error, PermanentError))
+        return super().failure_handler(record, exception)
+
     def _clean(self) -> None:
         if self._outbox:
             failed = self._bus().send([message for _, message in self._outbox])
@@ -73,12 +91,44 @@ class OutboxBatchProcessor(BatchProcessor):
         for record in list(self.success_messages):
             # powertools keeps the raw record dicts here and reports failures from data classes
             if _message_id(record) in message_ids:
+                log_failure(record, "its messages could not be sent", permanent=False)
                 self.success_messages.remove(record)
                 self.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)
 
 
 class OutOfTimeError(Exception):
     """A record was not started because the invocation is about to time out; SQS delivers it again."""
+
+
+def failure_reason(error: BaseException | None) -> str:
+    """The error's class and message; for a body that failed validation, where and why, never the body itself."""
+    cause = getattr(error, "__cause__", None)
+    if isinstance(cause, ValidationError):
+        where = "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}"
+            for item in cause.errors(include_url=False, include_input=False)[:3]
+        )
+        return f"{type(error).__name__}: {cause.title} {where}"
+    return f"{type(error).__name__}: {error}"
+
+
+def log_failure(record: Any, reason: str, *, permanent: bool) -> None:
+    """Write the ``batch item failed`` line of ``record`` (an SQS record dict or ``SQSRecord``)."""
+    raw = record.raw_event if isinstance(record, SQSRecord) else record
+    attributes = raw.get("attributes") if isinstance(raw, dict) else None
+    try:
+        receive_count = int((attributes or {}).get("ApproximateReceiveCount", 0))
+    except (TypeError, ValueError):
+        receive_count = 0
+    logger.warning(
+        "batch item failed",
+        extra={
+            "message_id": _message_id(record),
+            "receive_count": receive_count,
+            "reason": reason[:MAX_REASON_CHARS],
+            "permanent": permanent,
+        },
+    )
 
 
 def _message_id(record: Any) -> str | None:

@@ -1,0 +1,139 @@
+"""devstack.faults and ``python -m devstack faults``: the sample services' knobs of a running `make up`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import devstack.cli
+from devstack.cli import app
+from devstack.demo import sample_services_importable
+from devstack.faults import KnobChanges, ServiceKnobs, apply, knobs_table, parse_duration
+from devstack.uplock import DEFAULT_LOCK_PATH, UpLock
+
+sample_services_importable()
+from http_server import RunningServer, serve_all  # noqa: E402
+from travel_services import FaultKnobs  # noqa: E402
+
+#: The services' clock stands still at this epoch (seconds), so an outage window has known ends.
+NOW = 1_796_000_000.0
+
+
+class StillClock:
+    def now(self) -> float:
+        return NOW
+
+    def sleep(self, seconds: float) -> None:
+        raise AssertionError("nothing sleeps in these tests")
+
+
+@pytest.fixture
+def servers() -> Iterator[dict[str, RunningServer]]:
+    running = serve_all(rng_seed=3, clock=StillClock())
+    yield running
+    for server in running.values():
+        server.stop()
+
+
+@pytest.fixture
+def up(servers: dict[str, RunningServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[UpLock]:
+    """A `make up` of a checkout in tmp_path, as far as the faults command sees one: its lock with its services."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devstack.cli, "console", Console(width=200))
+    with UpLock(DEFAULT_LOCK_PATH) as lock:
+        lock.publish(api_url="http://127.0.0.1:1", services={n: s.base_url for n, s in servers.items()})
+        yield lock
+
+
+def faults(*args: str) -> Any:
+    return CliRunner().invoke(app, ["faults", *args], env={"COLUMNS": "200"})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("60s", 60.0), ("60", 60.0), ("2m", 120.0), ("500ms", 0.5), ("1h", 3600.0), ("0", 0.0)]
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "-5s", "2d", "s", "1 minute"])
+def test_parse_duration_refuses_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration(text)
+
+
+def test_faults_sets_an_outage_and_an_error_rate_on_one_service_and_shows_all(
+    up: UpLock, servers: dict[str, RunningServer]
+) -> None:
+    # Given a running `make up` whose services have no faults
+    # When flights gets a 60-second outage and a 20 % error rate from another terminal
+    result = faults("flights", "--outage", "60s", "--error-rate", "0.2", "--latency", "250ms")
+    # Then flights has them, in force at once, and the other services are untouched
+    assert result.exit_code == 0, result.output
+    assert servers["flights"].service.knobs == FaultKnobs(
+        transient_error_rate=0.2, latency_ms=250.0, outage_start=NOW, outage_end=NOW + 60
+    )
+    assert servers["hotels"].service.knobs == FaultKnobs() == servers["payments"].service.knobs
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 6}
+    assert set(rows) == {"flights", "hotels", "payments"}
+    assert "20%" in rows["flights"] and "250ms" in rows["flights"]
+    # And the JSON view reads the same knobs back
+    shown = json.loads(faults("--json").output)
+    assert shown["flights"]["outage_end"] == NOW + 60 and shown["hotels"]["transient_error_rate"] == 0.0
+
+
+def test_faults_reset_puts_every_service_back_to_no_faults(up: UpLock, servers: dict[str, RunningServer]) -> None:
+    # Given faults on two services
+    servers["hotels"].service.update_knobs({"hang_rate": 0.5, "hang_seconds": 45})
+    servers["payments"].service.start_outage(300)
+    # When every service is reset
+    result = faults("--reset")
+    # Then none has a fault left
+    assert result.exit_code == 0, result.output
+    assert [server.service.knobs for server in servers.values()] == [FaultKnobs()] * 3
+
+
+def test_an_outage_of_zero_ends_the_outage_in_force(up: UpLock, servers: dict[str, RunningServer]) -> None:
+    servers["flights"].service.start_outage(600)
+    assert faults("flights", "--outage", "0").exit_code == 0
+    assert not servers["flights"].service.knobs.in_outage(NOW)
+
+
+def test_a_refused_value_is_an_error_that_names_the_service_and_changes_nothing(
+    up: UpLock, servers: dict[str, RunningServer]
+) -> None:
+    result = faults("flights", "--latency", "2m")  # above the knob's 60,000 ms
+    assert result.exit_code == 1
+    assert "/_faults: 400" in result.output and "latency_ms" in result.output
+    assert servers["flights"].service.knobs == FaultKnobs()
+
+
+def test_faults_without_a_running_make_up_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(devstack.cli, "console", Console(width=200))
+    result = faults()
+    assert result.exit_code == 1
+    assert "no `make up` is running in this checkout" in result.output
+
+
+def test_the_table_gives_the_outage_its_end_and_time_left() -> None:
+    knobs = FaultKnobs(outage_start=NOW, outage_end=NOW + 60, hang_rate=0.1, hang_seconds=45).model_dump()
+    console = Console(width=80, record=True)
+    console.print(knobs_table([ServiceKnobs("flights", "http://127.0.0.1:1", knobs)], now=NOW + 15))
+    text = console.export_text()
+    assert "until 00:54:20Z (45s)" in text and "10% x 45s" in text
+
+
+def test_apply_resets_before_it_sets_so_reset_and_outage_leave_only_the_outage(
+    servers: dict[str, RunningServer],
+) -> None:
+    servers["hotels"].service.update_knobs({"rejection_rate": 1.0})
+    [row] = apply({"hotels": servers["hotels"].base_url}, KnobChanges(outage_seconds=30, reset=True))
+    assert servers["hotels"].service.knobs == FaultKnobs(outage_start=NOW, outage_end=NOW + 30)
+    assert row.knobs == servers["hotels"].service.knobs.model_dump()
