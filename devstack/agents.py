@@ -418,7 +418,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
             f"{p}DeadLetterAlarm",
             f"Step requests wait in {p}DeadLetterQueue. List them: sasflow --stack ${{AWS::StackName}} dlq list "
             f"{p}DeadLetterQueue; once the cause is fixed, move them back: sasflow --stack ${{AWS::StackName}} dlq "
-            f"redrive {p}DeadLetterQueue (README, Operate it).",
+            f"redrive {p}DeadLetterQueue --reason WHY (README, Operate it).",
             "AWS/SQS",
             "ApproximateNumberOfMessagesVisible",
             "QueueName",

@@ -336,3 +336,4 @@ def test_every_alarm_about_workflows_or_dead_letters_names_the_cli_command_that_
     for logical_id, alarm in alarms.items():
         if alarm["Namespace"] == "AWS/SQS":
             assert "dlq redrive" in json.dumps(alarm["AlarmDescription"]), logical_id
+            assert "--reason WHY" in json.dumps(alarm["AlarmDescription"]), logical_id
