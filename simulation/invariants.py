@@ -443,15 +443,23 @@ OUTAGE_BREAKER_SECONDS = 60
 
 
 def _in_outage(sim: Simulation, snapshot: Snapshot, step: str, attempt: int) -> bool:
-    """Whether forward ``attempt`` of ``step`` was dispatched while its service was down (or its circuit still open
-    after it): an attempt that made no call, only deferrals by the open circuit until their budget ran out, met the
-    outage injected into its service (a 15-minute outage outlasts a forward action's deferral budget)."""
+    """Whether forward ``attempt`` of ``step`` ended deferred by its agent's open circuit while its service was down
+    (or just after, while the circuit stayed open): such an attempt made no call, its deferrals ran out of their
+    budget, and it met the outage injected into its service (a 15-minute outage outlasts a forward action's deferral
+    budget). An attempt that failed in any other way during an outage is not explained by it."""
     kind = snapshot.workflow.definition.step(step)
     remote = sim.remotes.get(getattr(kind, "agent", ""))
     if remote is None:
         return False
-    times = [e.time for e in events_of(snapshot) if e.step == step and e.phase == "action" and e.attempt == attempt]
-    return any(start - 1 <= t <= end + OUTAGE_BREAKER_SECONDS for t in times for start, end in remote.outages)
+    replies = [
+        e
+        for e in events_of(snapshot)
+        if e.kind == "reply_applied" and e.step == step and e.phase == "action" and e.attempt == attempt
+    ]
+    if not replies or replies[-1].outcome != "deferred":
+        return False
+    last = replies[-1].time
+    return any(start - 1 <= last <= end + OUTAGE_BREAKER_SECONDS for start, end in remote.outages)
 
 
 def _effect_of(effects: dict[str, Any], workflow_id: str, step: Any, snapshot: Snapshot) -> Any:
