@@ -49,7 +49,8 @@
     stored parent's map step, which started it). A COMPLETED map step counts its children as they ended (succeeded
     = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
     unwound parent (COMPENSATED, CANCELLED) no child is left COMPLETED: each unwound with it (children are
-    workflows, so invariants 2 to 16 hold for each of them too).
+    workflows, so invariants 2 to 16 hold for each of them too). A child has no TTL while its parent may still
+    compensate it (the parent is not terminal), and its parent's ``expires_at`` once the parent is terminal.
 18. Claim-checked payloads: no payload object is missing while its workflow may still read it. Every read of one
     that found no object is a violation as it happens (``Simulation.payload_missing``); at the end every reference
     a workflow's item holds (its input, its steps' outputs) names an object of the payload bucket whose bytes match
@@ -277,6 +278,14 @@ def _map_violations(snapshots: dict[str, Snapshot]) -> list[Violation]:
                     if child.workflow.status.value not in TERMINAL:
                         detail = f"{step.name}[{index}] is {child.workflow.status.value}"
                         violations.append(Violation("child not terminal under a terminal parent", workflow_id, detail))
+                    elif child.workflow.expires_at != snapshot.workflow.expires_at:
+                        detail = f"{step.name}[{index}] expires at {child.workflow.expires_at}"
+                        violations.append(Violation("child's retention is not its parent's", workflow_id, detail))
+            else:
+                for index, child in sorted(kids.items()):
+                    if child.workflow.expires_at is not None:
+                        detail = f"{step.name}[{index}] expires at {child.workflow.expires_at}"
+                        violations.append(Violation("child may expire before its parent ends", workflow_id, detail))
             if record is None:
                 continue
             skipped = any(

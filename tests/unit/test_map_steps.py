@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,8 +13,9 @@ from sasflow.definition import parse_definition
 from sasflow.errors import InvalidDefinitionError
 from sasflow.fanout import MapProgress, child_id
 from sasflow.messages import decode_reply
+from sasflow.scheduler import workflow_id_for
 from sasflow.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
-from tests.support.pipeline import OWNER, REPLIES, Pipeline
+from tests.support.pipeline import ID_SECRET, OWNER, REPLIES, Pipeline
 
 CHILD = {
     "name": "charge-one",
@@ -230,3 +233,127 @@ def test_a_claim_checked_list_of_items_is_read_from_its_object_and_large_items_a
     assert "$claim_check" in big.workflow.input and big.workflow.claim_checked  # an item over the threshold
     assert p.snapshot(child_id(wid, 1, 3)).workflow.input == {"item": orders[3], "index": 3}
     assert set(p.payloads.tags.values()) == {"terminal"}  # every object expires with its workflow
+
+
+def expire(p: Pipeline) -> list[str]:
+    """What DynamoDB's TTL and the bucket's lifecycle rule do at the injected clock's time: delete every workflow
+    whose ``expires_at`` has passed, and its objects tagged terminal; return the ids deleted."""
+    now = int(p.clock.now())
+    gone = [w for w, s in p.store.workflows.items() if (s.workflow.expires_at or now + 1) <= now]
+    for workflow_id in gone:
+        del p.store.workflows[workflow_id]
+        for key in p.payloads.keys(f"{workflow_id}/"):
+            if p.payloads.tags[key] == "terminal":
+                p.payloads.delete(key)
+    return gone
+
+
+def test_a_parent_held_past_the_retention_still_compensates_its_children_which_then_expire_with_it() -> None:
+    # Regression: a child got its TTL (and its objects the terminal tag) when it ended, so under a parent held
+    # longer than TerminalRetentionDays the operator's compensate found the completed children gone and ended
+    # COMPENSATION_FAILED (CHILD_COMPENSATION_FAILED) with every charge still in place.
+    # Given a parent whose three children completed (one input claim-checked) and which is then HELD at its last step
+    p = Pipeline(claim_check_threshold=1_024)
+    p.services["hotels"].script["book"] = ["reject"]
+    orders = [{"sku": "s0", "note": "n" * 1_200}, {"sku": "s1"}, {"sku": "s2"}]
+    wid = p.start({**fan_out(), "on_failure": "hold"}, {"orders": orders})
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+    kids = children(p, wid, 3)
+    assert {c.workflow.status for c in kids} == {WorkflowStatus.COMPLETED}
+    child_keys = p.payloads.keys(f"{child_id(wid, 1, 0)}/")
+    # When the parent stays held past the retention (30 days), then an operator compensates it
+    p.clock.advance(31 * 86_400)
+    expired = expire(p)
+    p.scheduler.operate(wid, "compensate", principal="ops", reason="give up", action_id="a-1")
+    p.settle(wid)
+    # Then every child is compensated (each charge refunded) and the parent ends COMPENSATED
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED, snapshot.steps["charge_all"].comp_error
+    assert snapshot.steps["charge_all"].status is StepStatus.COMPENSATED
+    assert {c.workflow.status for c in children(p, wid, 3)} == {WorkflowStatus.COMPENSATED}
+    assert p.services["payments"].actions().count("refund") == 3
+    # (nothing had expired while the parent was held: the children had no TTL and their objects stayed live)
+    assert expired == []
+    assert child_keys and {c.workflow.expires_at for c in kids} == {None}
+    assert {p.payloads.tags[k] for k in child_keys} == {"terminal"}  # re-stamped when the parent ended
+    # And the children's retention is the parent's, their objects expire with it, and all go together
+    expires_at = snapshot.workflow.expires_at
+    assert expires_at == int(p.clock.now()) + 30 * 86_400
+    assert {c.workflow.expires_at for c in children(p, wid, 3)} == {expires_at}
+    assert {p.payloads.tags[k] for k in p.payloads.keys(f"{child_id(wid, 1, 0)}/")} == {"terminal"}
+    p.clock.advance(30 * 86_400)
+    assert sorted(expire(p)) == sorted([wid, *(child_id(wid, 1, i) for i in range(3))])
+    assert p.payloads.objects == {}
+
+
+def test_a_child_that_ends_after_its_parent_takes_the_parents_retention() -> None:
+    # Given a parent that has ended while one of its children had not (its report lost, the parent skipped on)
+    p = Pipeline()
+    wid = p.start(fan_out(max_concurrency=2), {"orders": [1, 2]})
+    p.pump()
+    parent = p.snapshot(wid)
+    assert parent.workflow.status is WorkflowStatus.COMPLETED
+    child = p.snapshot(child_id(wid, 1, 0))
+    # (a child that ended under a parent still running keeps no TTL; rewind it to that moment)
+    p.store.workflows[child.workflow.workflow_id] = child.with_workflow(child.workflow.evolve(expires_at=None))
+    # When a message of the ended child comes again (a redelivery: nothing to write)
+    p.scheduler.on_overdue(child.workflow.workflow_id)
+    # Then it takes its parent's retention
+    assert p.snapshot(child_id(wid, 1, 0)).workflow.expires_at == parent.workflow.expires_at
+
+
+def squat(p: Pipeline, workflow_id: str, status: WorkflowStatus) -> Any:
+    """Store a workflow of its own (no parent) under ``workflow_id``, as if its id collided with a child's."""
+    stranger = p.snapshot(p.start(send=False))
+    squatter = replace(stranger, workflow=stranger.workflow.evolve(workflow_id=workflow_id, status=status))
+    p.store.workflows[workflow_id] = squatter
+    return squatter
+
+
+def test_a_child_id_held_by_another_workflow_fails_the_map_step_and_leaves_that_workflow_alone() -> None:
+    # Regression: a start found the stranger under the child's id and waited for its report, which never came.
+    # Given a workflow RUNNING under the id child 1 of the map step will have
+    p = Pipeline()
+    key = f"k-{uuid.uuid4()}"
+    wid = workflow_id_for(OWNER, key, lambda: ID_SECRET)
+    stranger = squat(p, child_id(wid, 1, 1), WorkflowStatus.RUNNING)
+    # When the parent runs its map over three orders
+    assert p.start(fan_out(max_concurrency=3), {"orders": [1, 2, 3]}, key=key) == wid
+    p.settle(wid)
+    # Then the map step fails with the reason, the children that ran are refunded, and the parent ends
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    record = snapshot.steps["charge_all"]
+    assert record.error is not None and record.error["code"] == "MAP_CHILD_ID_TAKEN"
+    assert child_id(wid, 1, 1) in record.error["message"]
+    assert record.status is StepStatus.COMPENSATED
+    kids = children(p, wid, 3)
+    assert {kids[0].workflow.status, kids[2].workflow.status} <= {WorkflowStatus.CANCELLED, WorkflowStatus.COMPENSATED}
+    actions = p.services["payments"].actions()
+    assert actions.count("refund") == actions.count("charge")  # whatever a child charged was refunded
+    # And the stranger is as it was
+    assert p.snapshot(child_id(wid, 1, 1)) == stranger
+    assert p.metrics["MapChildIdsTaken"] >= 2  # refused at its start, and left alone by the unwind
+
+
+def test_a_cancel_of_a_parent_whose_child_id_is_held_by_another_workflow_ends_cancelled() -> None:
+    # Regression: the stranger, COMPLETED, was taken for the child: the parent's cancel compensated it, and its
+    # report never reached the parent, which stayed CANCELLING for ever.
+    # Given a COMPLETED workflow under the id of child 0, and the parent's map step starting its children
+    p = Pipeline()
+    key = f"k-{uuid.uuid4()}"
+    wid = workflow_id_for(OWNER, key, lambda: ID_SECRET)
+    stranger = squat(p, child_id(wid, 1, 0), WorkflowStatus.COMPLETED)
+    p.start(fan_out(max_concurrency=2), {"orders": [1, 2]}, key=key)
+    p.run_agent("flights")
+    p.run_scheduler()
+    p.run_scheduler()  # the tick starts children 0 (refused: taken) and 1
+    # When the client cancels the parent
+    p.scheduler.cancel(wid, owner=OWNER)
+    p.settle(wid)
+    # Then the parent ends CANCELLED, child 1 cancelled with it, and the stranger is left as it was
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.CANCELLED
+    assert p.snapshot(child_id(wid, 1, 1)).workflow.status is WorkflowStatus.CANCELLED
+    assert p.snapshot(child_id(wid, 1, 0)) == stranger
+    assert p.metrics["ChildRetentionFailures"] == 0  # the parent's end gave its own children their retention only

@@ -37,13 +37,14 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .fanout import ChildCommand, child_id
-from .messages import StepReply, canonical_hash
+from .messages import StepError, StepReply, canonical_hash, encode
 from .ports import Counter, Outgoing, StateStore, no_metrics
 from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
 from .settings import EngineConfig
-from .states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from .states import TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 from .transitions import MIN_DEFERRAL_SECONDS, Transition, backoff_seconds
 from .transitions.base import child_report
+from .transitions.mapping import MAP_CHILD_ID_TAKEN
 
 __all__ = [
     "MIN_DEFERRAL_SECONDS",
@@ -514,6 +515,7 @@ class SchedulerService:
                     consistent = True
                     continue
                 self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
+                self._settle_retention(base, base)
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
                 return base, []
             try:
@@ -534,6 +536,7 @@ class SchedulerService:
                 oversized = True
                 continue
             self._settle_payloads(base, stored, transition)
+            self._settle_retention(base, stored)
             transition.emit_metrics()
             log_moves(base, stored)
             return stored, transition.messages + self._run_children(stored, transition.children)
@@ -610,6 +613,13 @@ class SchedulerService:
                 transition.emit_metrics()
                 log_moves(None, stored)
                 return transition.messages
+        if existing is not None and not is_child_of(existing, command):
+            logger.warning(
+                "map step child id taken by another workflow",
+                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
+            )
+            self.metrics("MapChildIdsTaken")
+            return [child_id_taken(self.config.response_queue_url, command)]
         if existing is not None and existing.workflow.status in TERMINAL_WORKFLOW:
             return [child_report(self.config.response_queue_url, command.parent, existing.workflow.status.value)]
         return []
@@ -634,6 +644,16 @@ class SchedulerService:
             except ConditionFailedError:
                 return self._unwind_child(parent, command)  # it started meanwhile: unwind it as it is
             return transition.messages
+        if not is_child_of(child, command):
+            # Another workflow holds the id, so no child of ours ever ran under it (a start is a conditional create),
+            # unless ours reported and is gone: the stranger is never cancelled or compensated by this parent.
+            logger.warning(
+                "map step child id taken by another workflow",
+                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
+            )
+            self.metrics("MapChildIdsTaken")
+            status = WorkflowStatus.COMPENSATION_FAILED if command.reported else WorkflowStatus.CANCELLED
+            return [child_report(self.config.response_queue_url, command.parent, status.value)]
         if child.workflow.status in TERMINAL_WORKFLOW and child.workflow.status is not WorkflowStatus.COMPLETED:
             return [child_report(self.config.response_queue_url, command.parent, child.workflow.status.value)]
         _, messages = self._update(command.child_id, lambda transition: transition.unwind_by_parent())
@@ -670,20 +690,107 @@ class SchedulerService:
         workflow_id = stored.workflow.workflow_id
         was_terminal = base is not None and base.workflow.status in TERMINAL_WORKFLOW
         is_terminal = stored.workflow.status in TERMINAL_WORKFLOW
+        # An ended child of a parent that may still compensate it has no TTL yet: its objects stay live until its
+        # parent ends (``_settle_retention``).
+        retained = is_terminal and stored.workflow.expires_at is not None
         try:
-            if was_terminal != is_terminal and uses_claim_check(stored):
-                claims.settle(workflow_id, TERMINAL if is_terminal else LIVE)
-            elif is_terminal and base is stored and uses_claim_check(stored):
+            if was_terminal != is_terminal and uses_claim_check(stored) and (retained or was_terminal):
+                claims.settle(workflow_id, TERMINAL if retained else LIVE)
+            elif retained and base is stored and uses_claim_check(stored):
                 # A message of an ended workflow came again (nothing to write): the invocation that ended it may have
                 # crashed after its write and before the re-stamp, which is why the message came back. Re-stamping
                 # is idempotent, so do it again (found by the simulation: an object left live for ever).
                 claims.settle(workflow_id, TERMINAL)
-            elif is_terminal:
+            elif retained:
                 for key in transition.late_objects:
                     claims.store.restamp(key, TERMINAL)
         except Exception:  # the write is stored: a failed re-stamp only keeps objects longer
             logger.exception("claim-checked objects not re-stamped", extra={"workflow_id": workflow_id})
             self.metrics("ClaimCheckRestampFailures")
+
+    def _settle_retention(self, base: Snapshot, stored: Snapshot) -> None:
+        """After a write: start the retention of a map step's children when their parent ended, and stop it when an
+        operator takes the parent out of its end.
+
+        A child is compensated by its parent's unwind, which an operator may start while the parent is HELD (or
+        resume from COMPENSATION_FAILED), so an ended child has no TTL, and its objects stay live, until its parent
+        ends; then it gets the parent's ``expires_at`` and its objects are re-stamped terminal, so both go with the
+        parent. A child that ends after its parent (or once the parent is gone) takes its retention at once. A
+        failure is logged and counted (``ChildRetentionFailures``): the children are then kept longer, never expired
+        early, and a message of the ended parent that comes again (nothing to write) does it again.
+        """
+        workflow = stored.workflow
+        is_terminal = workflow.status in TERMINAL_WORKFLOW
+        was_terminal = base.workflow.status in TERMINAL_WORKFLOW
+        ended = is_terminal and (not was_terminal or base is stored)
+        try:
+            if workflow.parent is not None:
+                if ended and workflow.expires_at is None:
+                    parent = self.store.load(workflow.parent.workflow_id)
+                    if parent is None or parent.workflow.status in TERMINAL_WORKFLOW:
+                        now = epoch_seconds(self.clock)
+                        expires_at = now + self.config.terminal_retention_days * 86_400
+                        if parent is not None and parent.workflow.expires_at is not None:
+                            expires_at = parent.workflow.expires_at
+                        self._retain_child(stored, expires_at, force=True)
+            elif ended:
+                self._retain_children(stored, workflow.expires_at, force=base is stored)
+            elif was_terminal and not is_terminal:
+                self._retain_children(stored, None, force=False)
+        except Exception:  # the parent's write is stored: a child without its retention is only kept longer
+            logger.exception("map step children's retention not set", extra={"workflow_id": workflow.workflow_id})
+            self.metrics("ChildRetentionFailures")
+
+    def _retain_children(self, parent: Snapshot, expires_at: int | None, *, force: bool) -> None:
+        """Give every ended child of ``parent``'s map steps ``expires_at`` (None: kept) and re-stamp its objects.
+
+        One BatchGetItem per 100 children, then one conditional write per child whose TTL changes (a child that has
+        not ended is left alone: it takes its retention when it ends). ``force`` re-stamps the objects of children
+        whose TTL is already right (a repeat after a crash between the two).
+        """
+        definition = parent.workflow.definition
+        ids = [
+            child_id(parent.workflow.workflow_id, definition.order.index(step.name), index)
+            for step in definition.steps
+            if isinstance(step, MapStep)
+            for record in [parent.steps.get(step.name)]
+            if record is not None and record.map is not None
+            for index in range(record.map.launched)
+        ]
+        if not ids:
+            return
+        parent_id = parent.workflow.workflow_id
+        for child in self.store.load_many(ids).values():
+            ref = child.workflow.parent
+            if ref is not None and ref.workflow_id == parent_id:  # never a stranger holding a child's id
+                self._retain_child(child, expires_at, force=force)
+
+    def _retain_child(self, child: Snapshot, expires_at: int | None, *, force: bool) -> None:
+        """Store ``expires_at`` on ended child ``child`` (a conditional write; a lost race reads it again) and
+        re-stamp its objects to match, when it changed or ``force``."""
+        workflow_id = child.workflow.workflow_id
+        changed = False
+        current: Snapshot | None = child
+        for _ in range(MAX_ATTEMPTS):
+            if current is None or current.workflow.status not in TERMINAL_WORKFLOW:
+                return
+            now = epoch_seconds(self.clock)
+            transition = Transition(self.config, self.rng, self.metrics, current, now, claims=self.claims)
+            transition.retain(expires_at)
+            if transition.snapshot is current:
+                break
+            try:
+                current = self.store.save(self._keyed(current, transition.snapshot, now), expect=current)
+            except ConditionFailedError:
+                current = self.store.load(workflow_id)
+                continue
+            changed = True
+            self.metrics("ChildRetentionsSet")
+            break
+        else:
+            raise ContentionError(workflow_id, MAX_ATTEMPTS)
+        if self.claims is not None and (changed or force) and current is not None and uses_claim_check(current):
+            self.claims.settle(workflow_id, TERMINAL if expires_at is not None else LIVE)
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
         """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""
@@ -691,6 +798,37 @@ class SchedulerService:
         return snapshot.with_index_key(
             index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
         )
+
+
+def is_child_of(snapshot: Snapshot, command: ChildCommand) -> bool:
+    """Whether ``snapshot`` is the child ``command`` names: started by the same map step of the same workflow for
+    the same item (any attempt of the step: an operator's retry of it finds the children started before)."""
+    parent, ref = snapshot.workflow.parent, command.parent
+    return parent is not None and (parent.workflow_id, parent.step, parent.index) == (
+        ref.workflow_id,
+        ref.step,
+        ref.index,
+    )
+
+
+def child_id_taken(queue_url: str, command: ChildCommand) -> Outgoing:
+    """The report that fails ``command``'s map step: its child's id is held by a workflow that is not that child
+    (``MAP_CHILD_ID_TAKEN``), so the child can never start and the step would wait for it for ever."""
+    ref = command.parent
+    report = StepReply(
+        workflow_id=ref.workflow_id,
+        step=ref.step,
+        phase=Phase.ACTION,
+        attempt=ref.attempt,
+        outcome=Outcome.REJECTED,
+        child=ref.index,
+        error=StepError(
+            code=MAP_CHILD_ID_TAKEN,
+            message=f"child {ref.index} cannot start: its id {command.child_id} is held by a workflow that is not "
+            "this map step's child",
+        ),
+    )
+    return Outgoing(queue_url=queue_url, body=encode(report))
 
 
 def child_output(child: Snapshot | None) -> Any:

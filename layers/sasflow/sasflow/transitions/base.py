@@ -130,7 +130,10 @@ class TransitionBase:
         if reason is not None:
             changes["reason"] = reason
         if status in TERMINAL_WORKFLOW:
-            changes["expires_at"] = self.now + self.config.terminal_retention_days * 86_400
+            # A map step's child is kept while its parent may compensate it: its retention starts when its parent
+            # ends (SchedulerService._retain_children), not when it does.
+            retained = workflow.parent is None
+            changes["expires_at"] = self.now + self.config.terminal_retention_days * 86_400 if retained else None
             changes["paused"] = False  # nothing is left to dispatch: a finished workflow is not paused
         if status is not WorkflowStatus.HELD:
             changes["hold_until"] = None  # a hold timeout applies only while held
@@ -143,6 +146,16 @@ class TransitionBase:
                 self.messages.append(child_report(self.config.response_queue_url, parent, status.value))
         elif status in UNWINDING_WORKFLOW and workflow.status not in UNWINDING_WORKFLOW:
             self.history.unwinding(_reason_code(reason))
+
+    def retain(self, expires_at: int | None) -> None:
+        """Give this ended map step's child the retention of its parent: ``expires_at`` (epoch seconds), the
+        parent's TTL once it has ended, or None while an operator has taken the parent out of its end.
+
+        Changes nothing unless the workflow is terminal (a child that has not ended gets its retention when it ends).
+        """
+        workflow = self.snapshot.workflow
+        if workflow.status in TERMINAL_WORKFLOW and workflow.expires_at != expires_at:
+            self.snapshot = self.snapshot.with_workflow(workflow.evolve(expires_at=expires_at))
 
     def _touch(self) -> None:
         workflow = self.snapshot.workflow
