@@ -56,7 +56,8 @@
     a workflow's item holds (its input, its steps' outputs) names an object of the payload bucket whose bytes match
     its SHA-256, and no step failed with ``CLAIM_CHECK_MISSING``. And none outlives its workflow's retention: every
     object of an ended workflow is tagged ``claim-check=terminal`` (the bucket's lifecycle rule expires those after
-    ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists.
+    ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists, or expires (tagged
+    ``pending``: written before a workflow item that never came to name it; or ``terminal``).
 """
 
 from __future__ import annotations
@@ -345,7 +346,8 @@ def _payload_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list
         workflow_id = key.split("/", 1)[0]
         snapshot = snapshots.get(workflow_id)
         if snapshot is None:
-            violations.append(Violation("claim-checked object of no workflow", workflow_id, key))
+            if tag == "live":  # pending ones (a start or a reply that never reached its workflow) expire after a day
+                violations.append(Violation("claim-checked object of no workflow", workflow_id, f"{key} {tag}"))
         elif snapshot.workflow.status.value in TERMINAL and tag != "terminal":
             violations.append(Violation("object of an ended workflow never expires", workflow_id, f"{key} {tag}"))
     for workflow_id, snapshot in snapshots.items():

@@ -24,10 +24,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
-from .claim_check import LIVE, REFERENCE_KEY, TERMINAL, ClaimCheck, Upload, uses_claim_check
+from .claim_check import (
+    LIVE,
+    PENDING,
+    REFERENCE_KEY,
+    TERMINAL,
+    ClaimCheck,
+    Upload,
+    reference_key,
+    uses_claim_check,
+)
 from .clock import Clock, epoch_seconds
 from .definition import MapStep, WorkflowDefinition
 from .errors import (
+    ClaimCheckMissingError,
     ConditionFailedError,
     ConfigurationError,
     ContentionError,
@@ -193,7 +203,8 @@ class SchedulerService:
         stored_input: dict[str, Any] = workflow_input
         pending: Upload | None = None
         if self.claims is not None:
-            # Written before the workflow that names it (write-ahead); the same input of a repeated start has the
+            # Written before the workflow that names it (write-ahead), pending until the workflow exists: a start
+            # that fails in between leaves an object the bucket expires. The same input of a repeated start has the
             # same key, so a repeat writes the same object again.
             claimed, pending = self.claims.prepare(workflow_id, workflow_input, what="the workflow input")
             stored_input = dict(claimed)
@@ -217,15 +228,15 @@ class SchedulerService:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
         if pending is not None and self.claims is not None:
-            self.claims.upload([pending])
+            self.claims.upload([pending], state=PENDING)
+            transition.claimed.append(pending.key)  # made live by _settle_payloads once the workflow exists
         try:
             stored = self.store.create(self._keyed(None, transition.snapshot, now))
         except ConditionFailedError:
             existing = self.store.load(workflow.workflow_id)
             if existing is None:  # pragma: no cover - the condition failed, so it exists (TTL aside)
                 raise
-            if pending is not None and self.claims is not None and existing.workflow.status in TERMINAL_WORKFLOW:
-                self.claims.store.restamp(pending.key, TERMINAL)  # the repeat's PUT made the ended one's input live
+            self._reclaim_input(existing, transition.claimed)
             if existing.workflow.request_hash != request_hash:
                 raise IdempotencyKeyConflictError(
                     "Idempotency-Key was already used with a different request body"
@@ -578,8 +589,14 @@ class SchedulerService:
         client's start input is) and its ``started`` event."""
         workflow_input = command.input or {}
         claimed: Any = workflow_input
+        upload: Upload | None = None
         if self.claims is not None and workflow_input:
-            claimed = self.claims.offload(command.child_id, workflow_input, what=f"the input of {command.child_id}")
+            # Pending until the child exists (then live, _settle_payloads): a start lost in between leaves nothing.
+            claimed, upload = self.claims.prepare(
+                command.child_id, workflow_input, what=f"the input of {command.child_id}"
+            )
+            if upload is not None:
+                self.claims.upload([upload], state=PENDING)
         workflow = WorkflowRecord(
             workflow_id=command.child_id,
             status=WorkflowStatus.RUNNING,
@@ -594,6 +611,8 @@ class SchedulerService:
         )
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
         transition.history.started()
+        if upload is not None:
+            transition.claimed.append(upload.key)
         return transition
 
     def _start_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
@@ -608,6 +627,7 @@ class SchedulerService:
                 stored = self.store.create(self._keyed(None, transition.snapshot, now))
             except ConditionFailedError:
                 existing = self.store.load(command.child_id)
+                self._reclaim_input(existing, transition.claimed)
             else:
                 self._settle_payloads(None, stored, transition)
                 transition.emit_metrics()
@@ -640,9 +660,11 @@ class SchedulerService:
                 transition.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
             transition.set_status(WorkflowStatus.CANCELLED, reason="its parent unwound before it started")
             try:
-                self.store.create(transition.snapshot)
+                stored = self.store.create(transition.snapshot)
             except ConditionFailedError:
+                self._reclaim_input(self.store.load(command.child_id), transition.claimed)
                 return self._unwind_child(parent, command)  # it started meanwhile: unwind it as it is
+            self._settle_payloads(None, stored, transition)  # its input, if claim-checked, is its own now
             return transition.messages
         if not is_child_of(child, command):
             # Another workflow holds the id, so no child of ours ever ran under it (a start is a conditional create),
@@ -678,10 +700,15 @@ class SchedulerService:
         the retention of the workflow's objects when the write ended it or took it out of its end.
 
         An upload that fails raises: the requests are not sent, and the supervisor resends their steps after
-        complete-by (rendered and written again). A re-stamp that fails is logged and counted
+        complete-by (rendered and written again). A re-stamp of the whole workflow that fails is logged and counted
         (``ClaimCheckRestampFailures``): the objects then stay live, never deleted early. A crash between the write
         and the re-stamp leaves the message that ended the workflow undeleted: it comes again, finds nothing to
         write, and re-stamps them.
+
+        The objects written ``pending`` that the write made the workflow's (``Transition.claimed``) are re-stamped
+        to its retention, and a failure raises: the message comes again and re-stamps them, where a pending object
+        left under a running workflow would expire under it. The first write after a create re-stamps the input
+        again, for a create whose re-stamp was lost.
         """
         claims = self.claims
         if claims is None:
@@ -690,23 +717,47 @@ class SchedulerService:
         workflow_id = stored.workflow.workflow_id
         was_terminal = base is not None and base.workflow.status in TERMINAL_WORKFLOW
         is_terminal = stored.workflow.status in TERMINAL_WORKFLOW
-        # An ended child of a parent that may still compensate it has no TTL yet: its objects stay live until its
-        # parent ends (``_settle_retention``).
-        retained = is_terminal and stored.workflow.expires_at is not None
+        state = retention_state(stored)
+        settled = False
         try:
-            if was_terminal != is_terminal and uses_claim_check(stored) and (retained or was_terminal):
-                claims.settle(workflow_id, TERMINAL if retained else LIVE)
-            elif retained and base is stored and uses_claim_check(stored):
+            if was_terminal != is_terminal and uses_claim_check(stored) and (state == TERMINAL or was_terminal):
+                claims.settle(workflow_id, state)
+                settled = True
+            elif state == TERMINAL and base is stored and uses_claim_check(stored):
                 # A message of an ended workflow came again (nothing to write): the invocation that ended it may have
                 # crashed after its write and before the re-stamp, which is why the message came back. Re-stamping
                 # is idempotent, so do it again (found by the simulation: an object left live for ever).
                 claims.settle(workflow_id, TERMINAL)
-            elif retained:
-                for key in transition.late_objects:
-                    claims.store.restamp(key, TERMINAL)
+                settled = True
         except Exception:  # the write is stored: a failed re-stamp only keeps objects longer
             logger.exception("claim-checked objects not re-stamped", extra={"workflow_id": workflow_id})
             self.metrics("ClaimCheckRestampFailures")
+        if settled:
+            return
+        keys = list(transition.claimed)
+        input_key = reference_key(stored.workflow.input)
+        if base is not None and base is not stored and base.version == 1 and input_key is not None:
+            keys.append(input_key)
+        for key in dict.fromkeys(keys):
+            try:
+                claims.store.restamp(key, state)
+            except ClaimCheckMissingError:
+                continue  # gone (a pending object a day old): a read of it fails its step with the reason
+            self.metrics("ClaimCheckRestamps")
+
+    def _reclaim_input(self, existing: Snapshot | None, written: Sequence[str]) -> None:
+        """After a create that found its workflow stored already (a repeated start, a child started meanwhile): the
+        repeat's PUT of the same input (same key: its hash) tagged the existing workflow's own object ``pending``,
+        so give it back that workflow's retention. An object the existing workflow does not name stays pending and
+        expires (an input the other workflow never held).
+
+        Raises ``ClaimCheckMissingError`` only if the object vanished since the PUT (never in practice).
+        """
+        if self.claims is None or existing is None:
+            return
+        input_key = reference_key(existing.workflow.input)
+        if input_key is not None and input_key in written:
+            self.claims.store.restamp(input_key, retention_state(existing))
 
     def _settle_retention(self, base: Snapshot, stored: Snapshot) -> None:
         """After a write: start the retention of a map step's children when their parent ended, and stop it when an
@@ -798,6 +849,12 @@ class SchedulerService:
         return snapshot.with_index_key(
             index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
         )
+
+
+def retention_state(snapshot: Snapshot) -> str:
+    """The retention tag ``snapshot``'s objects should carry: ``terminal`` once it has its TTL, else ``live``."""
+    workflow = snapshot.workflow
+    return TERMINAL if workflow.status in TERMINAL_WORKFLOW and workflow.expires_at is not None else LIVE
 
 
 def is_child_of(snapshot: Snapshot, command: ChildCommand) -> bool:

@@ -94,8 +94,9 @@ class TransitionBase:
         self.claims = claims
         #: Claim-checked rendered inputs of this call's requests: written after the write, before the send.
         self.uploads: list[Upload] = []
-        #: Claim-checked outputs of replies that came after the workflow ended: re-stamped terminal after the call.
-        self.late_objects: list[str] = []
+        #: Objects written ``pending`` (an agent's output, a start's or a child's input) that this call's write makes
+        #: its workflow's: re-stamped to the workflow's retention (live, or terminal once it has its TTL) after it.
+        self.claimed: list[str] = []
         self.rng = rng
         self.metrics = metrics
         self.snapshot = base
@@ -229,15 +230,15 @@ class TransitionBase:
         return dict(claimed)
 
     def _note_claimed_output(self, reply: StepReply) -> None:
-        """Keep track of an agent's claim-checked output even when the reply is dropped: its object is under the
-        workflow's prefix, so the workflow must re-stamp its objects when it ends (or, ended already, this one)."""
+        """Keep track of an agent's claim-checked output even when the reply is dropped: the agent wrote it
+        ``pending`` (it expires unless a workflow keeps it), and it is under the workflow's prefix, so the workflow
+        re-stamps it to its own retention after this call, and its objects when it ends."""
         key = reference_key(reply.output)
-        if key is None:
-            return
+        if key is None or not key.startswith(f"{self.workflow_id}/"):
+            return  # never another workflow's object (resolve refuses such a reference too)
+        self.claimed.append(key)
         workflow = self.snapshot.workflow
-        if workflow.status in TERMINAL_WORKFLOW:
-            self.late_objects.append(key)
-        elif not workflow.claim_checked:
+        if workflow.status not in TERMINAL_WORKFLOW and not workflow.claim_checked:
             self.snapshot = self.snapshot.with_workflow(workflow.evolve(claim_checked=True))
 
     # ------------------------------------------------------------------ replies
