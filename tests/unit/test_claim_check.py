@@ -334,7 +334,7 @@ def test_a_crash_between_the_ending_write_and_the_restamp_is_repaired_by_the_mes
 # ---------------------------------------------------------------------------------------------- leftover objects
 
 
-def big_input(pipeline: Pipeline) -> dict[str, Any]:
+def big_input() -> dict[str, Any]:
     return {**TRIP_INPUT, "manifest": "m" * 40_000}
 
 
@@ -352,13 +352,13 @@ def test_a_start_that_fails_before_its_workflow_exists_leaves_only_an_object_tha
     pipeline.store.create = throttled  # type: ignore[method-assign]
     # When a start with a large input fails before its workflow exists
     with pytest.raises(RuntimeError):
-        pipeline.start(workflow_input=big_input(pipeline), key="leftover-1")
+        pipeline.start(workflow_input=big_input(), key="leftover-1")
     # Then its object is tagged pending (the bucket's PendingPayloads rule expires it after a day)
     [key] = pipeline.payloads.objects
     assert pipeline.payloads.tags == {key: "pending"}
     assert pipeline.store.workflows == {}
     # And a retry that creates the workflow makes the same object its own: live while it runs
-    workflow_id = pipeline.start(workflow_input=big_input(pipeline), key="leftover-1")
+    workflow_id = pipeline.start(workflow_input=big_input(), key="leftover-1")
     assert key.startswith(f"{workflow_id}/") and pipeline.payloads.tags == {key: "live"}
 
 
@@ -373,7 +373,7 @@ def test_a_start_whose_restamp_is_lost_after_the_create_is_made_live_by_the_next
 
     pipeline.payloads.restamp = lost  # type: ignore[method-assign]
     with pytest.raises(RuntimeError):
-        pipeline.start(workflow_input=big_input(pipeline), key="leftover-2")
+        pipeline.start(workflow_input=big_input(), key="leftover-2")
     [(key, tag)] = pipeline.payloads.tags.items()
     workflow_id = key.split("/")[0]
     assert tag == "pending" and pipeline.snapshot(workflow_id).version == 1
@@ -407,3 +407,15 @@ def test_an_agents_output_is_pending_until_the_scheduler_applies_its_reply() -> 
     pipeline.payloads.put("gone/x", b"{}", "pending")
     assert pipeline.scheduler.on_reply(orphan) == []
     assert pipeline.payloads.tags["gone/x"] == "pending"
+
+
+def test_a_repeated_start_leaves_the_existing_workflows_input_live() -> None:
+    # Given a running workflow whose claim-checked input is live
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    workflow_id = pipeline.start(workflow_input=big_input(), key="repeat-1")
+    [key] = pipeline.payloads.keys(f"{workflow_id}/")
+    assert pipeline.payloads.tags[key] == "live"
+    # When the client repeats the start (its PUT writes the same object again, pending, and the create finds it)
+    assert pipeline.start(workflow_input=big_input(), key="repeat-1") == workflow_id
+    # Then the object is the running workflow's again: live, never left to expire under it
+    assert pipeline.payloads.tags[key] == "live"

@@ -11,7 +11,7 @@ import pytest
 from sasflow.api_models import events_of
 from sasflow.definition import parse_definition
 from sasflow.errors import InvalidDefinitionError
-from sasflow.fanout import MapProgress, child_id
+from sasflow.fanout import ChildCommand, MapProgress, ParentRef, child_id
 from sasflow.messages import decode_reply
 from sasflow.scheduler import workflow_id_for
 from sasflow.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
@@ -357,3 +357,45 @@ def test_a_cancel_of_a_parent_whose_child_id_is_held_by_another_workflow_ends_ca
     assert p.snapshot(child_id(wid, 1, 1)).workflow.status is WorkflowStatus.CANCELLED
     assert p.snapshot(child_id(wid, 1, 0)) == stranger
     assert p.metrics["ChildRetentionFailures"] == 0  # the parent's end gave its own children their retention only
+
+
+def test_a_childs_claim_checked_input_is_pending_until_the_child_exists_and_a_repeated_start_keeps_it_live() -> None:
+    # Regression: a child's input object was written live before its create; a create that failed left it live for
+    # ever under no workflow, and a repeated start (a stale read) tagged the running child's own input pending.
+    # Given a parent whose map step's first start of its child fails at the create
+    p = Pipeline(claim_check_threshold=1_024)
+    create = p.store.create
+
+    def throttled(snapshot: Any) -> Any:
+        if snapshot.workflow.parent is None:
+            return create(snapshot)
+        p.store.create = create  # type: ignore[method-assign]
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    p.store.create = throttled  # type: ignore[method-assign]
+    wid = p.start(fan_out(timeout_seconds=60), {"orders": [{"sku": "s0", "note": "n" * 1_200}]})
+    p.run_agent("flights")
+    while p.run_scheduler():  # the flight's reply, then the launch of the map step's child
+        pass
+    kid = child_id(wid, 1, 0)
+    # Then the child's input object is pending (the bucket's PendingPayloads rule expires it after a day)
+    [key] = p.payloads.keys(f"{kid}/")
+    assert p.store.load(kid) is None and p.payloads.tags[key] == "pending"
+    # When the supervisor's check of the map step starts the child
+    p.clock.advance(600)
+    p.sweep()
+    # Then it exists and its input is live (as is its step's rendered input, written after the create)
+    assert p.snapshot(kid).workflow.input["$claim_check"]["key"] == key
+    assert set(p.payloads.tags[k] for k in p.payloads.keys(f"{kid}/")) == {"live"}
+    # When a later check reads it stale (not found yet) and starts it again: the same PUT, then a failed create
+    p.store.stale_reads[kid] = None
+    parent = p.snapshot(wid)
+    ref = ParentRef(workflow_id=wid, step="charge_all", attempt=parent.steps["charge_all"].attempt, index=0)
+    item = {"item": {"sku": "s0", "note": "n" * 1_200}, "index": 0}
+    assert p.scheduler._start_child(parent, ChildCommand("check", ref, kid, input=item)) == []
+    # Then the running child's input stays live (the repeat's pending tag taken back), and all ends terminal
+    assert p.payloads.tags[key] == "live"
+    del p.store.stale_reads[kid]
+    p.settle(wid)
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert p.payloads.tags[key] == "terminal"
