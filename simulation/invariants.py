@@ -50,14 +50,16 @@
     = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
     unwound parent (COMPENSATED, CANCELLED) no child is left COMPLETED: each unwound with it (children are
     workflows, so invariants 2 to 16 hold for each of them too). A child has no TTL while its parent may still
-    compensate it (the parent is not terminal), and its parent's ``expires_at`` once the parent is terminal.
+    compensate it (the parent is not terminal: checked on every write, ``Simulation.child_expiring``, and at the
+    end), and its parent's ``expires_at`` once the parent is terminal.
 18. Claim-checked payloads: no payload object is missing while its workflow may still read it. Every read of one
     that found no object is a violation as it happens (``Simulation.payload_missing``); at the end every reference
     a workflow's item holds (its input, its steps' outputs) names an object of the payload bucket whose bytes match
     its SHA-256, and no step failed with ``CLAIM_CHECK_MISSING``. And none outlives its workflow's retention: every
     object of an ended workflow is tagged ``claim-check=terminal`` (the bucket's lifecycle rule expires those after
     ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists, or expires (tagged
-    ``pending``: written before a workflow item that never came to name it; or ``terminal``).
+    ``pending``: written before a workflow item that never came to name it; or ``terminal``); and none a workflow's
+    item names is still ``pending`` (the bucket's rule would expire it under the workflow).
 """
 
 from __future__ import annotations
@@ -234,6 +236,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
     violations.extend(sim.stale_applied)
     violations.extend(sim.paused_moved)
+    violations.extend(sim.child_expiring)
     violations.extend(sim.operator_failed)
     for (workflow_id, version), writes in sorted(sim.committed.items()):
         if writes > 1:
@@ -361,6 +364,8 @@ def _payload_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list
             if claim["key"] not in objects:
                 violations.append(Violation("claim-checked payload missing", workflow_id, f"{where} {claim['key']}"))
                 continue
+            if objects[claim["key"]] == "pending":  # the bucket's rule would delete it under the workflow naming it
+                violations.append(Violation("claim-checked payload left pending", workflow_id, where))
             body = s3.get_object(Bucket=bucket, Key=claim["key"])["Body"].read()
             if hashlib.sha256(body).hexdigest() != claim["sha256"]:
                 violations.append(Violation("claim-checked payload altered", workflow_id, where))

@@ -399,3 +399,32 @@ def test_a_childs_claim_checked_input_is_pending_until_the_child_exists_and_a_re
     p.settle(wid)
     assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
     assert p.payloads.tags[key] == "terminal"
+
+
+def test_a_failure_to_set_the_childrens_retention_fails_the_ending_call_and_its_redelivery_sets_it() -> None:
+    # Regression (the simulation, seed 51 with maps and holds): a crash while stamping the children was logged and
+    # swallowed, the ending message was deleted, and the children of the ended parent kept no TTL for ever.
+    # Given a parent whose children completed and whose last step's reply is about to end it
+    p = Pipeline()
+    wid = p.start(fan_out(max_concurrency=2), {"orders": [1, 2]})
+    while sum(len(p.run_agent(agent)) for agent in ("flights", "payments")) + p.run_scheduler():
+        pass
+    [last] = p.run_agent("hotels", lose_replies=True)
+    load_many = p.store.load_many
+
+    def throttled(ids: Any) -> Any:
+        p.store.load_many = load_many  # type: ignore[method-assign]
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    p.store.load_many = throttled  # type: ignore[method-assign]
+    # When the reply ends the parent but its children's retention cannot be set
+    with pytest.raises(RuntimeError):
+        p.scheduler.on_reply(last)
+    # Then the parent has ended, its children have no TTL yet (kept, never expired early), and the call failed
+    parent = p.snapshot(wid)
+    assert parent.workflow.status is WorkflowStatus.COMPLETED and parent.workflow.expires_at is not None
+    assert {c.workflow.expires_at for c in children(p, wid, 2)} == {None}
+    # And when SQS delivers the reply again, nothing is written and the children take the parent's retention
+    assert p.scheduler.on_reply(last) == []
+    assert p.snapshot(wid).version == parent.version
+    assert {c.workflow.expires_at for c in children(p, wid, 2)} == {parent.workflow.expires_at}

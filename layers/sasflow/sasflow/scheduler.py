@@ -723,10 +723,11 @@ class SchedulerService:
             if was_terminal != is_terminal and uses_claim_check(stored) and (state == TERMINAL or was_terminal):
                 claims.settle(workflow_id, state)
                 settled = True
-            elif state == TERMINAL and base is stored and uses_claim_check(stored):
-                # A message of an ended workflow came again (nothing to write): the invocation that ended it may have
-                # crashed after its write and before the re-stamp, which is why the message came back. Re-stamping
-                # is idempotent, so do it again (found by the simulation: an object left live for ever).
+            elif state == TERMINAL and was_terminal and uses_claim_check(stored):
+                # A message of an ended workflow came again (nothing to write, or a late event of its own): the
+                # invocation that ended it may have crashed after its write and before the re-stamp, which is why
+                # the message came back. Re-stamping is idempotent, so do it again (found by the simulation: an
+                # object left live for ever).
                 claims.settle(workflow_id, TERMINAL)
                 settled = True
         except Exception:  # the write is stored: a failed re-stamp only keeps objects longer
@@ -766,31 +767,39 @@ class SchedulerService:
         A child is compensated by its parent's unwind, which an operator may start while the parent is HELD (or
         resume from COMPENSATION_FAILED), so an ended child has no TTL, and its objects stay live, until its parent
         ends; then it gets the parent's ``expires_at`` and its objects are re-stamped terminal, so both go with the
-        parent. A child that ends after its parent (or once the parent is gone) takes its retention at once. A
-        failure is logged and counted (``ChildRetentionFailures``): the children are then kept longer, never expired
-        early, and a message of the ended parent that comes again (nothing to write) does it again.
+        parent. A child that ends after its parent (or once the parent is gone) takes its retention at once.
+
+        Raises (the write is stored) when the retention of an ended workflow's children could not be set, as a crash
+        would: the message then comes again, and this call on the ended workflow sets it. The ending write sends
+        nothing that matters (an ended workflow dispatches nothing; a child's report to an ended parent is dropped).
+        Until then the children are kept longer, never expired early. When an operator takes the parent out of its
+        end, a failure is logged and counted instead (``ChildRetentionFailures``): that write's requests must go,
+        and the parent's unwind takes each child it reaches out of its end anyway.
         """
         workflow = stored.workflow
         is_terminal = workflow.status in TERMINAL_WORKFLOW
         was_terminal = base.workflow.status in TERMINAL_WORKFLOW
-        ended = is_terminal and (not was_terminal or base is stored)
-        try:
-            if workflow.parent is not None:
-                if ended and workflow.expires_at is None:
-                    parent = self.store.load(workflow.parent.workflow_id)
-                    if parent is None or parent.workflow.status in TERMINAL_WORKFLOW:
-                        now = epoch_seconds(self.clock)
-                        expires_at = now + self.config.terminal_retention_days * 86_400
-                        if parent is not None and parent.workflow.expires_at is not None:
-                            expires_at = parent.workflow.expires_at
-                        self._retain_child(stored, expires_at, force=True)
-            elif ended:
-                self._retain_children(stored, workflow.expires_at, force=base is stored)
-            elif was_terminal and not is_terminal:
+        # Any call on a workflow that had ended already (a message that comes again, with or without a write of its
+        # own: a late reply is recorded) does it again: the call that ended it may have failed before this point.
+        if workflow.parent is not None:
+            if is_terminal and workflow.expires_at is None:
+                parent = self.store.load(workflow.parent.workflow_id)
+                if parent is None or parent.workflow.status in TERMINAL_WORKFLOW:
+                    now = epoch_seconds(self.clock)
+                    expires_at = now + self.config.terminal_retention_days * 86_400
+                    if parent is not None and parent.workflow.expires_at is not None:
+                        expires_at = parent.workflow.expires_at
+                    self._retain_child(stored, expires_at, force=True)
+        elif is_terminal:
+            self._retain_children(stored, workflow.expires_at, force=was_terminal)
+        elif was_terminal:
+            try:
                 self._retain_children(stored, None, force=False)
-        except Exception:  # the parent's write is stored: a child without its retention is only kept longer
-            logger.exception("map step children's retention not set", extra={"workflow_id": workflow.workflow_id})
-            self.metrics("ChildRetentionFailures")
+            except Exception:  # the write is stored and its requests must go; the unwind reaches the children
+                logger.exception(
+                    "map step children's retention not lifted", extra={"workflow_id": workflow.workflow_id}
+                )
+                self.metrics("ChildRetentionFailures")
 
     def _retain_children(self, parent: Snapshot, expires_at: int | None, *, force: bool) -> None:
         """Give every ended child of ``parent``'s map steps ``expires_at`` (None: kept) and re-stamp its objects.
