@@ -49,13 +49,17 @@
     stored parent's map step, which started it). A COMPLETED map step counts its children as they ended (succeeded
     = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
     unwound parent (COMPENSATED, CANCELLED) no child is left COMPLETED: each unwound with it (children are
-    workflows, so invariants 2 to 16 hold for each of them too).
+    workflows, so invariants 2 to 16 hold for each of them too). A child has no TTL while its parent may still
+    compensate it (the parent is not terminal: checked on every write, ``Simulation.child_expiring``, and at the
+    end), and its parent's ``expires_at`` once the parent is terminal.
 18. Claim-checked payloads: no payload object is missing while its workflow may still read it. Every read of one
     that found no object is a violation as it happens (``Simulation.payload_missing``); at the end every reference
     a workflow's item holds (its input, its steps' outputs) names an object of the payload bucket whose bytes match
     its SHA-256, and no step failed with ``CLAIM_CHECK_MISSING``. And none outlives its workflow's retention: every
     object of an ended workflow is tagged ``claim-check=terminal`` (the bucket's lifecycle rule expires those after
-    ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists.
+    ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists, or expires (tagged
+    ``pending``: written before a workflow item that never came to name it; or ``terminal``); and none a workflow's
+    item names is still ``pending`` (the bucket's rule would expire it under the workflow).
 """
 
 from __future__ import annotations
@@ -245,6 +249,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
     violations.extend(sim.stale_applied)
     violations.extend(sim.paused_moved)
+    violations.extend(sim.child_expiring)
     violations.extend(sim.operator_failed)
     for (workflow_id, version), writes in sorted(sim.committed.items()):
         if writes > 1:
@@ -290,6 +295,14 @@ def _map_violations(snapshots: dict[str, Snapshot]) -> list[Violation]:
                     if child.workflow.status.value not in TERMINAL:
                         detail = f"{step.name}[{index}] is {child.workflow.status.value}"
                         violations.append(Violation("child not terminal under a terminal parent", workflow_id, detail))
+                    elif child.workflow.expires_at != snapshot.workflow.expires_at:
+                        detail = f"{step.name}[{index}] expires at {child.workflow.expires_at}"
+                        violations.append(Violation("child's retention is not its parent's", workflow_id, detail))
+            else:
+                for index, child in sorted(kids.items()):
+                    if child.workflow.expires_at is not None:
+                        detail = f"{step.name}[{index}] expires at {child.workflow.expires_at}"
+                        violations.append(Violation("child may expire before its parent ends", workflow_id, detail))
             if record is None:
                 continue
             skipped = any(
@@ -349,7 +362,8 @@ def _payload_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list
         workflow_id = key.split("/", 1)[0]
         snapshot = snapshots.get(workflow_id)
         if snapshot is None:
-            violations.append(Violation("claim-checked object of no workflow", workflow_id, key))
+            if tag == "live":  # pending ones (a start or a reply that never reached its workflow) expire after a day
+                violations.append(Violation("claim-checked object of no workflow", workflow_id, f"{key} {tag}"))
         elif snapshot.workflow.status.value in TERMINAL and tag != "terminal":
             violations.append(Violation("object of an ended workflow never expires", workflow_id, f"{key} {tag}"))
     for workflow_id, snapshot in snapshots.items():
@@ -363,6 +377,8 @@ def _payload_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list
             if claim["key"] not in objects:
                 violations.append(Violation("claim-checked payload missing", workflow_id, f"{where} {claim['key']}"))
                 continue
+            if objects[claim["key"]] == "pending":  # the bucket's rule would delete it under the workflow naming it
+                violations.append(Violation("claim-checked payload left pending", workflow_id, where))
             body = s3.get_object(Bucket=bucket, Key=claim["key"])["Body"].read()
             if hashlib.sha256(body).hexdigest() != claim["sha256"]:
                 violations.append(Violation("claim-checked payload altered", workflow_id, where))

@@ -185,6 +185,8 @@ class Simulation:
         self.stale_applied: list[Violation] = []
         #: Writes that started a step of a workflow that stayed paused (invariant 12).
         self.paused_moved: list[Violation] = []
+        #: Writes that gave a map step's child a TTL while its parent had not ended (invariant 17).
+        self.child_expiring: list[Violation] = []
         #: The operator's actions by (action, HTTP status), and the tick each paused workflow was paused at.
         self.operator_actions: Counter[str] = Counter()
         self.operator_failed: list[Violation] = []
@@ -362,6 +364,7 @@ class Simulation:
             self.committed[(key[3:], int(item["version"]["N"]))] += 1
             self._check_replies_applied(key[3:], self.stale.latest(key), item)
             self._check_paused(key[3:], self.stale.latest(key), item)
+            self._check_child_retention(key[3:], item)
             self.stale.committed(key, item)
 
     def _check_replies_applied(self, workflow_id: str, before: dict[str, Any] | None, after: dict[str, Any]) -> None:
@@ -411,6 +414,18 @@ class Simulation:
                 self.paused_moved.append(
                     Violation("paused workflow started a step", workflow_id, f"{name} {old}->{new}")
                 )
+
+    def _check_child_retention(self, workflow_id: str, item: dict[str, Any]) -> None:
+        """Invariant 17, checked on every write: a map step's child gets a TTL (``expires_at``) only once its parent
+        has ended, so it never expires while its parent may still compensate it (a parent HELD for a person)."""
+        parent = item.get("parent", {}).get("M", {}).get("w", {}).get("S")
+        if parent is None or "expires_at" not in item:
+            return
+        latest = self.stale.latest(f"WF#{parent}")
+        status = (latest or {}).get("status", {}).get("S")
+        if latest is not None and status not in _TERMINAL:
+            detail = f"expires at {item['expires_at']['N']} while its parent {parent} is {status}"
+            self.child_expiring.append(Violation("child may expire before its parent ends", workflow_id, detail))
 
     def config_grace(self) -> int:
         """The deployed deadline grace (seconds): the scheduler's ``DEADLINE_GRACE_SECONDS``."""

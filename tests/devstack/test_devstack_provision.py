@@ -251,4 +251,9 @@ def test_the_payload_bucket_is_encrypted_private_tls_only_and_expires_ended_work
     ended = rules["EndedWorkflowsPayloads"]
     assert ended["Filter"] == {"Tag": {"Key": "claim-check", "Value": "terminal"}}
     assert ended["Expiration"] == {"Days": int(stack.parameters["TerminalRetentionDays"])}
+    pending = rules["PendingPayloads"]
+    assert (pending["Filter"], pending["Expiration"]) == (
+        {"Tag": {"Key": "claim-check", "Value": "pending"}},
+        {"Days": 1},
+    )
     assert rules["IncompleteUploads"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}

@@ -239,6 +239,10 @@ def test_payload_objects_are_granted_per_role_exactly_and_the_bucket_is_private_
     [ended] = [r for r in props["LifecycleConfiguration"]["Rules"] if r["Id"] == "EndedWorkflowsPayloads"]
     assert ended["TagFilters"] == [{"Key": "claim-check", "Value": "terminal"}]
     assert ended["ExpirationInDays"] == {"Ref": "TerminalRetentionDays"}
+    # an object written before the workflow that names it exists, and never made its, expires after a day
+    [pending] = [r for r in props["LifecycleConfiguration"]["Rules"] if r["Id"] == "PendingPayloads"]
+    assert pending["TagFilters"] == [{"Key": "claim-check", "Value": "pending"}]
+    assert (pending["Status"], pending["ExpirationInDays"]) == ("Enabled", 1)
     assert "VersioningConfiguration" not in props  # objects are immutable; see the template's comment
 
 

@@ -358,6 +358,22 @@ def test_a_map_that_completes_before_its_children_is_caught(monkeypatch: pytest.
     } & kinds
 
 
+def test_children_that_take_their_ttl_at_their_own_end_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 17 (retention): a child given its own TTL when it ends, as before, instead of
+    its parent's when the parent ends, could expire while its parent may still compensate it."""
+    original = TransitionBase.set_status
+
+    def own_ttl(self: TransitionBase, status: WorkflowStatus, *, reason: str | None = None) -> None:
+        original(self, status, reason=reason)
+        workflow = self.snapshot.workflow
+        if workflow.parent is not None and status.value in TERMINAL_STATES:
+            self.snapshot = self.snapshot.with_workflow(workflow.evolve(expires_at=self.now + 30 * 86_400))
+
+    monkeypatch.setattr(TransitionBase, "set_status", own_ttl)
+    kinds = {v.kind for v in run_one(51, 30, MAPS).violations}
+    assert "child may expire before its parent ends" in kinds  # seen at the child's write, as it happens
+
+
 def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:
     """Every workflow carries a payload above the (lowered) threshold: its input, the hotel's rendered input and the
     hotel's output are claim-checked, under crashes, duplicates, delays and resends; invariant 18 holds."""
@@ -370,7 +386,7 @@ def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:
 def test_a_rendered_input_never_written_is_a_payload_missing_while_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check (tools/mutations.toml "a claim-checked rendered input is not written"): the scheduler sends
     requests whose claim-checked inputs it never wrote; the agents' reads find no object (invariant 18)."""
-    monkeypatch.setattr(ClaimCheck, "upload", lambda self, uploads: None)
+    monkeypatch.setattr(ClaimCheck, "upload", lambda self, uploads, state="live": None)
     kinds = {v.kind for v in run_one(41, 20, LARGE_PAYLOADS).violations}
     assert "claim-checked payload missing when read" in kinds
 

@@ -190,9 +190,10 @@ def test_a_5_mb_output_of_step_1_reaches_step_2_intact_and_the_item_and_messages
     assert is_reference(output)
     assert output[REFERENCE_KEY]["bytes"] > MB5
     assert "blob" not in json.dumps(snapshot.steps["reserve_flight"].output)
-    # The flights agent PUTs its output; the scheduler GETs it to render step 2's input and PUTs that; the hotels
-    # agent GETs its input. When the workflow ends: one LIST and one COPY per object.
-    assert pipeline.payloads.requests == {"PUT": 2, "GET": 2, "LIST": 1, "COPY": 2}
+    # The flights agent PUTs its output (pending), which the scheduler makes live (COPY) when it applies the reply;
+    # the scheduler GETs it to render step 2's input and PUTs that; the hotels agent GETs its input. When the
+    # workflow ends: one LIST and one COPY per object.
+    assert pipeline.payloads.requests == {"PUT": 2, "GET": 2, "LIST": 1, "COPY": 3}
     assert set(pipeline.payloads.tags.values()) == {"terminal"}
 
 
@@ -328,3 +329,93 @@ def test_a_crash_between_the_ending_write_and_the_restamp_is_repaired_by_the_mes
     assert pipeline.scheduler.on_reply(last) == []
     # Then nothing is written, and the objects are re-stamped to expire with the workflow
     assert set(pipeline.payloads.tags.values()) == {"terminal"}
+
+
+# ---------------------------------------------------------------------------------------------- leftover objects
+
+
+def big_input() -> dict[str, Any]:
+    return {**TRIP_INPUT, "manifest": "m" * 40_000}
+
+
+def test_a_start_that_fails_before_its_workflow_exists_leaves_only_an_object_that_expires() -> None:
+    # Regression: the claim-checked input was written live, then the create failed (a throttle, a crash), and the
+    # object, of no workflow, never expired.
+    # Given a store whose create fails once
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    create = pipeline.store.create
+
+    def throttled(snapshot: Snapshot) -> Snapshot:
+        pipeline.store.create = create  # type: ignore[method-assign]
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    pipeline.store.create = throttled  # type: ignore[method-assign]
+    # When a start with a large input fails before its workflow exists
+    with pytest.raises(RuntimeError):
+        pipeline.start(workflow_input=big_input(), key="leftover-1")
+    # Then its object is tagged pending (the bucket's PendingPayloads rule expires it after a day)
+    [key] = pipeline.payloads.objects
+    assert pipeline.payloads.tags == {key: "pending"}
+    assert pipeline.store.workflows == {}
+    # And a retry that creates the workflow makes the same object its own: live while it runs
+    workflow_id = pipeline.start(workflow_input=big_input(), key="leftover-1")
+    assert key.startswith(f"{workflow_id}/") and pipeline.payloads.tags == {key: "live"}
+
+
+def test_a_start_whose_restamp_is_lost_after_the_create_is_made_live_by_the_next_write() -> None:
+    # Given a start that created its workflow and crashed before making its input live (the restamp lost)
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    restamp = pipeline.payloads.restamp
+
+    def lost(key: str, state: str) -> None:
+        pipeline.payloads.restamp = restamp  # type: ignore[method-assign]
+        raise RuntimeError("the sandbox died")
+
+    pipeline.payloads.restamp = lost  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        pipeline.start(workflow_input=big_input(), key="leftover-2")
+    [(key, tag)] = pipeline.payloads.tags.items()
+    workflow_id = key.split("/")[0]
+    assert tag == "pending" and pipeline.snapshot(workflow_id).version == 1
+    # When the supervisor resends its first step (never sent) and the workflow's next write is stored
+    pipeline.clock.advance(3_600)
+    pipeline.sweep()
+    # Then its input is live: it no longer expires under the running workflow
+    assert pipeline.snapshot(workflow_id).version > 1
+    assert pipeline.payloads.tags[key] == "live"
+    pipeline.settle(workflow_id)
+    assert pipeline.payloads.tags[key] == "terminal"
+
+
+def test_an_agents_output_is_pending_until_the_scheduler_applies_its_reply() -> None:
+    # Given an agent whose large output is written before its reply
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    big_output(pipeline, "flights", "f" * 100_000)
+    workflow_id = pipeline.start()
+    [reply] = pipeline.run_agent("flights")
+    key = reply.output[REFERENCE_KEY]["key"]
+    # Then it is pending (a reply that never reaches a workflow leaves an object that expires)
+    assert pipeline.payloads.tags[key] == "pending"
+    # When the scheduler applies the reply, the workflow holds the reference and the object is live
+    pipeline.run_scheduler()
+    assert is_reference(pipeline.snapshot(workflow_id).steps["reserve_flight"].output)
+    assert pipeline.payloads.tags[key] == "live"
+    # And a reply whose workflow is gone makes nothing live
+    orphan = reply.model_copy(
+        update={"workflow_id": "gone", "output": {REFERENCE_KEY: {**reply.output[REFERENCE_KEY], "key": "gone/x"}}}
+    )
+    pipeline.payloads.put("gone/x", b"{}", "pending")
+    assert pipeline.scheduler.on_reply(orphan) == []
+    assert pipeline.payloads.tags["gone/x"] == "pending"
+
+
+def test_a_repeated_start_leaves_the_existing_workflows_input_live() -> None:
+    # Given a running workflow whose claim-checked input is live
+    pipeline = Pipeline(claim_check_threshold=32_768)
+    workflow_id = pipeline.start(workflow_input=big_input(), key="repeat-1")
+    [key] = pipeline.payloads.keys(f"{workflow_id}/")
+    assert pipeline.payloads.tags[key] == "live"
+    # When the client repeats the start (its PUT writes the same object again, pending, and the create finds it)
+    assert pipeline.start(workflow_input=big_input(), key="repeat-1") == workflow_id
+    # Then the object is the running workflow's again: live, never left to expire under it
+    assert pipeline.payloads.tags[key] == "live"

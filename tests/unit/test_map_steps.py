@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -9,10 +11,11 @@ import pytest
 from sasflow.api_models import events_of
 from sasflow.definition import parse_definition
 from sasflow.errors import InvalidDefinitionError
-from sasflow.fanout import MapProgress, child_id
+from sasflow.fanout import ChildCommand, MapProgress, ParentRef, child_id
 from sasflow.messages import decode_reply
+from sasflow.scheduler import workflow_id_for
 from sasflow.states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
-from tests.support.pipeline import OWNER, REPLIES, Pipeline
+from tests.support.pipeline import ID_SECRET, OWNER, REPLIES, Pipeline
 
 CHILD = {
     "name": "charge-one",
@@ -230,3 +233,198 @@ def test_a_claim_checked_list_of_items_is_read_from_its_object_and_large_items_a
     assert "$claim_check" in big.workflow.input and big.workflow.claim_checked  # an item over the threshold
     assert p.snapshot(child_id(wid, 1, 3)).workflow.input == {"item": orders[3], "index": 3}
     assert set(p.payloads.tags.values()) == {"terminal"}  # every object expires with its workflow
+
+
+def expire(p: Pipeline) -> list[str]:
+    """What DynamoDB's TTL and the bucket's lifecycle rule do at the injected clock's time: delete every workflow
+    whose ``expires_at`` has passed, and its objects tagged terminal; return the ids deleted."""
+    now = int(p.clock.now())
+    gone = [w for w, s in p.store.workflows.items() if (s.workflow.expires_at or now + 1) <= now]
+    for workflow_id in gone:
+        del p.store.workflows[workflow_id]
+        for key in p.payloads.keys(f"{workflow_id}/"):
+            if p.payloads.tags[key] == "terminal":
+                p.payloads.delete(key)
+    return gone
+
+
+def test_a_parent_held_past_the_retention_still_compensates_its_children_which_then_expire_with_it() -> None:
+    # Regression: a child got its TTL (and its objects the terminal tag) when it ended, so under a parent held
+    # longer than TerminalRetentionDays the operator's compensate found the completed children gone and ended
+    # COMPENSATION_FAILED (CHILD_COMPENSATION_FAILED) with every charge still in place.
+    # Given a parent whose three children completed (one input claim-checked) and which is then HELD at its last step
+    p = Pipeline(claim_check_threshold=1_024)
+    p.services["hotels"].script["book"] = ["reject"]
+    orders = [{"sku": "s0", "note": "n" * 1_200}, {"sku": "s1"}, {"sku": "s2"}]
+    wid = p.start({**fan_out(), "on_failure": "hold"}, {"orders": orders})
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+    kids = children(p, wid, 3)
+    assert {c.workflow.status for c in kids} == {WorkflowStatus.COMPLETED}
+    child_keys = p.payloads.keys(f"{child_id(wid, 1, 0)}/")
+    # When the parent stays held past the retention (30 days), then an operator compensates it
+    p.clock.advance(31 * 86_400)
+    expired = expire(p)
+    p.scheduler.operate(wid, "compensate", principal="ops", reason="give up", action_id="a-1")
+    p.settle(wid)
+    # Then every child is compensated (each charge refunded) and the parent ends COMPENSATED
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED, snapshot.steps["charge_all"].comp_error
+    assert snapshot.steps["charge_all"].status is StepStatus.COMPENSATED
+    assert {c.workflow.status for c in children(p, wid, 3)} == {WorkflowStatus.COMPENSATED}
+    assert p.services["payments"].actions().count("refund") == 3
+    # (nothing had expired while the parent was held: the children had no TTL and their objects stayed live)
+    assert expired == []
+    assert child_keys and {c.workflow.expires_at for c in kids} == {None}
+    assert {p.payloads.tags[k] for k in child_keys} == {"terminal"}  # re-stamped when the parent ended
+    # And the children's retention is the parent's, their objects expire with it, and all go together
+    expires_at = snapshot.workflow.expires_at
+    assert expires_at == int(p.clock.now()) + 30 * 86_400
+    assert {c.workflow.expires_at for c in children(p, wid, 3)} == {expires_at}
+    assert {p.payloads.tags[k] for k in p.payloads.keys(f"{child_id(wid, 1, 0)}/")} == {"terminal"}
+    p.clock.advance(30 * 86_400)
+    assert sorted(expire(p)) == sorted([wid, *(child_id(wid, 1, i) for i in range(3))])
+    assert p.payloads.objects == {}
+
+
+def test_a_child_that_ends_after_its_parent_takes_the_parents_retention() -> None:
+    # Given a parent that has ended while one of its children had not (its report lost, the parent skipped on)
+    p = Pipeline()
+    wid = p.start(fan_out(max_concurrency=2), {"orders": [1, 2]})
+    p.pump()
+    parent = p.snapshot(wid)
+    assert parent.workflow.status is WorkflowStatus.COMPLETED
+    child = p.snapshot(child_id(wid, 1, 0))
+    # (a child that ended under a parent still running keeps no TTL; rewind it to that moment)
+    p.store.workflows[child.workflow.workflow_id] = child.with_workflow(child.workflow.evolve(expires_at=None))
+    # When a message of the ended child comes again (a redelivery: nothing to write)
+    p.scheduler.on_overdue(child.workflow.workflow_id)
+    # Then it takes its parent's retention
+    assert p.snapshot(child_id(wid, 1, 0)).workflow.expires_at == parent.workflow.expires_at
+
+
+def squat(p: Pipeline, workflow_id: str, status: WorkflowStatus) -> Any:
+    """Store a workflow of its own (no parent) under ``workflow_id``, as if its id collided with a child's."""
+    stranger = p.snapshot(p.start(send=False))
+    squatter = replace(stranger, workflow=stranger.workflow.evolve(workflow_id=workflow_id, status=status))
+    p.store.workflows[workflow_id] = squatter
+    return squatter
+
+
+def test_a_child_id_held_by_another_workflow_fails_the_map_step_and_leaves_that_workflow_alone() -> None:
+    # Regression: a start found the stranger under the child's id and waited for its report, which never came.
+    # Given a workflow RUNNING under the id child 1 of the map step will have
+    p = Pipeline()
+    key = f"k-{uuid.uuid4()}"
+    wid = workflow_id_for(OWNER, key, lambda: ID_SECRET)
+    stranger = squat(p, child_id(wid, 1, 1), WorkflowStatus.RUNNING)
+    # When the parent runs its map over three orders
+    assert p.start(fan_out(max_concurrency=3), {"orders": [1, 2, 3]}, key=key) == wid
+    p.settle(wid)
+    # Then the map step fails with the reason, the children that ran are refunded, and the parent ends
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    record = snapshot.steps["charge_all"]
+    assert record.error is not None and record.error["code"] == "MAP_CHILD_ID_TAKEN"
+    assert child_id(wid, 1, 1) in record.error["message"]
+    assert record.status is StepStatus.COMPENSATED
+    kids = children(p, wid, 3)
+    assert {kids[0].workflow.status, kids[2].workflow.status} <= {WorkflowStatus.CANCELLED, WorkflowStatus.COMPENSATED}
+    actions = p.services["payments"].actions()
+    assert actions.count("refund") == actions.count("charge")  # whatever a child charged was refunded
+    # And the stranger is as it was
+    assert p.snapshot(child_id(wid, 1, 1)) == stranger
+    assert p.metrics["MapChildIdsTaken"] >= 2  # refused at its start, and left alone by the unwind
+
+
+def test_a_cancel_of_a_parent_whose_child_id_is_held_by_another_workflow_ends_cancelled() -> None:
+    # Regression: the stranger, COMPLETED, was taken for the child: the parent's cancel compensated it, and its
+    # report never reached the parent, which stayed CANCELLING for ever.
+    # Given a COMPLETED workflow under the id of child 0, and the parent's map step starting its children
+    p = Pipeline()
+    key = f"k-{uuid.uuid4()}"
+    wid = workflow_id_for(OWNER, key, lambda: ID_SECRET)
+    stranger = squat(p, child_id(wid, 1, 0), WorkflowStatus.COMPLETED)
+    p.start(fan_out(max_concurrency=2), {"orders": [1, 2]}, key=key)
+    p.run_agent("flights")
+    p.run_scheduler()
+    p.run_scheduler()  # the tick starts children 0 (refused: taken) and 1
+    # When the client cancels the parent
+    p.scheduler.cancel(wid, owner=OWNER)
+    p.settle(wid)
+    # Then the parent ends CANCELLED, child 1 cancelled with it, and the stranger is left as it was
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.CANCELLED
+    assert p.snapshot(child_id(wid, 1, 1)).workflow.status is WorkflowStatus.CANCELLED
+    assert p.snapshot(child_id(wid, 1, 0)) == stranger
+    assert p.metrics["ChildRetentionFailures"] == 0  # the parent's end gave its own children their retention only
+
+
+def test_a_childs_claim_checked_input_is_pending_until_the_child_exists_and_a_repeated_start_keeps_it_live() -> None:
+    # Regression: a child's input object was written live before its create; a create that failed left it live for
+    # ever under no workflow, and a repeated start (a stale read) tagged the running child's own input pending.
+    # Given a parent whose map step's first start of its child fails at the create
+    p = Pipeline(claim_check_threshold=1_024)
+    create = p.store.create
+
+    def throttled(snapshot: Any) -> Any:
+        if snapshot.workflow.parent is None:
+            return create(snapshot)
+        p.store.create = create  # type: ignore[method-assign]
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    p.store.create = throttled  # type: ignore[method-assign]
+    wid = p.start(fan_out(timeout_seconds=60), {"orders": [{"sku": "s0", "note": "n" * 1_200}]})
+    p.run_agent("flights")
+    while p.run_scheduler():  # the flight's reply, then the launch of the map step's child
+        pass
+    kid = child_id(wid, 1, 0)
+    # Then the child's input object is pending (the bucket's PendingPayloads rule expires it after a day)
+    [key] = p.payloads.keys(f"{kid}/")
+    assert p.store.load(kid) is None and p.payloads.tags[key] == "pending"
+    # When the supervisor's check of the map step starts the child
+    p.clock.advance(600)
+    p.sweep()
+    # Then it exists and its input is live (as is its step's rendered input, written after the create)
+    assert p.snapshot(kid).workflow.input["$claim_check"]["key"] == key
+    assert set(p.payloads.tags[k] for k in p.payloads.keys(f"{kid}/")) == {"live"}
+    # When a later check reads it stale (not found yet) and starts it again: the same PUT, then a failed create
+    p.store.stale_reads[kid] = None
+    parent = p.snapshot(wid)
+    ref = ParentRef(workflow_id=wid, step="charge_all", attempt=parent.steps["charge_all"].attempt, index=0)
+    item = {"item": {"sku": "s0", "note": "n" * 1_200}, "index": 0}
+    assert p.scheduler._start_child(parent, ChildCommand("check", ref, kid, input=item)) == []
+    # Then the running child's input stays live (the repeat's pending tag taken back), and all ends terminal
+    assert p.payloads.tags[key] == "live"
+    del p.store.stale_reads[kid]
+    p.settle(wid)
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert p.payloads.tags[key] == "terminal"
+
+
+def test_a_failure_to_set_the_childrens_retention_fails_the_ending_call_and_its_redelivery_sets_it() -> None:
+    # Regression (the simulation, seed 51 with maps and holds): a crash while stamping the children was logged and
+    # swallowed, the ending message was deleted, and the children of the ended parent kept no TTL for ever.
+    # Given a parent whose children completed and whose last step's reply is about to end it
+    p = Pipeline()
+    wid = p.start(fan_out(max_concurrency=2), {"orders": [1, 2]})
+    while sum(len(p.run_agent(agent)) for agent in ("flights", "payments")) + p.run_scheduler():
+        pass
+    [last] = p.run_agent("hotels", lose_replies=True)
+    load_many = p.store.load_many
+
+    def throttled(ids: Any) -> Any:
+        p.store.load_many = load_many  # type: ignore[method-assign]
+        raise RuntimeError("ProvisionedThroughputExceededException")
+
+    p.store.load_many = throttled  # type: ignore[method-assign]
+    # When the reply ends the parent but its children's retention cannot be set
+    with pytest.raises(RuntimeError):
+        p.scheduler.on_reply(last)
+    # Then the parent has ended, its children have no TTL yet (kept, never expired early), and the call failed
+    parent = p.snapshot(wid)
+    assert parent.workflow.status is WorkflowStatus.COMPLETED and parent.workflow.expires_at is not None
+    assert {c.workflow.expires_at for c in children(p, wid, 2)} == {None}
+    # And when SQS delivers the reply again, nothing is written and the children take the parent's retention
+    assert p.scheduler.on_reply(last) == []
+    assert p.snapshot(wid).version == parent.version
+    assert {c.workflow.expires_at for c in children(p, wid, 2)} == {parent.workflow.expires_at}

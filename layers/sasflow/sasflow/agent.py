@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from .breaker import CircuitBreaker
-from .claim_check import ClaimCheck, is_reference
+from .claim_check import PENDING, ClaimCheck, is_reference
 from .clock import Clock
 from .errors import (
     CircuitOpenError,
@@ -350,7 +350,10 @@ class AgentRuntime:
             error = {"code": "OUTPUT_TOO_LARGE", "message": f"output is {size} bytes; limit {limit}"}
             return ActionResult(Outcome.FAILED, error=error, calls=calls).to_dict()
         if self.claims is not None and size > self.claims.threshold_bytes:
-            # Written before the reply that names it; the idempotency record keeps the reference, not the payload.
-            output = self.claims.offload(request.workflow_id, output, what=f"the output of step {request.step}")
+            # Written before the reply that names it, pending: the scheduler makes it live when it applies the reply
+            # (a workflow that is gone never does, and it expires). The idempotency record keeps the reference.
+            output = self.claims.offload(
+                request.workflow_id, output, what=f"the output of step {request.step}", state=PENDING
+            )
             self.metrics("OutputsClaimChecked")
         return ActionResult(Outcome.SUCCEEDED, output=output, calls=calls).to_dict()

@@ -19,13 +19,20 @@ is written to the payload store and replaced, in the message and in the workflow
 - **Limit.** ``max_payload_bytes`` (``MaxPayloadBytes``, 10 MiB by default) bounds every payload: a larger start
   input is refused with 413, a larger output fails its step with ``OUTPUT_TOO_LARGE``, a larger rendered input
   fails its step with ``INPUT_TOO_LARGE``.
-- **Retention.** Objects are written tagged ``claim-check=live``, which no lifecycle rule expires. When a workflow
-  becomes terminal, the scheduler re-stamps every object under its prefix ``terminal`` with a copy onto itself, so
-  the object's age, which S3 lifecycle counts from creation, starts at the terminal write; the bucket's rule expires
-  ``terminal`` objects after ``TerminalRetentionDays``, when DynamoDB's TTL may delete the workflow's item too
-  (``expires_at``). A workflow an operator takes out of a terminal state is re-stamped ``live`` again. So a workflow
-  that runs or is held for any time keeps its objects, and none outlives its item's retention by more than the
-  lifecycle's own delay (S3 runs rules once a day). Below the threshold nothing here makes a request.
+- **Retention.** An object belongs to a workflow or expires. One written before the workflow item that names it
+  exists (a start's input, a map step's child's input, an agent's output) is tagged ``claim-check=pending``, which
+  the bucket expires after a day; the scheduler re-stamps it live once the item holds its reference (after the
+  create, or the write that applies the agent's reply, even a dropped one), so a crash between the two leaves
+  nothing behind for ever, and the first write after a create re-stamps the input again (a crash after the create).
+  Objects written once the item exists (rendered inputs, collected results) are tagged ``claim-check=live``, which
+  no lifecycle rule expires. When a workflow becomes terminal, the scheduler re-stamps every object under its prefix
+  ``terminal`` with a copy onto itself, so the object's age, which S3 lifecycle counts from creation, starts at the
+  terminal write; the bucket's rule expires ``terminal`` objects after ``TerminalRetentionDays``, when DynamoDB's
+  TTL may delete the workflow's item too (``expires_at``). A workflow an operator takes out of a terminal state is
+  re-stamped ``live`` again. So a workflow that runs or is held for any time keeps its objects, and none outlives
+  its item's retention by more than the lifecycle's own delay (S3 runs rules once a day). A map step's child takes
+  its retention from its parent's end (``SchedulerService._settle_retention``): its objects stay live while its
+  parent may still compensate it. Below the threshold nothing here makes a request.
 """
 
 from __future__ import annotations
@@ -44,9 +51,11 @@ from .records import Snapshot
 
 #: The one key of a reference object.
 REFERENCE_KEY = "$claim_check"
-#: Retention tags (``claim-check=<state>``): live objects never expire; terminal ones after TerminalRetentionDays.
+#: Retention tags (``claim-check=<state>``): live objects never expire; terminal ones after TerminalRetentionDays;
+#: pending ones (written before the workflow item that names them exists) after a day.
 LIVE = "live"
 TERMINAL = "terminal"
+PENDING = "pending"
 #: Defaults of the template parameters ClaimCheckThresholdBytes and MaxPayloadBytes (bytes).
 DEFAULT_THRESHOLD_BYTES = 32_768
 DEFAULT_MAX_PAYLOAD_BYTES = 10_485_760
@@ -157,14 +166,18 @@ class ClaimCheck:
         reference = {REFERENCE_KEY: {"key": key, "bytes": len(body), "sha256": digest}}
         return reference, Upload(key, body)
 
-    def upload(self, uploads: Iterable[Upload]) -> None:
-        """Write ``uploads`` (one PUT each, tagged live); a repeat of a key writes the same bytes again."""
+    def upload(self, uploads: Iterable[Upload], *, state: str = LIVE) -> None:
+        """Write ``uploads`` (one PUT each, tagged ``state``); a repeat of a key writes the same bytes again.
+
+        ``LIVE`` when the workflow item that names them exists already; ``PENDING`` when it may not exist yet (the
+        writer re-stamps them once it does, or they expire with the bucket's rule on pending objects).
+        """
         for item in uploads:
-            self.store.put(item.key, item.body)
+            self.store.put(item.key, item.body, state)
             self.metrics("ClaimCheckPuts")
 
-    def offload(self, workflow_id: str, value: Any, *, what: str, force: bool = False) -> Any:
-        """``value``, or its reference once its object is written (``prepare`` then ``upload``).
+    def offload(self, workflow_id: str, value: Any, *, what: str, force: bool = False, state: str = LIVE) -> Any:
+        """``value``, or its reference once its object is written tagged ``state`` (``prepare`` then ``upload``).
 
         Raises
         ------
@@ -173,7 +186,7 @@ class ClaimCheck:
         """
         result, pending = self.prepare(workflow_id, value, what=what, force=force)
         if pending is not None:
-            self.upload([pending])
+            self.upload([pending], state=state)
         return result
 
     def resolve(self, value: Any, workflow_id: str) -> Any:

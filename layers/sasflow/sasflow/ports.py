@@ -184,8 +184,9 @@ class PayloadStore(Protocol):
     retention tag moves (``restamp``).
     """
 
-    def put(self, key: str, body: bytes) -> None:
-        """Store ``body`` under ``key``, tagged live (kept while its workflow runs)."""
+    def put(self, key: str, body: bytes, state: str) -> None:
+        """Store ``body`` under ``key``, tagged ``state``: ``live`` (kept while its workflow runs) or ``pending``
+        (its workflow's item may not exist yet: expires after a day unless re-stamped)."""
         ...
 
     def get(self, key: str) -> bytes:
@@ -203,8 +204,8 @@ class PayloadStore(Protocol):
         ...
 
     def restamp(self, key: str, state: str) -> None:
-        """Tag the object ``key`` ``state`` (``live`` or ``terminal``) and restart its age, which the bucket's
-        lifecycle rules count from (an S3 copy onto itself).
+        """Tag the object ``key`` ``state`` (``live``, ``terminal`` or ``pending``) and restart its age, which the
+        bucket's lifecycle rules count from (an S3 copy onto itself).
 
         Raises
         ------

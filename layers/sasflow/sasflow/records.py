@@ -45,7 +45,8 @@ class WorkflowRecord:
     reason:
         Why the workflow is unwinding (failed step and error), or null.
     expires_at:
-        Once terminal: when DynamoDB's TTL may delete the workflow (epoch seconds).
+        Once terminal: when DynamoDB's TTL may delete the workflow (epoch seconds). A map step's child gets its
+        parent's, once the parent has ended: never while its parent may still compensate it.
     owner:
         The principal that started it (``identity.principal_of``); only it, and operators, may see or change it.
     paused:
@@ -367,10 +368,19 @@ def check_snapshot_transition(before: Snapshot, after: Snapshot) -> None:
     audited = "P" in codes
     # A completed child of a map step compensates when its parent unwinds: the write carries that event (X).
     by_parent = "X" in codes and old.parent is not None and old.status is WorkflowStatus.COMPLETED
+    # An ended map step's child takes its retention from its parent's end (or loses it when an operator takes the
+    # parent out of its end): only its TTL changes (SchedulerService._retain_children).
+    retention_only = (
+        old.parent is not None
+        and new == old.evolve(expires_at=new.expires_at)
+        and after.steps == before.steps
+        and after.history == before.history
+    )
     if (
         old.status in TERMINAL_WORKFLOW
         and not (audited and old.status in OPERATOR_WORKFLOW_TRANSITIONS)
         and not by_parent
+        and not retention_only
     ):
         raise ValueError(f"workflow {old.workflow_id} is {old.status.value}: terminal states never change")
     if by_parent:

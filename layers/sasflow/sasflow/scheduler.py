@@ -24,10 +24,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
-from .claim_check import LIVE, REFERENCE_KEY, TERMINAL, ClaimCheck, Upload, uses_claim_check
+from .claim_check import (
+    LIVE,
+    PENDING,
+    REFERENCE_KEY,
+    TERMINAL,
+    ClaimCheck,
+    Upload,
+    reference_key,
+    uses_claim_check,
+)
 from .clock import Clock, epoch_seconds
 from .definition import MapStep, WorkflowDefinition
 from .errors import (
+    ClaimCheckMissingError,
     ConditionFailedError,
     ConfigurationError,
     ContentionError,
@@ -37,13 +47,14 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .fanout import ChildCommand, child_id
-from .messages import StepReply, canonical_hash
+from .messages import StepError, StepReply, canonical_hash, encode
 from .ports import Counter, Outgoing, StateStore, no_metrics
 from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
 from .settings import EngineConfig
-from .states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
+from .states import TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 from .transitions import MIN_DEFERRAL_SECONDS, Transition, backoff_seconds
 from .transitions.base import child_report
+from .transitions.mapping import MAP_CHILD_ID_TAKEN
 
 __all__ = [
     "MIN_DEFERRAL_SECONDS",
@@ -192,7 +203,8 @@ class SchedulerService:
         stored_input: dict[str, Any] = workflow_input
         pending: Upload | None = None
         if self.claims is not None:
-            # Written before the workflow that names it (write-ahead); the same input of a repeated start has the
+            # Written before the workflow that names it (write-ahead), pending until the workflow exists: a start
+            # that fails in between leaves an object the bucket expires. The same input of a repeated start has the
             # same key, so a repeat writes the same object again.
             claimed, pending = self.claims.prepare(workflow_id, workflow_input, what="the workflow input")
             stored_input = dict(claimed)
@@ -216,15 +228,15 @@ class SchedulerService:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
         if pending is not None and self.claims is not None:
-            self.claims.upload([pending])
+            self.claims.upload([pending], state=PENDING)
+            transition.claimed.append(pending.key)  # made live by _settle_payloads once the workflow exists
         try:
             stored = self.store.create(self._keyed(None, transition.snapshot, now))
         except ConditionFailedError:
             existing = self.store.load(workflow.workflow_id)
             if existing is None:  # pragma: no cover - the condition failed, so it exists (TTL aside)
                 raise
-            if pending is not None and self.claims is not None and existing.workflow.status in TERMINAL_WORKFLOW:
-                self.claims.store.restamp(pending.key, TERMINAL)  # the repeat's PUT made the ended one's input live
+            self._reclaim_input(existing, transition.claimed)
             if existing.workflow.request_hash != request_hash:
                 raise IdempotencyKeyConflictError(
                     "Idempotency-Key was already used with a different request body"
@@ -514,6 +526,7 @@ class SchedulerService:
                     consistent = True
                     continue
                 self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
+                self._settle_retention(base, base)
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
                 return base, []
             try:
@@ -534,6 +547,7 @@ class SchedulerService:
                 oversized = True
                 continue
             self._settle_payloads(base, stored, transition)
+            self._settle_retention(base, stored)
             transition.emit_metrics()
             log_moves(base, stored)
             return stored, transition.messages + self._run_children(stored, transition.children)
@@ -575,8 +589,14 @@ class SchedulerService:
         client's start input is) and its ``started`` event."""
         workflow_input = command.input or {}
         claimed: Any = workflow_input
+        upload: Upload | None = None
         if self.claims is not None and workflow_input:
-            claimed = self.claims.offload(command.child_id, workflow_input, what=f"the input of {command.child_id}")
+            # Pending until the child exists (then live, _settle_payloads): a start lost in between leaves nothing.
+            claimed, upload = self.claims.prepare(
+                command.child_id, workflow_input, what=f"the input of {command.child_id}"
+            )
+            if upload is not None:
+                self.claims.upload([upload], state=PENDING)
         workflow = WorkflowRecord(
             workflow_id=command.child_id,
             status=WorkflowStatus.RUNNING,
@@ -591,6 +611,8 @@ class SchedulerService:
         )
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
         transition.history.started()
+        if upload is not None:
+            transition.claimed.append(upload.key)
         return transition
 
     def _start_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
@@ -605,11 +627,19 @@ class SchedulerService:
                 stored = self.store.create(self._keyed(None, transition.snapshot, now))
             except ConditionFailedError:
                 existing = self.store.load(command.child_id)
+                self._reclaim_input(existing, transition.claimed)
             else:
                 self._settle_payloads(None, stored, transition)
                 transition.emit_metrics()
                 log_moves(None, stored)
                 return transition.messages
+        if existing is not None and not is_child_of(existing, command):
+            logger.warning(
+                "map step child id taken by another workflow",
+                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
+            )
+            self.metrics("MapChildIdsTaken")
+            return [child_id_taken(self.config.response_queue_url, command)]
         if existing is not None and existing.workflow.status in TERMINAL_WORKFLOW:
             return [child_report(self.config.response_queue_url, command.parent, existing.workflow.status.value)]
         return []
@@ -630,10 +660,22 @@ class SchedulerService:
                 transition.set_step(StepRecord(step=name, status=StepStatus.SKIPPED))
             transition.set_status(WorkflowStatus.CANCELLED, reason="its parent unwound before it started")
             try:
-                self.store.create(transition.snapshot)
+                stored = self.store.create(transition.snapshot)
             except ConditionFailedError:
+                self._reclaim_input(self.store.load(command.child_id), transition.claimed)
                 return self._unwind_child(parent, command)  # it started meanwhile: unwind it as it is
+            self._settle_payloads(None, stored, transition)  # its input, if claim-checked, is its own now
             return transition.messages
+        if not is_child_of(child, command):
+            # Another workflow holds the id, so no child of ours ever ran under it (a start is a conditional create),
+            # unless ours reported and is gone: the stranger is never cancelled or compensated by this parent.
+            logger.warning(
+                "map step child id taken by another workflow",
+                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
+            )
+            self.metrics("MapChildIdsTaken")
+            status = WorkflowStatus.COMPENSATION_FAILED if command.reported else WorkflowStatus.CANCELLED
+            return [child_report(self.config.response_queue_url, command.parent, status.value)]
         if child.workflow.status in TERMINAL_WORKFLOW and child.workflow.status is not WorkflowStatus.COMPLETED:
             return [child_report(self.config.response_queue_url, command.parent, child.workflow.status.value)]
         _, messages = self._update(command.child_id, lambda transition: transition.unwind_by_parent())
@@ -658,10 +700,15 @@ class SchedulerService:
         the retention of the workflow's objects when the write ended it or took it out of its end.
 
         An upload that fails raises: the requests are not sent, and the supervisor resends their steps after
-        complete-by (rendered and written again). A re-stamp that fails is logged and counted
+        complete-by (rendered and written again). A re-stamp of the whole workflow that fails is logged and counted
         (``ClaimCheckRestampFailures``): the objects then stay live, never deleted early. A crash between the write
         and the re-stamp leaves the message that ended the workflow undeleted: it comes again, finds nothing to
         write, and re-stamps them.
+
+        The objects written ``pending`` that the write made the workflow's (``Transition.claimed``) are re-stamped
+        to its retention, and a failure raises: the message comes again and re-stamps them, where a pending object
+        left under a running workflow would expire under it. The first write after a create re-stamps the input
+        again, for a create whose re-stamp was lost.
         """
         claims = self.claims
         if claims is None:
@@ -670,20 +717,140 @@ class SchedulerService:
         workflow_id = stored.workflow.workflow_id
         was_terminal = base is not None and base.workflow.status in TERMINAL_WORKFLOW
         is_terminal = stored.workflow.status in TERMINAL_WORKFLOW
+        state = retention_state(stored)
+        settled = False
         try:
-            if was_terminal != is_terminal and uses_claim_check(stored):
-                claims.settle(workflow_id, TERMINAL if is_terminal else LIVE)
-            elif is_terminal and base is stored and uses_claim_check(stored):
-                # A message of an ended workflow came again (nothing to write): the invocation that ended it may have
-                # crashed after its write and before the re-stamp, which is why the message came back. Re-stamping
-                # is idempotent, so do it again (found by the simulation: an object left live for ever).
+            if was_terminal != is_terminal and uses_claim_check(stored) and (state == TERMINAL or was_terminal):
+                claims.settle(workflow_id, state)
+                settled = True
+            elif state == TERMINAL and was_terminal and uses_claim_check(stored):
+                # A message of an ended workflow came again (nothing to write, or a late event of its own): the
+                # invocation that ended it may have crashed after its write and before the re-stamp, which is why
+                # the message came back. Re-stamping is idempotent, so do it again (found by the simulation: an
+                # object left live for ever).
                 claims.settle(workflow_id, TERMINAL)
-            elif is_terminal:
-                for key in transition.late_objects:
-                    claims.store.restamp(key, TERMINAL)
+                settled = True
         except Exception:  # the write is stored: a failed re-stamp only keeps objects longer
             logger.exception("claim-checked objects not re-stamped", extra={"workflow_id": workflow_id})
             self.metrics("ClaimCheckRestampFailures")
+        if settled:
+            return
+        keys = list(transition.claimed)
+        input_key = reference_key(stored.workflow.input)
+        if base is not None and base is not stored and base.version == 1 and input_key is not None:
+            keys.append(input_key)
+        for key in dict.fromkeys(keys):
+            try:
+                claims.store.restamp(key, state)
+            except ClaimCheckMissingError:
+                continue  # gone (a pending object a day old): a read of it fails its step with the reason
+            self.metrics("ClaimCheckRestamps")
+
+    def _reclaim_input(self, existing: Snapshot | None, written: Sequence[str]) -> None:
+        """After a create that found its workflow stored already (a repeated start, a child started meanwhile): the
+        repeat's PUT of the same input (same key: its hash) tagged the existing workflow's own object ``pending``,
+        so give it back that workflow's retention. An object the existing workflow does not name stays pending and
+        expires (an input the other workflow never held).
+
+        Raises ``ClaimCheckMissingError`` only if the object vanished since the PUT (never in practice).
+        """
+        if self.claims is None or existing is None:
+            return
+        input_key = reference_key(existing.workflow.input)
+        if input_key is not None and input_key in written:
+            self.claims.store.restamp(input_key, retention_state(existing))
+
+    def _settle_retention(self, base: Snapshot, stored: Snapshot) -> None:
+        """After a write: start the retention of a map step's children when their parent ended, and stop it when an
+        operator takes the parent out of its end.
+
+        A child is compensated by its parent's unwind, which an operator may start while the parent is HELD (or
+        resume from COMPENSATION_FAILED), so an ended child has no TTL, and its objects stay live, until its parent
+        ends; then it gets the parent's ``expires_at`` and its objects are re-stamped terminal, so both go with the
+        parent. A child that ends after its parent (or once the parent is gone) takes its retention at once.
+
+        Raises (the write is stored) when the retention of an ended workflow's children could not be set, as a crash
+        would: the message then comes again, and this call on the ended workflow sets it. The ending write sends
+        nothing that matters (an ended workflow dispatches nothing; a child's report to an ended parent is dropped).
+        Until then the children are kept longer, never expired early. When an operator takes the parent out of its
+        end, a failure is logged and counted instead (``ChildRetentionFailures``): that write's requests must go,
+        and the parent's unwind takes each child it reaches out of its end anyway.
+        """
+        workflow = stored.workflow
+        is_terminal = workflow.status in TERMINAL_WORKFLOW
+        was_terminal = base.workflow.status in TERMINAL_WORKFLOW
+        # Any call on a workflow that had ended already (a message that comes again, with or without a write of its
+        # own: a late reply is recorded) does it again: the call that ended it may have failed before this point.
+        if workflow.parent is not None:
+            if is_terminal and workflow.expires_at is None:
+                parent = self.store.load(workflow.parent.workflow_id)
+                if parent is None or parent.workflow.status in TERMINAL_WORKFLOW:
+                    now = epoch_seconds(self.clock)
+                    expires_at = now + self.config.terminal_retention_days * 86_400
+                    if parent is not None and parent.workflow.expires_at is not None:
+                        expires_at = parent.workflow.expires_at
+                    self._retain_child(stored, expires_at, force=True)
+        elif is_terminal:
+            self._retain_children(stored, workflow.expires_at, force=was_terminal)
+        elif was_terminal:
+            try:
+                self._retain_children(stored, None, force=False)
+            except Exception:  # the write is stored and its requests must go; the unwind reaches the children
+                logger.exception(
+                    "map step children's retention not lifted", extra={"workflow_id": workflow.workflow_id}
+                )
+                self.metrics("ChildRetentionFailures")
+
+    def _retain_children(self, parent: Snapshot, expires_at: int | None, *, force: bool) -> None:
+        """Give every ended child of ``parent``'s map steps ``expires_at`` (None: kept) and re-stamp its objects.
+
+        One BatchGetItem per 100 children, then one conditional write per child whose TTL changes (a child that has
+        not ended is left alone: it takes its retention when it ends). ``force`` re-stamps the objects of children
+        whose TTL is already right (a repeat after a crash between the two).
+        """
+        definition = parent.workflow.definition
+        ids = [
+            child_id(parent.workflow.workflow_id, definition.order.index(step.name), index)
+            for step in definition.steps
+            if isinstance(step, MapStep)
+            for record in [parent.steps.get(step.name)]
+            if record is not None and record.map is not None
+            for index in range(record.map.launched)
+        ]
+        if not ids:
+            return
+        parent_id = parent.workflow.workflow_id
+        for child in self.store.load_many(ids).values():
+            ref = child.workflow.parent
+            if ref is not None and ref.workflow_id == parent_id:  # never a stranger holding a child's id
+                self._retain_child(child, expires_at, force=force)
+
+    def _retain_child(self, child: Snapshot, expires_at: int | None, *, force: bool) -> None:
+        """Store ``expires_at`` on ended child ``child`` (a conditional write; a lost race reads it again) and
+        re-stamp its objects to match, when it changed or ``force``."""
+        workflow_id = child.workflow.workflow_id
+        changed = False
+        current: Snapshot | None = child
+        for _ in range(MAX_ATTEMPTS):
+            if current is None or current.workflow.status not in TERMINAL_WORKFLOW:
+                return
+            now = epoch_seconds(self.clock)
+            transition = Transition(self.config, self.rng, self.metrics, current, now, claims=self.claims)
+            transition.retain(expires_at)
+            if transition.snapshot is current:
+                break
+            try:
+                current = self.store.save(self._keyed(current, transition.snapshot, now), expect=current)
+            except ConditionFailedError:
+                current = self.store.load(workflow_id)
+                continue
+            changed = True
+            self.metrics("ChildRetentionsSet")
+            break
+        else:
+            raise ContentionError(workflow_id, MAX_ATTEMPTS)
+        if self.claims is not None and (changed or force) and current is not None and uses_claim_check(current):
+            self.claims.settle(workflow_id, TERMINAL if expires_at is not None else LIVE)
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
         """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""
@@ -691,6 +858,43 @@ class SchedulerService:
         return snapshot.with_index_key(
             index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
         )
+
+
+def retention_state(snapshot: Snapshot) -> str:
+    """The retention tag ``snapshot``'s objects should carry: ``terminal`` once it has its TTL, else ``live``."""
+    workflow = snapshot.workflow
+    return TERMINAL if workflow.status in TERMINAL_WORKFLOW and workflow.expires_at is not None else LIVE
+
+
+def is_child_of(snapshot: Snapshot, command: ChildCommand) -> bool:
+    """Whether ``snapshot`` is the child ``command`` names: started by the same map step of the same workflow for
+    the same item (any attempt of the step: an operator's retry of it finds the children started before)."""
+    parent, ref = snapshot.workflow.parent, command.parent
+    return parent is not None and (parent.workflow_id, parent.step, parent.index) == (
+        ref.workflow_id,
+        ref.step,
+        ref.index,
+    )
+
+
+def child_id_taken(queue_url: str, command: ChildCommand) -> Outgoing:
+    """The report that fails ``command``'s map step: its child's id is held by a workflow that is not that child
+    (``MAP_CHILD_ID_TAKEN``), so the child can never start and the step would wait for it for ever."""
+    ref = command.parent
+    report = StepReply(
+        workflow_id=ref.workflow_id,
+        step=ref.step,
+        phase=Phase.ACTION,
+        attempt=ref.attempt,
+        outcome=Outcome.REJECTED,
+        child=ref.index,
+        error=StepError(
+            code=MAP_CHILD_ID_TAKEN,
+            message=f"child {ref.index} cannot start: its id {command.child_id} is held by a workflow that is not "
+            "this map step's child",
+        ),
+    )
+    return Outgoing(queue_url=queue_url, body=encode(report))
 
 
 def child_output(child: Snapshot | None) -> Any:

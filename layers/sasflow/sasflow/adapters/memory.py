@@ -287,12 +287,12 @@ class InMemoryPayloadStore:
     def _count(self, kind: str) -> None:
         self.requests[kind] = self.requests.get(kind, 0) + 1
 
-    def put(self, key: str, body: bytes) -> None:
-        """Store ``body`` under ``key``, tagged live."""
+    def put(self, key: str, body: bytes, state: str) -> None:
+        """Store ``body`` under ``key``, tagged ``state``."""
         with self._lock:
             self._count("PUT")
             self.objects[key] = bytes(body)
-            self.tags[key] = "live"
+            self.tags[key] = state
 
     def get(self, key: str) -> bytes:
         """The bytes of ``key``; raises ``ClaimCheckMissingError`` when there is none."""

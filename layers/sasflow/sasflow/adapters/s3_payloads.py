@@ -1,8 +1,9 @@
 """The payload store on S3: the claim-checked payloads of the workflows (``claim_check.py``).
 
-One object per payload under ``<workflow_id>/``, written with ``PutObject`` tagged ``claim-check=live``. The bucket
-(template ``PayloadBucket``) encrypts them (SSE-S3), blocks public access, refuses requests without TLS, and expires
-objects tagged ``claim-check=terminal`` after ``TerminalRetentionDays``; ``restamp`` copies an object onto itself
+One object per payload under ``<workflow_id>/``, written with ``PutObject`` tagged ``claim-check=live`` or
+``claim-check=pending``. The bucket (template ``PayloadBucket``) encrypts them (SSE-S3), blocks public access,
+refuses requests without TLS, expires objects tagged ``claim-check=terminal`` after ``TerminalRetentionDays`` and
+those tagged ``claim-check=pending`` after a day; ``restamp`` copies an object onto itself
 with the new tag, which restarts the age its lifecycle rule counts (S3 User Guide, "Lifecycle configuration
 elements": days are counted from the object's creation).
 """
@@ -16,7 +17,7 @@ from botocore.exceptions import ClientError
 
 from ..errors import ClaimCheckMissingError
 
-#: The tag whose value (live, terminal) the bucket's lifecycle rules select on.
+#: The tag whose value (live, terminal, pending) the bucket's lifecycle rules select on.
 TAG = "claim-check"
 _MISSING = {"NoSuchKey", "404", "NotFound"}
 
@@ -50,10 +51,10 @@ class S3PayloadStore:
             self._client = s3_client()
         return self._client
 
-    def put(self, key: str, body: bytes) -> None:
-        """``PutObject`` tagged live (one request, up to 5 GB: no multipart for payloads of 10 MB)."""
+    def put(self, key: str, body: bytes, state: str) -> None:
+        """``PutObject`` tagged ``state`` (one request, up to 5 GB: no multipart for payloads of 10 MB)."""
         self.client.put_object(
-            Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", Tagging=f"{TAG}=live"
+            Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", Tagging=f"{TAG}={state}"
         )
 
     def get(self, key: str) -> bytes:

@@ -94,8 +94,9 @@ class TransitionBase:
         self.claims = claims
         #: Claim-checked rendered inputs of this call's requests: written after the write, before the send.
         self.uploads: list[Upload] = []
-        #: Claim-checked outputs of replies that came after the workflow ended: re-stamped terminal after the call.
-        self.late_objects: list[str] = []
+        #: Objects written ``pending`` (an agent's output, a start's or a child's input) that this call's write makes
+        #: its workflow's: re-stamped to the workflow's retention (live, or terminal once it has its TTL) after it.
+        self.claimed: list[str] = []
         self.rng = rng
         self.metrics = metrics
         self.snapshot = base
@@ -130,7 +131,10 @@ class TransitionBase:
         if reason is not None:
             changes["reason"] = reason
         if status in TERMINAL_WORKFLOW:
-            changes["expires_at"] = self.now + self.config.terminal_retention_days * 86_400
+            # A map step's child is kept while its parent may compensate it: its retention starts when its parent
+            # ends (SchedulerService._retain_children), not when it does.
+            retained = workflow.parent is None
+            changes["expires_at"] = self.now + self.config.terminal_retention_days * 86_400 if retained else None
             changes["paused"] = False  # nothing is left to dispatch: a finished workflow is not paused
         if status is not WorkflowStatus.HELD:
             changes["hold_until"] = None  # a hold timeout applies only while held
@@ -143,6 +147,16 @@ class TransitionBase:
                 self.messages.append(child_report(self.config.response_queue_url, parent, status.value))
         elif status in UNWINDING_WORKFLOW and workflow.status not in UNWINDING_WORKFLOW:
             self.history.unwinding(_reason_code(reason))
+
+    def retain(self, expires_at: int | None) -> None:
+        """Give this ended map step's child the retention of its parent: ``expires_at`` (epoch seconds), the
+        parent's TTL once it has ended, or None while an operator has taken the parent out of its end.
+
+        Changes nothing unless the workflow is terminal (a child that has not ended gets its retention when it ends).
+        """
+        workflow = self.snapshot.workflow
+        if workflow.status in TERMINAL_WORKFLOW and workflow.expires_at != expires_at:
+            self.snapshot = self.snapshot.with_workflow(workflow.evolve(expires_at=expires_at))
 
     def _touch(self) -> None:
         workflow = self.snapshot.workflow
@@ -216,15 +230,15 @@ class TransitionBase:
         return dict(claimed)
 
     def _note_claimed_output(self, reply: StepReply) -> None:
-        """Keep track of an agent's claim-checked output even when the reply is dropped: its object is under the
-        workflow's prefix, so the workflow must re-stamp its objects when it ends (or, ended already, this one)."""
+        """Keep track of an agent's claim-checked output even when the reply is dropped: the agent wrote it
+        ``pending`` (it expires unless a workflow keeps it), and it is under the workflow's prefix, so the workflow
+        re-stamps it to its own retention after this call, and its objects when it ends."""
         key = reference_key(reply.output)
-        if key is None:
-            return
+        if key is None or not key.startswith(f"{self.workflow_id}/"):
+            return  # never another workflow's object (resolve refuses such a reference too)
+        self.claimed.append(key)
         workflow = self.snapshot.workflow
-        if workflow.status in TERMINAL_WORKFLOW:
-            self.late_objects.append(key)
-        elif not workflow.claim_checked:
+        if workflow.status not in TERMINAL_WORKFLOW and not workflow.claim_checked:
             self.snapshot = self.snapshot.with_workflow(workflow.evolve(claim_checked=True))
 
     # ------------------------------------------------------------------ replies

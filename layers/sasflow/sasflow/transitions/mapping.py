@@ -30,6 +30,8 @@ from .base import TransitionBase, _output_too_large, _preparation_error, _settle
 #: Children one call starts (or asks to unwind) at most: the rest follow by the step's tick, so no call runs long.
 LAUNCH_BATCH = 100
 _UNWOUND = frozenset({"COMPENSATED", "CANCELLED", "COMPENSATION_FAILED"})
+#: The error of a map step whose child's id is held by another workflow (``SchedulerService._start_child``).
+MAP_CHILD_ID_TAKEN = "MAP_CHILD_ID_TAKEN"
 
 
 class MapTransitions(TransitionBase):
@@ -137,6 +139,9 @@ class MapTransitions(TransitionBase):
             if reply.child is None:
                 self._ticked(step, record)
                 return
+            if reply.child_status is None and reply.error is not None:
+                self._child_refused(step, record, reply.error)
+                return
             self._child_ended(step, record, reply.child, reply.child_status)
         elif record.status is StepStatus.COMPENSATING:
             if reply.child is None:
@@ -164,6 +169,13 @@ class MapTransitions(TransitionBase):
             return
         self.set_step(record)
         self._ticked(step, record)
+
+    def _child_refused(self, step: MapStep, record: StepRecord, error: StepError) -> None:
+        """A child could not be started (its id is held by another workflow): the map step fails with the reason,
+        and its unwind undoes the children that did run."""
+        self.history.reply(step.name, Phase.ACTION, record.attempt, Outcome.REJECTED, 0, error.code)
+        self.set_step(_settled(record, StepStatus.FAILED, error=error.model_dump(), may_have_happened=True))
+        self.count("MapChildrenRefused")
 
     def _ticked(self, step: MapStep, record: StepRecord) -> None:
         """Start what the concurrency allows; once every child reported, collect their outputs or complete."""
