@@ -686,11 +686,11 @@ class SchedulerService:
             self.metrics("ClaimCheckRestampFailures")
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
-        """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""
+        """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``): no later than
+        its earliest complete-by, nor than the time a long wait's timer is due (``Snapshot.due_key``)."""
         previous = base.stored_key if base is not None else None
-        return snapshot.with_index_key(
-            index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
-        )
+        grace = self.config.deadline_grace_seconds
+        return snapshot.with_index_key(index_key_for(previous, snapshot.due_key(grace), now, grace))
 
 
 def child_output(child: Snapshot | None) -> Any:

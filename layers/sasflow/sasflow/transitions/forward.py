@@ -1,9 +1,10 @@
 """Transitions of the steps' actions: a reply or a timeout of an attempt, the next attempt, and dispatch.
 
 A task step's action is a request to its agent. A wait step's "action" is its timer: the step is in flight until its
-resume time (its complete-by), and resumes by a message the scheduler sends itself, delayed until then (waits of
-900 seconds or less, SQS's longest delay), or by the supervisor once the time is past. A step whose ``when`` is
-false is SKIPPED instead of dispatched.
+resume time (its complete-by), and resumes by a message the scheduler sends itself, delayed until then. SQS delays a
+message at most 900 seconds, so a longer wait's timer is sent by the supervisor's sweep that finds it within 900
+seconds of its time (its ``timer_at``); the supervisor resumes a wait itself only when its timer is lost. A step
+whose ``when`` is false is SKIPPED instead of dispatched.
 """
 
 from __future__ import annotations
@@ -182,7 +183,9 @@ class ForwardTransitions(TransitionBase):
     def _wait_timer(self, record: StepRecord) -> None:
         """A wait step's timer message arrived: resume it, or arm the timer again if it came early."""
         complete_by = record.complete_by or self.now
-        if self.now + 1 >= complete_by:  # one second for the clocks of two Lambda invocations
+        if self.now >= complete_by:
+            # Never a second early, even for a copy of the timer delivered before its time (a redrive, another
+            # invocation's clock): such a copy arms the timer again for the rest.
             self._resume_wait(record, by_supervisor=False)
             return
         step = self.definition.step(record.step)
@@ -243,9 +246,14 @@ class ForwardTransitions(TransitionBase):
         self._arm_timer(step, record, complete_by)
 
     def _arm_timer(self, step: WaitStep, record: StepRecord, complete_by: int) -> None:
-        """Keep ``record`` in flight until ``complete_by``; send its timer when that is within SQS's longest delay."""
-        self.set_step(record)
+        """Keep ``record`` in flight until ``complete_by``; send its timer when that is within SQS's longest delay.
+
+        A longer wait keeps ``timer_at`` (complete-by - 900 s): the supervisor sends its timer from then on
+        (`TransitionBase.handle_overdue`), and resumes it itself only if that timer is lost.
+        """
         delay = complete_by - self.now
+        timer_at = None if delay <= _MAX_TIMER_DELAY else complete_by - _MAX_TIMER_DELAY
+        self.set_step(record.evolve(timer_at=timer_at) if record.timer_at != timer_at else record)
         if delay <= _MAX_TIMER_DELAY:
             timer = StepReply(
                 workflow_id=self.workflow_id,
