@@ -348,6 +348,49 @@ def test_an_approval_completes_the_callback_step_with_its_output_and_the_trip_go
         answer(p, token, "succeeded", output={})
 
 
+def test_the_same_answer_again_is_the_first_result_and_a_different_one_is_409() -> None:
+    # Given a trip whose approval was answered once, then went on to complete
+    p = Pipeline()
+    wid = p.start(with_steps(approval()), TRIP_INPUT)
+    p.pump()
+    token = token_of(p, wid)
+    first = answer(p, token, "succeeded", output={"approved_by": "ada", "at": 1})
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    version = p.snapshot(wid).version
+    # When the same answer comes again (its caller lost the response), with its keys in another order
+    again = answer(p, token, "succeeded", output={"at": 1, "approved_by": "ada"})
+    # Then it gets the first result (the workflow was RUNNING then) and nothing is written
+    assert again == first
+    assert (again.step_status, again.workflow_status) == ("COMPLETED", "RUNNING")
+    assert p.snapshot(wid).version == version
+    assert p.metrics["CallbackAnswersRepeated"] == 1
+    # and another answer, a failure, or a heartbeat for the same token is 409
+    for status, body in (
+        ("succeeded", {"output": {"approved_by": "bob", "at": 1}}),
+        ("succeeded", {}),
+        ("failed", {"error": {"code": "NO", "message": "no"}}),
+        ("heartbeat", {}),
+    ):
+        with pytest.raises(CallbackUsedError):
+            answer(p, token, status, **body)
+
+
+def test_the_same_failure_again_is_the_first_result() -> None:
+    p = Pipeline()
+    wid = p.start(with_steps(approval()), TRIP_INPUT)
+    p.pump()
+    token = token_of(p, wid)
+    error = {"code": "NOT_APPROVED", "message": "over budget"}
+    first = answer(p, token, "failed", error=error)
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
+    assert answer(p, token, "failed", error=error) == first
+    assert first.step_status == "FAILED"
+    with pytest.raises(CallbackUsedError):
+        answer(p, token, "failed", error=error, reason="another reason")
+
+
 def test_a_rejection_fails_the_step_and_unwinds_the_trip() -> None:
     p = Pipeline()
     wid = p.start(with_steps(approval()), TRIP_INPUT)

@@ -113,7 +113,9 @@ class StepRecord:
     (``generation``, `token_action`).
 
     A callback step's attempt in flight keeps ``callback_nonce``: the secret part of its task token
-    (``callbacks.task_token``), new with every attempt.
+    (``callbacks.task_token``), new with every attempt. Once an answer (success or failure) is applied, the step keeps
+    ``answer``: its digest and the result it was given (``callbacks.answer_digest``), so that the same answer again
+    (a caller whose response was lost) is 200 with that result, and another answer 409.
 
     A wait step longer than SQS's longest delay keeps ``timer_at`` (epoch seconds) until its timer is sent: the time
     (complete-by - 900 s) from which a delayed message can reach it at its resume time. The supervisor sends it
@@ -141,6 +143,7 @@ class StepRecord:
     generation: int = 0
     input_override: dict[str, Any] | None = None
     callback_nonce: str | None = None
+    answer: dict[str, str] | None = None
     timer_at: int | None = None
     map: MapProgress | None = None
     comp_map: MapProgress | None = None

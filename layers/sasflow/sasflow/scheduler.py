@@ -377,7 +377,8 @@ class SchedulerService:
         CallbackNotFoundError
             A token this engine did not issue, or of another owner's workflow (HTTP 404).
         CallbackUsedError
-            Its attempt was answered already (HTTP 409).
+            Its attempt was answered already with another answer (HTTP 409); the same answer again is the first
+            result (``callbacks.answer_digest``).
         CallbackExpiredError
             Its attempt timed out, or the workflow no longer waits for it (HTTP 410).
         """
@@ -392,12 +393,14 @@ class SchedulerService:
         if stored is None:
             raise CallbackNotFoundError("no such task token")
         record = stored.steps[parsed.step]
+        # An answer (first or repeated) is given the result of the write that applied it, kept on the step.
+        answer = record.answer if request.status != "heartbeat" and record.attempt == parsed.attempt else None
         result = CallbackResult(
             workflow_id=parsed.workflow_id,
             step=parsed.step,
             attempt=parsed.attempt,
-            step_status=record.status.value,
-            workflow_status=stored.workflow.status.value,
+            step_status=answer["step_status"] if answer else record.status.value,
+            workflow_status=answer["workflow_status"] if answer else stored.workflow.status.value,
             complete_by=record.complete_by,
         )
         return stored, result, messages

@@ -9,6 +9,7 @@ whose ``when`` is false is SKIPPED instead of dispatched.
 
 from __future__ import annotations
 
+import hmac
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..callbacks import (
     CallbackRequest,
     CallbackUsedError,
     TaskToken,
+    answer_digest,
     new_nonce,
     nonce_matches,
     task_token,
@@ -276,7 +278,11 @@ class ForwardTransitions(TransitionBase):
         same_attempt = pending.attempt == attempt and pending.callback_nonce is not None
         nonce = pending.callback_nonce if same_attempt else new_nonce()
         record = pending.evolve(
-            status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by, callback_nonce=nonce
+            status=StepStatus.PROCESSING,
+            attempt=attempt,
+            complete_by=complete_by,
+            callback_nonce=nonce,
+            answer=pending.answer if same_attempt else None,
         )
         outgoing = None
         if step.notify is not None:
@@ -321,7 +327,8 @@ class ForwardTransitions(TransitionBase):
         CallbackNotFoundError
             When the token names no callback step's attempt of this workflow (or its nonce is not that attempt's).
         CallbackUsedError
-            When its attempt was answered already (success or failure).
+            When its attempt was answered already (success or failure) with another answer; the same answer again
+            changes nothing (``StepRecord.answer``).
         CallbackExpiredError
             When its attempt timed out or was superseded, or the workflow no longer waits for it.
         """
@@ -335,6 +342,13 @@ class ForwardTransitions(TransitionBase):
         if not nonce_matches(record.callback_nonce, token.nonce):
             raise CallbackNotFoundError("no such task token")
         workflow = self.snapshot.workflow
+        digest = answer_digest(request) if request.status != "heartbeat" else None
+        answered = record.answer if record.status is not StepStatus.PROCESSING else None
+        if answered is not None and digest is not None and hmac.compare_digest(answered.get("digest", ""), digest):
+            # The same answer again (its caller lost the response): applied once already, nothing to write; the
+            # scheduler answers with the result the first use was given.
+            self.count("CallbackAnswersRepeated")
+            return
         if record.status is not StepStatus.PROCESSING:
             code = (record.error or {}).get("code")
             if record.status is StepStatus.COMPLETED or (
@@ -370,6 +384,17 @@ class ForwardTransitions(TransitionBase):
             self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=False))
         self.count("CallbacksApplied")
         self.advance()
+        # Kept by the same write: what a repeat of this answer must match, and the result it is given then.
+        applied = self.snapshot.steps[step.name]
+        self.set_step(
+            applied.evolve(
+                answer={
+                    "digest": digest or "",
+                    "step_status": applied.status.value,
+                    "workflow_status": self.snapshot.workflow.status.value,
+                }
+            )
+        )
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch_forward(
