@@ -42,7 +42,7 @@ from .ports import Counter, Outgoing, StateStore, no_metrics
 from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
 from .settings import EngineConfig
 from .states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
-from .transitions import MIN_DEFERRAL_SECONDS, Transition, backoff_seconds
+from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
 from .transitions.base import child_report
 
 __all__ = [
@@ -416,14 +416,15 @@ class SchedulerService:
         action_id: str,
         step: str | None = None,
         step_input: dict[str, Any] | None = None,
-        output: Any = None,
+        output: Any = NO_OUTPUT,
     ) -> tuple[Snapshot, list[Outgoing]]:
         """Apply an operator action (``OPERATOR_ACTIONS``) with one conditional write, audited in the history.
 
         ``action_id`` makes the action idempotent: a repeat of an id the history holds changes nothing and returns
         the workflow as it is. ``step`` names the step of ``retry``, ``skip``, ``retry-compensation`` and
         ``resolve`` (needed when several could apply), ``step_input`` is a retry's edited input, ``output`` a skip's
-        output. What each action does: ``transitions.operator``.
+        output (any JSON, null too; ``transitions.NO_OUTPUT`` when none is given). What each action does:
+        ``transitions.operator``.
 
         Returns
         -------
@@ -438,6 +439,8 @@ class SchedulerService:
             When there is no such workflow.
         ConditionFailedError
             When the action does not apply to the workflow as it is (the message says why; the API's 409).
+        OutputNeededError
+            When a skip gives no output and a later step's reference needs it (the API's 422 MISSING_REFERENCE).
         """
         if action not in OPERATOR_ACTIONS:
             raise ValueError(f"unknown operator action {action!r}; one of {list(OPERATOR_ACTIONS)}")
