@@ -312,6 +312,14 @@ def test_a_wait_the_supervisor_never_resumes_is_caught(monkeypatch: pytest.Monke
 CALLBACKS = Faults(callback_step=1.0, operator_action=0.0, hold_policy=0.0)
 
 
+def test_callbacks_under_faults_break_no_invariant_and_the_same_answer_again_is_200() -> None:
+    """Invariant 16: an answer sent again with the same body (its response lost) is 200 and applies nothing."""
+    report = run_one(31, 30, CALLBACKS)
+    assert report.violations == []
+    assert report.callback_answers["succeeded 200 again"] > 0
+    assert report.callback_answers["succeeded 409"] > 0
+
+
 def test_a_token_that_answers_done_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 16: a second use of a token answered 200 ("done") instead of 409."""
     original = ForwardTransitions.apply_callback
