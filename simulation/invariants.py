@@ -42,7 +42,8 @@
 15. Waits: a wait step resumes no earlier than its time (dispatch + ``seconds``, or its ``until``), at most a few
     supervisor ticks after it (`WAIT_LATE_SECONDS`), and no step that depends on it starts before it resumed. A
     COMPLETED workflow's waits all resumed; a wait ends otherwise only because its workflow unwound (``UNWOUND``).
-16. Callbacks: a task token is applied at most once (one 200 for a success or a failure), only to the attempt it
+16. Callbacks: a task token is applied at most once (one 200 for a success or a failure, and one callback event in
+    its history; the same answer sent again is 200 and applies nothing), only to the attempt it
     was issued for (its history has the reply of that attempt), and what was applied is what the step kept: a
     callback step COMPLETED holds the output of its token's applied success, and none completed without one.
 17. Map steps: every child is terminal when its parent is, and none is orphaned (each stored child belongs to a
@@ -582,7 +583,10 @@ def _callback_violations(
     mine = {token: bodies for token, bodies in applied.items() if token.startswith(f"{workflow_id}~")}
     for token, bodies in mine.items():
         _, name, attempt, _ = token.split("~")
-        if len(bodies) > 1:
+        applications = [
+            e for e in events if e.kind == "callback_applied" and e.step == name and e.attempt == int(attempt)
+        ]
+        if len(bodies) > 1 or len(applications) > 1:
             violations.append(Violation("callback applied twice", workflow_id, f"{name} attempt {attempt}"))
         replies = [e for e in events if e.kind == "callback_applied" and e.step == name and e.attempt == int(attempt)]
         if not replies:

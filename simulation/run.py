@@ -745,7 +745,8 @@ class Simulation:
 
         For each waiting token, once per tick: approve (50 %), reject (10 %), heartbeat (10 %), or nothing (30 %: the
         step may time out, and its retry issues a new token). An applied answer is sent again once half the time,
-        and a superseded token is used late once: those must be refused (409, 410) and change nothing.
+        and a superseded token is used late once: those must be refused (409, 410) and change nothing. Before an
+        applied answer is changed, the same answer is sent again: it must be 200 and apply nothing (invariant 16).
         """
         for snapshot in sorted(self.stored_workflows(), key=lambda s: s.workflow.workflow_id):
             wid = snapshot.workflow.workflow_id
@@ -756,6 +757,8 @@ class Simulation:
             if record.status.value != "PROCESSING":
                 if token in self.callbacks_applied and token not in self.tokens_reused and self.rng.random() < 0.5:
                     self.tokens_reused.add(token)
+                    # the same answer again (a caller whose response was lost) must be 200 and apply nothing
+                    self._answer(token, self.callbacks_applied[token][0], repeat=True)
                     self._answer(token, {"status": "succeeded", "output": {"again": True}})  # must be 409
                 continue
             # An attempt whose whole window passed between two ticks (the simulated time other invocations spent:
@@ -788,7 +791,7 @@ class Simulation:
                 self.log("approver did not answer", [tag], attribute=False)
                 self.log.touched[tag].add("approver did not answer")
 
-    def _answer(self, token: str, body: dict[str, Any]) -> int:
+    def _answer(self, token: str, body: dict[str, Any], *, repeat: bool = False) -> int:
         event = callback_event(
             token, body, request_id=f"cb-{self.seed}-{self.report.ticks}-{len(self.callback_answers)}"
         )
@@ -796,8 +799,12 @@ class Simulation:
             ok, response = self._invoke("ApiFunction", event)
             if ok and response["statusCode"] < 500:
                 status = int(response["statusCode"])
-                self.callback_answers[f"{body['status']} {status}"] += 1
-                if status == 200 and body["status"] != "heartbeat":
+                self.callback_answers[f"{body['status']} {status}{' again' if repeat else ''}"] += 1
+                if repeat and status != 200:
+                    self.operator_failed.append(
+                        Violation("same callback answer refused", token.split("~")[0], str(status))
+                    )
+                elif status == 200 and body["status"] != "heartbeat" and not repeat:
                     self.callbacks_applied.setdefault(token, []).append(body)
                 return status
             # no answer: the function may have crashed after its write, so this use may have applied

@@ -530,9 +530,11 @@ def skip(
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Mark a HELD workflow's failed step COMPLETED with --output; the steps after it run."""
-    value = _json_arg(output, "--output") if output is not None else None
-    _act(ctx, workflow_id, "skip", reason, key, as_json, step=step, output=value)
+    """Mark a HELD workflow's failed step COMPLETED with --output (null allowed); the steps after it run.
+
+    Without --output the step has none: refused (422) when a later step's reference needs it."""
+    given = {"output": _json_arg(output, "--output")} if output is not None else {}
+    _act(ctx, workflow_id, "skip", reason, key, as_json, step=step, **given)
 
 
 @app.command()

@@ -23,6 +23,10 @@ __all__ = ["ApiError", "Routes", "SasflowClient", "Signer", "Transport", "Urllib
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 
 
+#: A skip with no ``--output``: the body has no ``output`` (JSON null is an output the server takes as given).
+NO_OUTPUT: Any = object()
+
+
 class ApiError(Exception):
     """The API refused a request (its ``error`` code and ``message``), or could not be reached (status 0)."""
 
@@ -266,10 +270,11 @@ class SasflowClient:
         idempotency_key: str,
         step: str | None = None,
         step_input: dict[str, Any] | None = None,
-        output: Any = None,
+        output: Any = NO_OUTPUT,
     ) -> Any:
         """``POST /ops/workflows/{id}/{action}``: the WorkflowView after the action (`ApiError` 409 if it does not
-        apply). A client identity's ``cancel`` goes to the clients' route, which takes no reason."""
+        apply). A client identity's ``cancel`` goes to the clients' route, which takes no reason. ``output`` (a
+        skip's) is sent when given, JSON null too; `NO_OUTPUT` leaves it out of the body."""
         if action == "cancel" and not self.routes.operator:
             return self.request("POST", self.routes.workflow(workflow_id) + "/cancel")
         body: dict[str, Any] = {"reason": reason}
@@ -277,7 +282,7 @@ class SasflowClient:
             body["step"] = step
         if step_input is not None:
             body["input"] = step_input
-        if output is not None:
+        if output is not NO_OUTPUT:
             body["output"] = output
         path = api_path("ops", "workflows", workflow_id, action)
         return self.request("POST", path, body=body, idempotency_key=idempotency_key)

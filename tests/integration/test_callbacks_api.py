@@ -28,14 +28,27 @@ def waiting_token(deployed: Deployed) -> tuple[str, str]:
     return view["workflow_id"], approval["task_token"]
 
 
-def test_an_answer_applies_once_and_a_second_use_is_409(deployed: Deployed) -> None:
+def test_an_answer_applies_once_the_same_answer_again_is_200_with_the_first_result_and_another_is_409(
+    deployed: Deployed,
+) -> None:
+    # Given a trip waiting for its approval, answered once, that then completed
     wid, token = waiting_token(deployed)
-    status, result = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded", "output": {"ok": True}})
+    answer = {"status": "succeeded", "output": {"ok": True, "by": "ada"}}
+    status, result = deployed.api("POST", f"/callbacks/{token}", answer)
     assert (status, result["step_status"], result["workflow_status"]) == (200, "COMPLETED", "RUNNING")
-    status, again = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded", "output": {"ok": True}})
-    assert (status, again["error"]) == (409, "CALLBACK_ALREADY_USED")
     deployed.pump()
-    assert deployed.api("GET", f"/workflows/{wid}")[1]["status"] == "COMPLETED"
+    before = deployed.api("GET", f"/workflows/{wid}")[1]
+    assert before["status"] == "COMPLETED"
+    # When its caller, whose response was lost, sends the same answer again (keys in another order)
+    reordered = {"output": {"by": "ada", "ok": True}, "status": "succeeded"}
+    status, again = deployed.api("POST", f"/callbacks/{token}", reordered)
+    # Then it is 200 with the first result, and nothing is written
+    assert (status, again) == (200, result)
+    assert deployed.api("GET", f"/workflows/{wid}")[1] == before
+    # and a different answer for the same token is still 409
+    for other in ({"status": "succeeded", "output": {"ok": False}}, {"status": "succeeded"}, {"status": "heartbeat"}):
+        status, refused = deployed.api("POST", f"/callbacks/{token}", other)
+        assert (status, refused["error"]) == (409, "CALLBACK_ALREADY_USED")
 
 
 def test_another_owner_and_a_forged_token_get_404_and_change_nothing(deployed: Deployed) -> None:

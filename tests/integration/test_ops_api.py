@@ -93,6 +93,36 @@ def test_an_action_that_does_not_apply_is_409_with_the_reason_and_an_unknown_one
     assert (status, body["details"][0]["loc"]) == (422, ["body", "reason"])
 
 
+def test_a_skip_without_the_output_a_later_step_reads_is_422_naming_it_and_an_explicit_null_is_taken(
+    deployed: Deployed,
+) -> None:
+    # Given a trip under the hold policy held at the flight, whose hotel reads the flight's confirmation
+    deployed.remote["flights"].service.update_knobs({"rejection_rate": 1.0})
+    status, started = deployed.api("POST", "/workflows", trip(on_failure="hold"))
+    assert status == 201
+    deployed.pump()
+    wid = started["workflow_id"]
+    _, before = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert before["status"] == "HELD"
+    # When the operator skips the flight without an output
+    status, body = deployed.ops("POST", f"/ops/workflows/{wid}/skip", {"reason": "booked by phone"})
+    # Then it is 422 naming the reference that needs it, and nothing is written
+    assert (status, body["error"]) == (422, "MISSING_REFERENCE")
+    assert body["message"] == (
+        "skipping step reserve_flight needs its output: steps[book_hotel].input.flight: "
+        "'steps.reserve_flight.output.confirmation' reads it and has no default (give the output; an explicit null "
+        "is allowed)"
+    )
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1] == before
+    # And an explicit null is an output given: the skip is taken (audited, with whether it is compensated)
+    status, after = deployed.ops("POST", f"/ops/workflows/{wid}/skip", {"reason": "booked by phone", "output": None})
+    assert status == 200
+    assert {s["name"]: s["status"] for s in after["steps"]}["reserve_flight"] == "COMPLETED"
+    _, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+    [audit] = [e for e in history["events"] if e["kind"] == "operator_action"]
+    assert (audit["detail"]["action"], audit["detail"]["compensated_on_unwind"]) == ("skip", True)
+
+
 def test_the_client_reads_its_own_history_and_not_another_principals(deployed: Deployed) -> None:
     _, started = deployed.api("POST", "/workflows", TRIP)
     deployed.pump()

@@ -280,6 +280,22 @@ def test_a_wait_that_does_not_wait_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     assert {"wait due at the wrong time", "wait resumed early"} <= kinds
 
 
+def test_conditions_and_waits_of_every_length_under_faults_break_no_invariant() -> None:
+    """Invariant 15 holds for waits of 0 s to 20 minutes (longer ones get their timer from the supervisor)."""
+    report = run_one(31, 30, STEP_KINDS)
+    assert report.violations == []
+
+
+def test_a_wait_resumed_by_a_timer_before_its_time_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 15: a timer that resumes its wait whatever the time (a copy delivered early, or
+    the timer the supervisor sends a long wait 900 s before its time) resumes it before its time."""
+    monkeypatch.setattr(
+        ForwardTransitions, "_wait_timer", lambda self, record: self._resume_wait(record, by_supervisor=False)
+    )
+    kinds = {v.kind for v in run_one(31, 30, STEP_KINDS).violations}
+    assert "wait resumed early" in kinds
+
+
 def test_a_wait_the_supervisor_never_resumes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariants 1 and 15: a long wait whose supervisor resume is a no-op never ends."""
     original = ForwardTransitions._forward_timed_out
@@ -295,6 +311,14 @@ def test_a_wait_the_supervisor_never_resumes_is_caught(monkeypatch: pytest.Monke
 
 
 CALLBACKS = Faults(callback_step=1.0, operator_action=0.0, hold_policy=0.0)
+
+
+def test_callbacks_under_faults_break_no_invariant_and_the_same_answer_again_is_200() -> None:
+    """Invariant 16: an answer sent again with the same body (its response lost) is 200 and applies nothing."""
+    report = run_one(31, 30, CALLBACKS)
+    assert report.violations == []
+    assert report.callback_answers["succeeded 200 again"] > 0
+    assert report.callback_answers["succeeded 409"] > 0
 
 
 def test_a_token_that_answers_done_twice_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -155,6 +155,31 @@ def test_a_refused_action_prints_the_api_code_and_message_and_exits_1() -> None:
     assert result.exit_code == 2 and "--reason" in result.stderr and transport.requests == []
 
 
+@pytest.mark.parametrize(
+    ("options", "body"),
+    [
+        ([], {"reason": "by phone", "step": "reserve_flight"}),
+        (["--output", "null"], {"reason": "by phone", "step": "reserve_flight", "output": None}),
+        (
+            ["--output", '{"ref": "BY-PHONE"}'],
+            {"reason": "by phone", "step": "reserve_flight", "output": {"ref": "BY-PHONE"}},
+        ),
+    ],
+)
+def test_skip_sends_no_output_without_the_option_and_an_explicit_null_as_null(
+    options: list[str], body: dict[str, Any]
+) -> None:
+    # Given an API that takes the skip
+    transport = FakeTransport((200, {"status": "RUNNING", "steps": []}))
+    state = CliState(client_=client(transport, []), new_key=lambda: "key-9")
+    # When the operator skips a step with or without --output
+    args = ["skip", "wf-1", "--reason", "by phone", "--step", "reserve_flight", *options, "--json"]
+    result = CliRunner().invoke(app, args, obj=state)
+    # Then the body has no output without the option, and JSON null with --output null (the API tells them apart)
+    assert result.exit_code == 0, result.output
+    assert json.loads(transport.requests[0][2]) == body
+
+
 def test_no_target_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["get", "wf-1"], env={"SASFLOW_URL": "", "SASFLOW_STACK": ""})
     assert result.exit_code == 2

@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from sasflow.api_models import HistoryPage, WorkflowView, events_of
-from sasflow.errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError
+from sasflow.errors import (
+    ConditionFailedError,
+    IdempotencyKeyConflictError,
+    InvalidDefinitionError,
+    MissingReferenceError,
+    OutputNeededError,
+)
 from sasflow.finding import WorkflowFinder
 from sasflow.states import StepStatus, WorkflowStatus
 from tests.support.pipeline import TRIP_INPUT, Pipeline, trip_definition
@@ -120,6 +126,84 @@ def test_an_unknown_step_is_refused_as_such() -> None:
     wid = held_at_hotel(p)
     with pytest.raises(InvalidDefinitionError, match="the workflow has no step 'nosuch'"):
         act(p, wid, "skip", "s-1", step="nosuch", output={})
+
+
+def held_at_flight(p: Pipeline) -> str:
+    """A trip held because the flight was refused: the hotel's input reads the flight's confirmation."""
+    p.services["flights"].script["reserve"] = ["reject"]
+    wid = p.start(held_trip(), TRIP_INPUT)
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+    return wid
+
+
+def test_a_skip_without_the_output_a_later_step_reads_is_refused_naming_the_reference() -> None:
+    # Given a trip held at the flight, whose hotel step reads steps.reserve_flight.output.confirmation (no default)
+    p = Pipeline()
+    wid = held_at_flight(p)
+    before = p.snapshot(wid)
+    # When the operator skips the flight without giving its output
+    with pytest.raises(OutputNeededError) as refused:
+        act(p, wid, "skip", "s-1")
+    # Then it is refused (422 MISSING_REFERENCE) naming the reference that needs it, and nothing is written
+    assert isinstance(refused.value, MissingReferenceError)
+    assert (refused.value.step, refused.value.path, refused.value.expression) == (
+        "reserve_flight",
+        "steps[book_hotel].input.flight",
+        "steps.reserve_flight.output.confirmation",
+    )
+    assert "skipping step reserve_flight needs its output" in str(refused.value)
+    assert p.snapshot(wid).version == before.version
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+
+
+def test_a_skip_with_an_explicit_null_output_is_taken_as_given() -> None:
+    p = Pipeline()
+    wid = held_at_flight(p)
+    act(p, wid, "skip", "s-1", output=None)
+    record = p.snapshot(wid).steps["reserve_flight"]
+    assert (record.status, record.output) == (StepStatus.COMPLETED, None)
+
+
+def test_a_reference_with_a_default_or_a_condition_does_not_need_the_skipped_output() -> None:
+    # Given a hotel step that reads the flight's confirmation with a default, and a condition on it
+    p = Pipeline()
+    p.services["flights"].script["reserve"] = ["reject"]
+    hotel = {
+        "input": {
+            "traveller.$": "input.traveller",
+            "flight.$": {"expression": "steps.reserve_flight.output.confirmation", "default": "NONE"},
+        },
+        "when": "steps.reserve_flight.output.confirmation || `true`",
+    }
+    wid = p.start({**trip_definition(book_hotel=hotel), "on_failure": "hold"}, TRIP_INPUT)
+    p.pump()
+    # When the flight is skipped with no output
+    act(p, wid, "skip", "s-1")
+    p.pump()
+    # Then the trip goes on: the hotel is booked with the default
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    assert p.snapshot(wid).input_of("book_hotel")["flight"] == "NONE"
+
+
+def test_the_skip_event_says_whether_the_skipped_step_is_compensated_on_unwind() -> None:
+    # Given a trip held at the hotel (which has a compensation), skipped without an output (nothing reads it)
+    p = Pipeline()
+    wid = held_at_hotel(p)
+    act(p, wid, "skip", "s-1", step="book_hotel")
+    [event] = operator_events(p, wid)
+    assert (event["action"], event["step"], event["compensated_on_unwind"]) == ("skip", "book_hotel", True)
+    assert p.snapshot(wid).steps["book_hotel"].output is None
+    # When a later step fails (held again) and the operator unwinds the trip
+    p.services["payments"].script["charge"] = ["reject"]
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+    act(p, wid, "compensate", "c-1")
+    p.pump()
+    snapshot = p.snapshot(wid)
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATED
+    # Then the skipped step is compensated like a completed one, as its event said
+    assert snapshot.steps["book_hotel"].status is StepStatus.COMPENSATED
 
 
 def test_a_repeated_action_id_changes_nothing() -> None:

@@ -146,6 +146,56 @@ def test_a_short_wait_is_resumed_by_its_own_delayed_message_at_its_time() -> Non
     assert p.metrics["WaitsResumed"] == 1
 
 
+def resumed_at(p: Pipeline, wid: str, step: str, *, until: int, tick: int = 60) -> int | None:
+    """Move the clock one second at a time up to ``until``, delivering timers as they become visible and sweeping
+    once every ``tick`` seconds as the supervisor's schedule does; return the first time ``step`` is COMPLETED."""
+    for second in range(int(p.clock.now()) + 1, until + 1):
+        p.clock.advance(second - p.clock.now())
+        if second % tick == 0:
+            p.sweep()
+        p.run_scheduler()
+        if p.snapshot(wid).steps[step].status is StepStatus.COMPLETED:
+            return second
+    return None
+
+
+@pytest.mark.parametrize("seconds", [3_600, 901, 86_400])
+def test_a_long_wait_resumes_within_seconds_of_its_time_and_never_before(seconds: int) -> None:
+    # Given a trip that waits longer than SQS's 900 s delay, with the supervisor sweeping every minute
+    p = Pipeline(grace=30)
+    wid = p.start(with_steps(wait("overnight", seconds=seconds), at=0), TRIP_INPUT)
+    due = p.snapshot(wid).steps["overnight"].complete_by
+    assert due is not None and p.bus.peek(REPLIES) == []
+    key = p.snapshot(wid).stored_key
+    # When time passes second by second up to its time and a little after
+    at = resumed_at(p, wid, "overnight", until=due + 120)
+    # Then it resumed by the delayed message the sweep sent, at its time: never before it, within a few seconds after
+    assert at is not None and due <= at <= due + 2
+    # (the deadline index found the workflow 900 s before its time, not after it)
+    assert key is not None and key <= due - 900 - 30
+    assert p.metrics["WaitTimersSentBySupervisor"] == 1
+    assert (p.metrics["WaitsResumed"], p.metrics["WaitsResumedBySupervisor"]) == (1, 0)
+    assert p.snapshot(wid).steps["overnight"].output == {"until": due}
+
+
+def test_a_long_wait_whose_timer_is_lost_is_still_resumed_by_the_supervisor_after_its_time() -> None:
+    p = Pipeline(grace=30)
+    wid = p.start(with_steps(wait("overnight", seconds=3_600), at=0), TRIP_INPUT)
+    due = p.snapshot(wid).steps["overnight"].complete_by
+    assert due is not None
+    # Given the sweep that sends the timer, whose message is then lost
+    p.clock.advance(due - 900 - int(p.clock.now()) + 1)
+    p.sweep()
+    assert [m.delay_seconds for m in p.bus.peek(REPLIES)] == [899]
+    p.bus.queues[REPLIES] = []
+    # Then the workflow is keyed at its time, and a sweep after the time plus the grace resumes the wait
+    assert p.snapshot(wid).stored_key == due
+    p.clock.advance(899 + 31)
+    p.sweep()
+    assert p.snapshot(wid).steps["overnight"].status is StepStatus.COMPLETED
+    assert p.metrics["WaitsResumedBySupervisor"] == 1
+
+
 def test_a_long_wait_sends_nothing_and_is_resumed_by_the_supervisor_once_due() -> None:
     p = Pipeline(grace=30)
     wid = p.start(with_steps(wait("overnight", seconds=3_600)), TRIP_INPUT)
@@ -239,6 +289,26 @@ def test_a_timer_that_arrives_early_is_armed_again_for_the_rest() -> None:
     assert [m.delay_seconds for m in messages] == [100]
 
 
+def test_a_copy_of_the_timer_delivered_one_second_early_does_not_resume_the_wait() -> None:
+    p = Pipeline()
+    wid = p.start(with_steps(wait("cool_off", seconds=300), at=0), TRIP_INPUT)
+    [timer] = p.bus.peek(REPLIES)
+    due = p.snapshot(wid).steps["cool_off"].complete_by
+    assert due is not None
+    # When a copy of the timer is applied one second before the wait's time
+    p.clock.advance(due - 1 - p.clock.now())
+    messages = p.scheduler.on_reply(decode_reply(timer.body))
+    # Then the wait is not resumed: it stays in flight, its timer armed again for the second left
+    record = p.snapshot(wid).steps["cool_off"]
+    assert (record.status, record.complete_by) == (StepStatus.PROCESSING, due)
+    assert [m.delay_seconds for m in messages] == [1]
+    assert p.requests("flights") == []
+    # and at its time, the timer resumes it
+    p.clock.advance(1)
+    p.scheduler.on_reply(decode_reply(timer.body))
+    assert p.snapshot(wid).steps["cool_off"].status is StepStatus.COMPLETED
+
+
 # --------------------------------------------------------------------------------------------- callbacks
 def approval(**spec: Any) -> dict[str, Any]:
     return {"name": "approval", "type": "callback", "timeout_seconds": 600, **spec}
@@ -276,6 +346,49 @@ def test_an_approval_completes_the_callback_step_with_its_output_and_the_trip_go
     # and the token works once: a second use is 409
     with pytest.raises(CallbackUsedError):
         answer(p, token, "succeeded", output={})
+
+
+def test_the_same_answer_again_is_the_first_result_and_a_different_one_is_409() -> None:
+    # Given a trip whose approval was answered once, then went on to complete
+    p = Pipeline()
+    wid = p.start(with_steps(approval()), TRIP_INPUT)
+    p.pump()
+    token = token_of(p, wid)
+    first = answer(p, token, "succeeded", output={"approved_by": "ada", "at": 1})
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPLETED
+    version = p.snapshot(wid).version
+    # When the same answer comes again (its caller lost the response), with its keys in another order
+    again = answer(p, token, "succeeded", output={"at": 1, "approved_by": "ada"})
+    # Then it gets the first result (the workflow was RUNNING then) and nothing is written
+    assert again == first
+    assert (again.step_status, again.workflow_status) == ("COMPLETED", "RUNNING")
+    assert p.snapshot(wid).version == version
+    assert p.metrics["CallbackAnswersRepeated"] == 1
+    # and another answer, a failure, or a heartbeat for the same token is 409
+    for status, body in (
+        ("succeeded", {"output": {"approved_by": "bob", "at": 1}}),
+        ("succeeded", {}),
+        ("failed", {"error": {"code": "NO", "message": "no"}}),
+        ("heartbeat", {}),
+    ):
+        with pytest.raises(CallbackUsedError):
+            answer(p, token, status, **body)
+
+
+def test_the_same_failure_again_is_the_first_result() -> None:
+    p = Pipeline()
+    wid = p.start(with_steps(approval()), TRIP_INPUT)
+    p.pump()
+    token = token_of(p, wid)
+    error = {"code": "NOT_APPROVED", "message": "over budget"}
+    first = answer(p, token, "failed", error=error)
+    p.pump()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATED
+    assert answer(p, token, "failed", error=error) == first
+    assert first.step_status == "FAILED"
+    with pytest.raises(CallbackUsedError):
+        answer(p, token, "failed", error=error, reason="another reason")
 
 
 def test_a_rejection_fails_the_step_and_unwinds_the_trip() -> None:

@@ -13,10 +13,15 @@ the token                                              answer
 ====================================================== =========================================================
 names no workflow of the caller, or its nonce is wrong 404 ``CALLBACK_NOT_FOUND``
 its attempt is waiting                                 200: applied (success, failure, or a heartbeat)
-its attempt was answered already                       409 ``CALLBACK_ALREADY_USED``
+its attempt was answered already with this same answer 200: the result the first use was given (applied once)
+its attempt was answered already with another answer  409 ``CALLBACK_ALREADY_USED``
 its attempt is past complete-by + the grace, timed out 410 ``CALLBACK_EXPIRED``
 or its workflow moved on
 ====================================================== =========================================================
+
+*The same answer* is one whose canonical body (status, output, error, reason; sorted keys, compact JSON, absent and
+null alike) has the SHA-256 digest kept on the step when the first was applied (`answer_digest`): a caller whose
+response was lost can send it again safely. A heartbeat is never an answer: after one, a heartbeat is 409.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import ConditionFailedError
-from .messages import StepError
+from .messages import StepError, canonical_hash
 
 _TOKEN = re.compile(
     r"^(?P<workflow>[A-Za-z0-9_.:-]{1,64})~(?P<step>[A-Za-z][A-Za-z0-9_]{0,63})~(?P<attempt>[1-9][0-9]{0,3})~(?P<nonce>[A-Za-z0-9_-]{32})$"
@@ -130,3 +135,12 @@ class CallbackResult(BaseModel):
     step_status: str
     workflow_status: str
     complete_by: int | None = Field(default=None, description="After a heartbeat: the new complete-by (epoch s).")
+
+
+def answer_digest(request: CallbackRequest) -> str:
+    """The SHA-256 hex digest of an answer's canonical body (``messages.canonical_hash``).
+
+    Two answers are the same when their digests are: the same status and the same output, or the same error and
+    reason. A field left out and one given as null are the same (both are absent from the canonical body).
+    """
+    return canonical_hash(request.model_dump(mode="json", exclude_none=True))

@@ -513,6 +513,28 @@ class WorkflowDefinition(BaseModel):
         """The steps no other step depends on, in order: a child workflow's output is its last leaf's output."""
         return tuple(name for name in self.order if not self.dependents[name])
 
+    def references_needing(self, name: str) -> list[tuple[str, str]]:
+        """The references that fail when step ``name`` has no output: ``(where, expression)`` pairs, in order.
+
+        A reference of another step's input, notification input or compensation input (``key.$`` without a
+        default), or a wait's ``until`` or a map's ``items``, that reads ``steps.<name>``: rendered with no output,
+        it finds nothing (``MISSING_REFERENCE``). A ``when`` never needs it: a condition that finds nothing is false.
+        """
+        found: list[tuple[str, str]] = []
+        for step in self.steps:
+            templates = [(f"steps[{step.name}].input", step.input)]
+            if isinstance(step, CallbackStep) and step.notify is not None:
+                templates.append((f"steps[{step.name}].notify.input", step.notify.input))
+            if step.compensation is not None:
+                templates.append((f"steps[{step.name}].compensation.input", step.compensation.input))
+            references = [ref for where, template in templates for ref in _required_references(template, where)]
+            for attribute in ("until", "items"):
+                expression = getattr(step, attribute, None)
+                if expression is not None:
+                    references.append((f"steps[{step.name}].{attribute}", expression))
+            found += [(where, e) for where, e in references if name in set(_STEP_REF.findall(e))]
+        return found
+
     def referenced_steps(self, name: str) -> set[str]:
         """Names of the earlier steps whose outputs the input of step ``name`` refers to."""
         return set(_STEP_REF.findall(_expressions_text(self.step(name).input)))
@@ -640,6 +662,21 @@ def _expressions(value: Any) -> list[str]:
     elif isinstance(value, list):
         for item in value:
             found.extend(_expressions(item))
+    return found
+
+
+def _required_references(value: Any, path: str) -> list[tuple[str, str]]:
+    """The ``key.$`` references of a template that have no default, with where each renders to."""
+    found: list[tuple[str, str]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and key.endswith(_REF_SUFFIX) and isinstance(item, str):
+                found.append((f"{path}.{key[: -len(_REF_SUFFIX)]}", item))
+            elif not (isinstance(key, str) and key.endswith(_REF_SUFFIX)):
+                found += _required_references(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _required_references(item, f"{path}[{index}]")
     return found
 
 

@@ -37,6 +37,22 @@ class MissingReferenceError(InvalidDefinitionError):
         self.expression = expression
 
 
+class OutputNeededError(MissingReferenceError):
+    """An operator's skip gives no output, and a later step's reference without a default reads it (HTTP 422
+    ``MISSING_REFERENCE``): the workflow would be held again one step later. ``path`` and ``expression`` name the
+    first such reference, ``step`` the skipped step."""
+
+    def __init__(self, step: str, path: str, expression: str) -> None:
+        InvalidDefinitionError.__init__(
+            self,
+            f"skipping step {step} needs its output: {path}: {expression!r} reads it and has no default (give the "
+            "output; an explicit null is allowed)",
+        )
+        self.step = step
+        self.path = path
+        self.expression = expression
+
+
 class StepNotEvaluatedError(InvalidDefinitionError):
     """A step's ``when`` or a wait's ``until`` could not be evaluated at run time (a JMESPath function given a wrong
     type, a time that is not epoch seconds or ISO 8601, a wait longer than a year).

@@ -184,11 +184,23 @@ class HistoryWriter:
         """The workflow reached a terminal status."""
         self._add("E", status)
 
-    def operator(self, action: str, principal: str, reason: str, *, step: str | None = None, id: str = "") -> None:
-        """An operator acted on the workflow (audited with who, why and the action's id)."""
-        document = {"action": action, "principal": principal, "reason": reason, "id": id}
+    def operator(
+        self,
+        action: str,
+        principal: str,
+        reason: str,
+        *,
+        step: str | None = None,
+        id: str = "",
+        compensated_on_unwind: bool | None = None,
+    ) -> None:
+        """An operator acted on the workflow (audited with who, why and the action's id); a skip also says whether
+        the skipped step is compensated if the workflow unwinds later (``compensated_on_unwind``)."""
+        document: dict[str, Any] = {"action": action, "principal": principal, "reason": reason, "id": id}
         if step is not None:
             document["step"] = step
+        if compensated_on_unwind is not None:
+            document["compensated_on_unwind"] = compensated_on_unwind
         self._add("P", json.dumps(document, separators=(",", ":"), ensure_ascii=False))
 
 

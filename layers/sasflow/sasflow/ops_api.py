@@ -48,6 +48,7 @@ from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
 from .identity import principal_of
 from .ports import MessageBus, WorkflowIndex
 from .scheduler import SchedulerService
+from .transitions import NO_OUTPUT
 from .types import IdempotencyKey, WorkflowId
 
 logger = logging.getLogger("sasflow.ops")
@@ -80,7 +81,11 @@ class OperatorActionRequest(BaseModel):
         description="retry, skip, retry-compensation, resolve: the step (needed when more than one applies).",
     )
     input: dict[str, Any] | None = Field(default=None, description="retry: the step's edited input.")
-    output: Any = Field(default=None, description="skip: the output the step completes with.")
+    output: Any = Field(
+        default=None,
+        description="skip: the output the step completes with (null too). Left out: refused (422 MISSING_REFERENCE) "
+        "when a later step's reference needs it.",
+    )
 
 
 class WorkflowSummaryView(BaseModel):
@@ -268,7 +273,8 @@ def build_ops_app(
             action_id=idempotency_key or str(uuid.uuid4()),
             step=request.step,
             step_input=request.input,
-            output=request.output,
+            # An explicit null is an output; a body without one gives none (transitions.NO_OUTPUT).
+            output=request.output if "output" in request.model_fields_set else NO_OUTPUT,
         )
         if messages:
             bus.send(messages)  # what is not sent is resent by the supervisor after its complete-by

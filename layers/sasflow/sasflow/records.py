@@ -117,7 +117,13 @@ class StepRecord:
     (``generation``, `token_action`).
 
     A callback step's attempt in flight keeps ``callback_nonce``: the secret part of its task token
-    (``callbacks.task_token``), new with every attempt.
+    (``callbacks.task_token``), new with every attempt. Once an answer (success or failure) is applied, the step keeps
+    ``answer``: its digest and the result it was given (``callbacks.answer_digest``), so that the same answer again
+    (a caller whose response was lost) is 200 with that result, and another answer 409.
+
+    A wait step longer than SQS's longest delay keeps ``timer_at`` (epoch seconds) until its timer is sent: the time
+    (complete-by - 900 s) from which a delayed message can reach it at its resume time. The supervisor sends it
+    then (``Snapshot.due_key`` keys the workflow early enough), so a long wait resumes on time as a short one does.
 
     A map step keeps its progress over its children: ``map`` forward, ``comp_map`` while they unwind
     (``fanout.MapProgress``).
@@ -142,6 +148,8 @@ class StepRecord:
     generation: int = 0
     input_override: dict[str, Any] | None = None
     callback_nonce: str | None = None
+    answer: dict[str, str] | None = None
+    timer_at: int | None = None
     map: MapProgress | None = None
     comp_map: MapProgress | None = None
 
@@ -224,6 +232,19 @@ class Snapshot:
         if deadline is None:
             return None
         return self.index_key if self.index_key is not None else deadline
+
+    def due_key(self, grace: int) -> int | None:
+        """The latest deadline-index key this workflow may have (epoch seconds), or None when it is not indexed.
+
+        The earliest complete-by in flight (`deadline`), or earlier when a long wait's timer is still to be sent:
+        ``timer_at - grace``, so the sweep (which reads ``key < now - grace``) finds the workflow as soon as
+        ``now > timer_at`` and sends the timer for the rest of the wait (``TransitionBase.handle_overdue``).
+        """
+        deadline = self.deadline
+        if deadline is None:
+            return None
+        timers = [r.timer_at for r in self.steps.values() if r.in_flight and r.timer_at is not None]
+        return min([deadline, *(at - grace for at in timers)])
 
     def status_of(self, step: str) -> StepStatus:
         """Return the status of ``step``; a step with no record is PENDING."""

@@ -52,7 +52,7 @@ from .ports import Counter, Outgoing, StateStore, no_metrics
 from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
 from .settings import EngineConfig
 from .states import TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
-from .transitions import MIN_DEFERRAL_SECONDS, Transition, backoff_seconds
+from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
 from .transitions.base import child_report
 from .transitions.mapping import MAP_CHILD_ID_TAKEN
 
@@ -389,7 +389,8 @@ class SchedulerService:
         CallbackNotFoundError
             A token this engine did not issue, or of another owner's workflow (HTTP 404).
         CallbackUsedError
-            Its attempt was answered already (HTTP 409).
+            Its attempt was answered already with another answer (HTTP 409); the same answer again is the first
+            result (``callbacks.answer_digest``).
         CallbackExpiredError
             Its attempt timed out, or the workflow no longer waits for it (HTTP 410).
         """
@@ -404,12 +405,14 @@ class SchedulerService:
         if stored is None:
             raise CallbackNotFoundError("no such task token")
         record = stored.steps[parsed.step]
+        # An answer (first or repeated) is given the result of the write that applied it, kept on the step.
+        answer = record.answer if request.status != "heartbeat" and record.attempt == parsed.attempt else None
         result = CallbackResult(
             workflow_id=parsed.workflow_id,
             step=parsed.step,
             attempt=parsed.attempt,
-            step_status=record.status.value,
-            workflow_status=stored.workflow.status.value,
+            step_status=answer["step_status"] if answer else record.status.value,
+            workflow_status=answer["workflow_status"] if answer else stored.workflow.status.value,
             complete_by=record.complete_by,
         )
         return stored, result, messages
@@ -425,14 +428,15 @@ class SchedulerService:
         action_id: str,
         step: str | None = None,
         step_input: dict[str, Any] | None = None,
-        output: Any = None,
+        output: Any = NO_OUTPUT,
     ) -> tuple[Snapshot, list[Outgoing]]:
         """Apply an operator action (``OPERATOR_ACTIONS``) with one conditional write, audited in the history.
 
         ``action_id`` makes the action idempotent: a repeat of an id the history holds changes nothing and returns
         the workflow as it is. ``step`` names the step of ``retry``, ``skip``, ``retry-compensation`` and
         ``resolve`` (needed when several could apply), ``step_input`` is a retry's edited input, ``output`` a skip's
-        output. What each action does: ``transitions.operator``.
+        output (any JSON, null too; ``transitions.NO_OUTPUT`` when none is given). What each action does:
+        ``transitions.operator``.
 
         Returns
         -------
@@ -447,6 +451,8 @@ class SchedulerService:
             When there is no such workflow.
         ConditionFailedError
             When the action does not apply to the workflow as it is (the message says why; the API's 409).
+        OutputNeededError
+            When a skip gives no output and a later step's reference needs it (the API's 422 MISSING_REFERENCE).
         """
         if action not in OPERATOR_ACTIONS:
             raise ValueError(f"unknown operator action {action!r}; one of {list(OPERATOR_ACTIONS)}")
@@ -853,11 +859,11 @@ class SchedulerService:
             self.claims.settle(workflow_id, TERMINAL if expires_at is not None else LIVE)
 
     def _keyed(self, base: Snapshot | None, snapshot: Snapshot, now: int) -> Snapshot:
-        """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``)."""
+        """``snapshot`` with the deadline-index key its write stores (``records.index_key_for``): no later than
+        its earliest complete-by, nor than the time a long wait's timer is due (``Snapshot.due_key``)."""
         previous = base.stored_key if base is not None else None
-        return snapshot.with_index_key(
-            index_key_for(previous, snapshot.deadline, now, self.config.deadline_grace_seconds)
-        )
+        grace = self.config.deadline_grace_seconds
+        return snapshot.with_index_key(index_key_for(previous, snapshot.due_key(grace), now, grace))
 
 
 def retention_state(snapshot: Snapshot) -> str:

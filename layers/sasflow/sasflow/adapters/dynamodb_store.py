@@ -222,6 +222,8 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
     doc["comp_output"] = _doc(record.comp_output)
     doc["comp_error"] = _doc(record.comp_error)
     doc["callback_nonce"] = record.callback_nonce
+    doc["answer"] = _doc(record.answer)
+    doc["timer_at"] = record.timer_at
     doc["map"] = record.map.doc() if record.map is not None else None
     doc["comp_map"] = record.comp_map.doc() if record.comp_map is not None else None
     return {k: v for k, v in doc.items() if v is not None}
@@ -248,6 +250,8 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         generation=doc.get("generation", 0),
         input_override=_undoc(doc.get("input_override")),
         callback_nonce=doc.get("callback_nonce"),
+        answer=_undoc(doc.get("answer")),
+        timer_at=doc.get("timer_at"),
         map=MapProgress.from_doc(_plain(doc.get("map"))),
         comp_map=MapProgress.from_doc(_plain(doc.get("comp_map"))),
     )

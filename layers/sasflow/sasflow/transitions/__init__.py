@@ -12,9 +12,9 @@ from .base import MIN_DEFERRAL_SECONDS, TransitionBase, backoff_seconds
 from .compensation import CompensationTransitions
 from .forward import ForwardTransitions
 from .mapping import MapTransitions
-from .operator import OperatorTransitions
+from .operator import NO_OUTPUT, OperatorTransitions
 
-__all__ = ["MIN_DEFERRAL_SECONDS", "Transition", "TransitionBase", "backoff_seconds"]
+__all__ = ["MIN_DEFERRAL_SECONDS", "NO_OUTPUT", "Transition", "TransitionBase", "backoff_seconds"]
 
 
 class Transition(OperatorTransitions, MapTransitions, ForwardTransitions, CompensationTransitions):

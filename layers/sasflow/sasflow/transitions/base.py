@@ -296,7 +296,16 @@ class TransitionBase:
 
     # ------------------------------------------------------------------ timeouts
     def handle_overdue(self) -> None:
-        """Resend or fail every step overdue now (``now > complete_by + grace``), then advance."""
+        """Resend or fail every step overdue now (``now > complete_by + grace``), resume every wait whose time has
+        come, and send the timer of every long wait now within SQS's longest delay of its time; then advance."""
+        for name in self.definition.order:
+            record = self.snapshot.steps.get(name)
+            timer_at = record.timer_at if record is not None and self._waits(name) else None
+            if record is not None and timer_at is not None and timer_at <= self.now < (record.complete_by or 0):
+                # A wait longer than 900 s could not be given its delayed message at the start: send it now, so it
+                # resumes at its time, not at the first sweep after its time plus the grace.
+                self._wait_timer(record)
+                self.count("WaitTimersSentBySupervisor")
         cutoff = self.now - self.config.deadline_grace_seconds
         overdue = [
             self.snapshot.steps[name]
@@ -317,10 +326,10 @@ class TransitionBase:
                 self.count("WorkflowsStalled")
                 self.advance()
                 return
-            key, deadline = self.snapshot.index_key, self.snapshot.deadline
-            if key is not None and deadline is not None and key < deadline:
+            key, due = self.snapshot.stored_key, self.snapshot.due_key(self.config.deadline_grace_seconds)
+            if key is not None and due is not None and key < due:
                 # A lower bound kept by earlier writes (records.index_key_for) fell due: store the true key.
-                self.snapshot = self.snapshot.with_index_key(deadline)
+                self.snapshot = self.snapshot.with_index_key(due)
                 self.count("DeadlineKeysRefreshed")
             return  # otherwise the index entry was out of date (it is eventually consistent)
         for record in overdue:
@@ -551,7 +560,7 @@ def _settled(
     may_have_happened: bool | None = None,
     comp_output: Any = None,
 ) -> StepRecord:
-    changes: dict[str, Any] = {"status": status, "complete_by": None}
+    changes: dict[str, Any] = {"status": status, "complete_by": None, "timer_at": None}
     if status is StepStatus.COMPLETED:
         changes.update(output=output, error=None)
     elif status is StepStatus.COMPENSATED:

@@ -1,13 +1,15 @@
 """Transitions of the steps' actions: a reply or a timeout of an attempt, the next attempt, and dispatch.
 
 A task step's action is a request to its agent. A wait step's "action" is its timer: the step is in flight until its
-resume time (its complete-by), and resumes by a message the scheduler sends itself, delayed until then (waits of
-900 seconds or less, SQS's longest delay), or by the supervisor once the time is past. A step whose ``when`` is
-false is SKIPPED instead of dispatched.
+resume time (its complete-by), and resumes by a message the scheduler sends itself, delayed until then. SQS delays a
+message at most 900 seconds, so a longer wait's timer is sent by the supervisor's sweep that finds it within 900
+seconds of its time (its ``timer_at``); the supervisor resumes a wait itself only when its timer is lost. A step
+whose ``when`` is false is SKIPPED instead of dispatched.
 """
 
 from __future__ import annotations
 
+import hmac
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +21,7 @@ from ..callbacks import (
     CallbackRequest,
     CallbackUsedError,
     TaskToken,
+    answer_digest,
     new_nonce,
     nonce_matches,
     task_token,
@@ -182,7 +185,9 @@ class ForwardTransitions(TransitionBase):
     def _wait_timer(self, record: StepRecord) -> None:
         """A wait step's timer message arrived: resume it, or arm the timer again if it came early."""
         complete_by = record.complete_by or self.now
-        if self.now + 1 >= complete_by:  # one second for the clocks of two Lambda invocations
+        if self.now >= complete_by:
+            # Never a second early, even for a copy of the timer delivered before its time (a redrive, another
+            # invocation's clock): such a copy arms the timer again for the rest.
             self._resume_wait(record, by_supervisor=False)
             return
         step = self.definition.step(record.step)
@@ -243,9 +248,14 @@ class ForwardTransitions(TransitionBase):
         self._arm_timer(step, record, complete_by)
 
     def _arm_timer(self, step: WaitStep, record: StepRecord, complete_by: int) -> None:
-        """Keep ``record`` in flight until ``complete_by``; send its timer when that is within SQS's longest delay."""
-        self.set_step(record)
+        """Keep ``record`` in flight until ``complete_by``; send its timer when that is within SQS's longest delay.
+
+        A longer wait keeps ``timer_at`` (complete-by - 900 s): the supervisor sends its timer from then on
+        (`TransitionBase.handle_overdue`), and resumes it itself only if that timer is lost.
+        """
         delay = complete_by - self.now
+        timer_at = None if delay <= _MAX_TIMER_DELAY else complete_by - _MAX_TIMER_DELAY
+        self.set_step(record.evolve(timer_at=timer_at) if record.timer_at != timer_at else record)
         if delay <= _MAX_TIMER_DELAY:
             timer = StepReply(
                 workflow_id=self.workflow_id,
@@ -268,7 +278,11 @@ class ForwardTransitions(TransitionBase):
         same_attempt = pending.attempt == attempt and pending.callback_nonce is not None
         nonce = pending.callback_nonce if same_attempt else new_nonce()
         record = pending.evolve(
-            status=StepStatus.PROCESSING, attempt=attempt, complete_by=complete_by, callback_nonce=nonce
+            status=StepStatus.PROCESSING,
+            attempt=attempt,
+            complete_by=complete_by,
+            callback_nonce=nonce,
+            answer=pending.answer if same_attempt else None,
         )
         outgoing = None
         if step.notify is not None:
@@ -313,7 +327,8 @@ class ForwardTransitions(TransitionBase):
         CallbackNotFoundError
             When the token names no callback step's attempt of this workflow (or its nonce is not that attempt's).
         CallbackUsedError
-            When its attempt was answered already (success or failure).
+            When its attempt was answered already (success or failure) with another answer; the same answer again
+            changes nothing (``StepRecord.answer``).
         CallbackExpiredError
             When its attempt timed out or was superseded, or the workflow no longer waits for it.
         """
@@ -327,6 +342,13 @@ class ForwardTransitions(TransitionBase):
         if not nonce_matches(record.callback_nonce, token.nonce):
             raise CallbackNotFoundError("no such task token")
         workflow = self.snapshot.workflow
+        digest = answer_digest(request) if request.status != "heartbeat" else None
+        answered = record.answer if record.status is not StepStatus.PROCESSING else None
+        if answered is not None and digest is not None and hmac.compare_digest(answered.get("digest", ""), digest):
+            # The same answer again (its caller lost the response): applied once already, nothing to write; the
+            # scheduler answers with the result the first use was given.
+            self.count("CallbackAnswersRepeated")
+            return
         if record.status is not StepStatus.PROCESSING:
             code = (record.error or {}).get("code")
             if record.status is StepStatus.COMPLETED or (
@@ -362,6 +384,17 @@ class ForwardTransitions(TransitionBase):
             self.set_step(_settled(record, StepStatus.FAILED, error=error, may_have_happened=False))
         self.count("CallbacksApplied")
         self.advance()
+        # Kept by the same write: what a repeat of this answer must match, and the result it is given then.
+        applied = self.snapshot.steps[step.name]
+        self.set_step(
+            applied.evolve(
+                answer={
+                    "digest": digest or "",
+                    "step_status": applied.status.value,
+                    "workflow_status": self.snapshot.workflow.status.value,
+                }
+            )
+        )
 
     # ------------------------------------------------------------------ dispatch
     def _dispatch_forward(

@@ -11,7 +11,8 @@ action              applies to                           does
 retry               a HELD workflow's failed step        tries the step again with a new budget of attempts,
                                                          optionally with an edited input
 skip                a HELD workflow's failed step        marks it COMPLETED with the given output; the next
-                                                         steps run with it
+                                                         steps run with it (no output given: refused 422 when
+                                                         a later step's reference needs it; null may be given)
 compensate          RUNNING or HELD                      unwinds now (what may have happened is undone)
 retry-compensation  COMPENSATION_FAILED (or unwinding)   tries the failed compensations again, new budget
 resolve             COMPENSATION_FAILED (or unwinding)   marks the failed compensations done by hand; the
@@ -28,11 +29,22 @@ from __future__ import annotations
 from typing import Any
 
 from ..definition import AnyStep, MapStep
-from ..errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError
+from ..errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError, OutputNeededError
 from ..history import decode
 from ..records import StepRecord
 from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
 from .base import TransitionBase
+
+
+class _NoOutput:
+    """The type of `NO_OUTPUT`."""
+
+    def __repr__(self) -> str:
+        return "NO_OUTPUT"
+
+
+#: A skip that gives no output (the request has no ``output``), unlike one that gives JSON null.
+NO_OUTPUT: Any = _NoOutput()
 
 
 class OperatorTransitions(TransitionBase):
@@ -164,18 +176,37 @@ class OperatorTransitions(TransitionBase):
     def _resume_step(self, definition: AnyStep, base: StepRecord) -> None:
         self._dispatch_forward(definition, base.attempt + 1, self.now, base=base)
 
-    def skip(self, principal: str, reason: str, action_id: str, *, step: str | None = None, output: Any = None) -> None:
+    def skip(
+        self, principal: str, reason: str, action_id: str, *, step: str | None = None, output: Any = NO_OUTPUT
+    ) -> None:
         """Mark a held workflow's failed step COMPLETED with ``output``; the steps after it then run with it.
+
+        ``output`` is any JSON, null too; `NO_OUTPUT` (none given) is refused when a reference of another step needs
+        the output (``WorkflowDefinition.references_needing``): it would fail with ``MISSING_REFERENCE`` and hold
+        the workflow again one step later. A skipped step counts as COMPLETED: if the workflow unwinds later, its
+        compensation (if it has one) runs like any completed step's. The skip's history event says so
+        (``compensated``).
 
         Raises
         ------
         ConditionFailedError
             When the workflow is not HELD, or the step is not FAILED.
+        OutputNeededError
+            When no output is given and a later step's reference without a default reads it (HTTP 422).
         """
         if self.already_done(action_id, "skip", step):
             return
         record = self._held_failed_step(step)
-        self._audit("skip", principal, reason, action_id, record.step)
+        if output is NO_OUTPUT:
+            needing = self.definition.references_needing(record.step)
+            if needing:
+                raise OutputNeededError(record.step, *needing[0])
+            output = None
+        compensated = self.definition.step(record.step).compensation is not None
+        self.history.operator(
+            "skip", principal, reason, step=record.step, id=action_id, compensated_on_unwind=compensated
+        )
+        self.count("OperatorActions")
         self.set_step(record.evolve(status=StepStatus.COMPLETED, output=output, error=None))
         self.snapshot = self.snapshot.with_workflow(self.snapshot.workflow.evolve(hold_until=None, reason=None))
         self.set_status(WorkflowStatus.RUNNING)
