@@ -410,7 +410,15 @@ def test_claim_checked_payloads_under_every_fault_break_no_invariant() -> None:
 def test_a_rendered_input_never_written_is_a_payload_missing_while_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check (tools/mutations.toml "a claim-checked rendered input is not written"): the scheduler sends
     requests whose claim-checked inputs it never wrote; the agents' reads find no object (invariant 18)."""
-    monkeypatch.setattr(ClaimCheck, "upload", lambda self, uploads, state="live": None)
+    original = ClaimCheck.upload
+
+    def rendered_inputs_not_written(self: ClaimCheck, uploads: Any, *, state: str = "live") -> None:
+        # Only the transitions' writes (tagged live: their workflow exists); a start's input and an agent's output
+        # are written pending, and a start whose input is missing could never be created.
+        if state != "live":
+            original(self, uploads, state=state)
+
+    monkeypatch.setattr(ClaimCheck, "upload", rendered_inputs_not_written)
     kinds = {v.kind for v in run_one(41, 20, LARGE_PAYLOADS).violations}
     assert "claim-checked payload missing when read" in kinds
 
