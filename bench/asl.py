@@ -19,8 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_COMPENSATION_ATTEMPTS = 5
+from sasflow.definition import CompensationRetryPolicy, RetryPolicy
+
+# The same defaults as a definition without ``retry``: the baseline gets the budget our workflows get.
+DEFAULT_MAX_ATTEMPTS = RetryPolicy().max_attempts
+DEFAULT_COMPENSATION_ATTEMPTS = CompensationRetryPolicy().max_attempts
 
 TRANSIENT = "Remote.Transient"
 REJECTED = "Remote.Rejected"
