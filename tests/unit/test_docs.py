@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 
 from devstack.agents import load_agents
 from devstack.template import load_template
@@ -198,3 +199,18 @@ def test_the_manuals_example_definitions_are_valid() -> None:
             kinds.add("when")
     # And together they show every kind of step, and a condition
     assert {"task", "wait", "callback", "map", "when"} <= kinds
+
+
+def test_the_site_is_built_without_the_network() -> None:
+    # Given mkdocs.yml
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    # Then the theme loads no web fonts, and no plugin that fetches (the social cards' fonts, the privacy plugin's
+    # downloads) is on: only the search index, built with the site
+    assert config["theme"]["name"] == "material"
+    assert config["theme"]["font"] is False
+    assert [p if isinstance(p, str) else next(iter(p)) for p in config["plugins"]] == ["search"]
+    # And no custom fence turns the diagram into a mermaid block, which the theme would load from a CDN to draw
+    assert "custom_fences" not in json.dumps(config["markdown_extensions"])
+    # And every page of docs/ is in the nav (strict mode fails on one left out; this says which)
+    nav_pages = {next(iter(entry.values())) for entry in config["nav"]}
+    assert nav_pages == {page.name for page in (ROOT / "docs").glob("*.md")}
