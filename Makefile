@@ -3,9 +3,11 @@
 #   make venv         .venv      (Python 3.11) with requirements-dev.txt
 #   make sam-venv     .venv-sam  (Python 3.12, the Lambda runtime) with aws-sam-cli + cfn-lint
 #   make checkov-venv .venv-checkov (Python 3.11) with checkov
+#   make docs-venv    .venv-docs (Python 3.11) with mkdocs-material
+#   make docs         the manual in docs/ as a site (mkdocs build --strict, offline) -> site/
 #   make security     checkov on template.yaml, cfn-lint's serverless rules, bandit on layers/ + functions/ (offline;
 #                     0 unsuppressed findings, and it prints every suppression with its reason)
-#   make test         lint, typecheck, cfn-lint, sam-validate, security, pytest, mutants-fast (all run; fails on any)
+#   make test         lint, typecheck, cfn-lint, sam-validate, security, docs, pytest, mutants-fast (all run; fails on any)
 #   make check        the edit-test loop (~80 s): lint, typecheck, tests/unit + tests/integration
 #   make template     render the agents' parts of template.yaml from agents.yaml (build, run and up do it first)
 #   make build        sam build (no container) -> .aws-sam/build
@@ -58,6 +60,10 @@ CHECKOV_VENV := .venv-checkov
 CHECKOV      := $(CHECKOV_VENV)/bin/checkov
 CHECKOV_OK   := $(CHECKOV_VENV)/.requirements.stamp
 CHECKOV_REQS := tools/requirements-checkov.txt tools/constraints-checkov.txt
+DOCS_VENV := .venv-docs
+MKDOCS    := $(DOCS_VENV)/bin/mkdocs
+DOCS_OK   := $(DOCS_VENV)/.requirements.stamp
+DOCS_REQS := tools/requirements-docs.txt tools/constraints-docs.txt
 
 # Imports exactly as on Lambda: `sasflow` from the layer (/opt/python), devstack/tests from the repo root.
 APP_PYTHONPATH := $(ROOT)/layers/sasflow:$(ROOT)
@@ -79,8 +85,8 @@ PYTEST_JOBS ?= 2
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: help venv sam-venv checkov-venv lint fmt typecheck cfn-lint sam-validate pytest test check build run up map lock \
-	lock-dev lock-sam lock-checkov clean distclean
+.PHONY: help venv sam-venv checkov-venv docs-venv docs lint fmt typecheck cfn-lint sam-validate pytest test check build run up \
+	map lock lock-dev lock-sam lock-checkov lock-docs clean distclean
 
 help:
 	@awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' Makefile
@@ -127,6 +133,21 @@ $(CHECKOV_OK): $(CHECKOV_REQS)
 		-r tools/requirements-checkov.txt -c tools/constraints-checkov.txt
 	@touch $@
 
+# mkdocs-material alone, for the manual (docs/, mkdocs.yml); never in .venv. The '*' in its own .gitignore keeps it
+# out of git status and out of ruff's scan, as for checkov.
+docs-venv: $(DOCS_OK)
+
+$(DOCS_OK): $(DOCS_REQS)
+	@if [ -z "$(PYTHON311)" ]; then echo "error: no Python 3.11 found (python3.11 / python3)" >&2; exit 1; fi
+	@if [ -x $(DOCS_VENV)/bin/python ] && ! $(DOCS_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
+		echo "$(DOCS_VENV) is not Python 3.11: recreating it"; rm -rf $(DOCS_VENV); fi
+	@if [ ! -x $(DOCS_VENV)/bin/python ]; then echo "creating $(DOCS_VENV) with $(PYTHON311)"; $(PYTHON311) -m venv $(DOCS_VENV); fi
+	@echo '*' >$(DOCS_VENV)/.gitignore
+	@echo "installing tools/requirements-docs.txt into $(DOCS_VENV)"
+	@$(PIPQ) $(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r tools/requirements-docs.txt -c tools/constraints-docs.txt
+	@touch $@
+
 # --------------------------------------------------------------------------------------------- checks
 lint: venv
 	$(VENV)/bin/ruff check --output-format=concise .
@@ -154,9 +175,9 @@ pytest: venv
 	exit $$rc
 
 # Runs every check even when an earlier one fails, then fails if any did.
-test: venv sam-venv checkov-venv
+test: venv sam-venv checkov-venv docs-venv
 	@failed=""; \
-	for t in lint typecheck cfn-lint sam-validate security pytest mutants-fast; do \
+	for t in lint typecheck cfn-lint sam-validate security docs pytest mutants-fast; do \
 		echo "==> make $$t"; \
 		$(MAKE) $$t || failed="$$failed $$t"; \
 	done; \
@@ -169,6 +190,14 @@ check: venv
 	@$(MAKE) lint
 	@$(MAKE) typecheck
 	@timeout --kill-after=30 $(CHECK_TIMEOUT) $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile -q tests/unit tests/integration
+
+# The manual (docs/*.md, mkdocs.yml) as a site in site/. --strict turns every warning into a failure: a link to a
+# page or an anchor that does not exist, a page left out of the nav. Offline: the theme's web fonts are off
+# (theme.font: false) and no plugin fetches anything; `timeout` is only the backstop. No --quiet: it drops the
+# warnings before --strict counts them, so a broken link would pass. Its links, and that every CLI
+# command and API route is named, are also checked without mkdocs (tests/unit/test_docs.py).
+docs: docs-venv
+	NO_MKDOCS_2_WARNING=1 timeout --kill-after=10 120 $(MKDOCS) build --strict --site-dir site
 
 # --------------------------------------------------------------------------------------------- security scanners
 # Three scanners, all run even when one fails; a finding that is accepted is suppressed where it occurs, with its
@@ -262,7 +291,7 @@ up: venv template
 
 # 1,000 workflows under faults, checked (devstack/load.py). The run stops itself after LOAD_TIME_LIMIT seconds;
 # `timeout` is only the backstop (--foreground: Ctrl-C still reaches the run). 20 minutes: the 1,000 take about 5 on
-# a 2-core machine (README, Reliability).
+# a 2-core machine (docs/bench.md, Reliability).
 LOAD_TIME_LIMIT ?= 1200
 .PHONY: load
 load: venv
@@ -276,7 +305,7 @@ map: venv template
 
 # --------------------------------------------------------------------------------------------- maintenance
 # Re-resolve requirements in throw-away venvs (no constraints) and record every transitive pin.
-lock: lock-dev lock-sam lock-checkov
+lock: lock-dev lock-sam lock-checkov lock-docs
 
 lock-dev:
 	@tools/lock "$(PYTHON311)" requirements-dev.txt tools/constraints-dev.txt
@@ -287,13 +316,16 @@ lock-sam:
 lock-checkov:
 	@tools/lock "$(PYTHON311)" tools/requirements-checkov.txt tools/constraints-checkov.txt
 
+lock-docs:
+	@tools/lock "$(PYTHON311)" tools/requirements-docs.txt tools/constraints-docs.txt
+
 clean:
-	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack
-	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -path ./$(CHECKOV_VENV) -prune \
+	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack site
+	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -path ./$(CHECKOV_VENV) -prune -o -path ./$(DOCS_VENV) -prune \
 		-o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV)
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(DOCS_VENV)
 
 # --------------------------------------------------------------------------------------------- simulation
 # Deterministic fault-injection simulation (real handlers + moto's DynamoDB semantics): >= 10,000 workflows, 0

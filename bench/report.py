@@ -1,4 +1,4 @@
-"""The rows of the bench table and how they are rendered (markdown, the same text the README shows)."""
+"""The rows of the bench table and how they are rendered (markdown, the same text docs/bench.md shows)."""
 
 from __future__ import annotations
 

@@ -377,7 +377,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       FunctionName: !Ref {function}
       BatchSize: 10
       # Gather requests for up to this window per invocation: fewer receives, deletes, replies and invocations
-      # (each billed) for at most the window more per step at low load (README, "Latency and cost").
+      # (each billed) for at most the window more per step at low load (docs/deploy.md, "Latency and cost").
       MaximumBatchingWindowInSeconds: !Ref AgentBatchingWindowSeconds
       FunctionResponseTypes: [ReportBatchItemFailures]
       ScalingConfig:
@@ -398,7 +398,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
         + _alarm(
             f"{function}ErrorsAlarm",
             f"{function} invocations failed (its log group has the errors); the steps they left overdue: "
-            "sasflow --stack ${AWS::StackName} overdue (README, Operate it).",
+            "sasflow --stack ${AWS::StackName} overdue (docs/operate.md).",
             "AWS/Lambda",
             "Errors",
             "FunctionName",
@@ -418,7 +418,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
             f"{p}DeadLetterAlarm",
             f"Step requests wait in {p}DeadLetterQueue. List them: sasflow --stack ${{AWS::StackName}} dlq list "
             f"{p}DeadLetterQueue; once the cause is fixed, move them back: sasflow --stack ${{AWS::StackName}} dlq "
-            f"redrive {p}DeadLetterQueue --reason WHY (README, Operate it).",
+            f"redrive {p}DeadLetterQueue --reason WHY (docs/operate.md).",
             "AWS/SQS",
             "ApproximateNumberOfMessagesVisible",
             "QueueName",

@@ -290,7 +290,9 @@ def _serve_until_stopped(
         for command in cli_examples(local.api_url):
             console.print(f"  {command}", soft_wrap=True, highlight=False)
         if servers:
-            console.print("\n[bold]fault knobs[/] of the sample services (README: Fault knobs and an on-call drill)")
+            console.print(
+                "\n[bold]fault knobs[/] of the sample services (docs/operate.md: Fault knobs and an on-call drill)"
+            )
             for command in faults_examples():
                 console.print(f"  {command}", soft_wrap=True, highlight=False)
         console.print()

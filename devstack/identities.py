@@ -12,7 +12,7 @@ newer than five minutes is refused, as AWS refuses it.
 
 Identities (access keys are for this machine only, never real):
 
-- ``client-a`` and ``client-b``: two callers with the client policy of README "Security" (``/workflows`` routes
+- ``client-a`` and ``client-b``: two callers with the client policy of docs/security.md (``/workflows`` routes
   and the OpenAPI document), so ownership can be shown: B cannot see A's workflows;
 - ``operator``: an assumed role with the operator policy (every route, ``/ops`` included).
 """
@@ -62,7 +62,7 @@ def _api_arn(path: str) -> str:
     return f"arn:aws:execute-api:*:{ACCOUNT_ID}:*/*/{path}"
 
 
-#: The client policy of README "Security": start, read and cancel workflows, answer callbacks, publish and read
+#: The client policy of docs/security.md: start, read and cancel workflows, answer callbacks, publish and read
 #: definitions, read the OpenAPI document.
 CLIENT_POLICY: Final = (
     _api_arn("POST/workflows"),

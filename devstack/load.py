@@ -1005,6 +1005,6 @@ def render(result: LoadResult, console: Console) -> None:
 
 
 def write_report(result: LoadResult, path: Path) -> None:
-    """Write the markdown table to ``path`` (for the README's Reliability section)."""
+    """Write the markdown table to ``path`` (for docs/bench.md, Reliability)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(result.markdown() + "\n")

@@ -33,7 +33,7 @@ Large payloads (the claim-check demo)
 A forward action's 200 body also carries ``"manifest"``, a deterministic text of ``input.output_bytes`` bytes (at
 most `MAX_DEMO_PAYLOAD_BYTES`; derived from the token, never stored in the ledger), and, when the input holds a
 string ``manifest``, its ``"manifest_sha256"`` and ``"manifest_bytes"``: so a 5 MB output of one step can be seen
-to reach the next one intact (README, "Large payloads").
+to reach the next one intact (docs/definitions.md, "Large payloads").
 
 Ledger layout
 -------------

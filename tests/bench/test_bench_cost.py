@@ -236,7 +236,7 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
 # The index key stays on replies 1 and 2 (the first step's complete-by, a lower bound of the next ones, not yet
 # overdue: records.index_key_for) and leaves on reply 3 (1).
 # DynamoDB: 19 requests (GetItem 8, PutItem 8, UpdateItem 3); 13 WRU (PutItem 8, index 2, UpdateItem 3) = the
-# README's 12 per workflow + 1 for the definition; 4.5 RRU.
+# docs/bench.md's 12 per workflow + 1 for the definition; 4.5 RRU.
 # CloudWatch Logs: what the API and the scheduler wrote (their JSON lines and metrics), counted by the byte.
 # SQS: 18 requests (6 sends, 6 receives, 6 deletes), each under 64 KB: 18 billed.
 # Idle mappings: 5 queues (the response queue and the 4 agents' of agents.yaml), 4 of them idle in each of the 3

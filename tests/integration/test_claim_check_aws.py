@@ -157,7 +157,7 @@ def test_a_5_mb_output_reaches_the_next_step_intact_through_http_and_python_agen
     for key in keys:
         tags = s3.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
         assert tags == [{"Key": "claim-check", "Value": "terminal"}]
-    print(f"5 MB through three steps: {seconds:.2f} s, {len(keys)} objects")  # the README's figure
+    print(f"5 MB through three steps: {seconds:.2f} s, {len(keys)} objects")  # the figure in docs/definitions.md
 
 
 @pytest.fixture

@@ -177,8 +177,8 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
     assert registry["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == ["DEFNAMES", "DEFNAME#*"]
     assert sorted(as_list(registry["Action"])) == ["dynamodb:Query", "dynamodb:UpdateItem"]
     # The operators' function reads any workflow (and a listing's page again, by BatchGetItem), writes its actions,
-    # queries both indexes, and scans only to list finished workflows (an operator's occasional request, README
-    # "Operate it").
+    # queries both indexes, and scans only to list finished workflows (an operator's occasional request,
+    # docs/operate.md, "Finding workflows").
     attention = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/attention-index"})
     on_state = {(a, r) for a, r in granted["OpsFunction"] if "StateTable" in r}
     assert on_state == {

@@ -211,4 +211,4 @@ def test_a_5_mb_output_of_step_1_reaches_step_2_intact_on_the_local_stack(
     assert token == started["workflow_id"] and flight["output"]["$claim_check"]["bytes"] > size
     expected = hashlib.sha256(demo_manifest(remote_token(token, "reserve_flight", "reserve"), size).encode())
     assert (hotel["output"]["manifest_sha256"], hotel["output"]["manifest_bytes"]) == (expected.hexdigest(), size)
-    print(f"a 5 MB output through two steps on the local stack: {seconds:.1f} s")  # the README's figure
+    print(f"a 5 MB output through two steps on the local stack: {seconds:.1f} s")  # the figure in docs/definitions.md

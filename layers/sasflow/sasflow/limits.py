@@ -1,9 +1,9 @@
 """Bounds on the work one request or one message can cause, and a size measure that respects them.
 
 Every limit is a plain constant here, so the API, the definition validator and the scheduler refuse the same
-things, and the README's "Limits" list has one source. The sizes follow the AWS quotas they protect: an SQS message
-holds at most 262,144 bytes (SQS developer guide, "Quotas"), a DynamoDB item 400 KB (DynamoDB developer guide,
-"Service quotas").
+things, and the "Limits" list of docs/definitions.md has one source. The sizes follow the AWS quotas they protect:
+an SQS message holds at most 262,144 bytes (SQS developer guide, "Quotas"), a DynamoDB item 400 KB (DynamoDB
+developer guide, "Service quotas").
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Routes
 - ``POST /ops/dead-letters/redrive``: move a dead-letter queue's messages back where they came from.
 
 Who may call: API Gateway authorizes the routes like the clients' (IAM or JWT), and IAM grants ``/ops/*`` to
-operators only (README "Security"). This function reads and writes any workflow; the clients' function does not
+operators only (docs/security.md). This function reads and writes any workflow; the clients' function does not
 reach these routes. Errors are the clients' API's refusals table (``api``): each a documented 4xx.
 """
 
@@ -356,7 +356,7 @@ def build_ops_app(
         result = queues.redrive(request.queue, max_per_second=request.max_per_second)
         body = RedriveResult.model_validate(result)
         # The audit of a redrive: it acts on a queue, not on one workflow's history, so its record is this line (the
-        # README's Logs Insights query for operator actions finds it) and SQS's own list of move tasks.
+        # Logs Insights query of docs/operate.md for operator actions finds it) and SQS's own list of move tasks.
         logger.info(
             "operator action",
             extra={

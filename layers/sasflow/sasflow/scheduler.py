@@ -922,7 +922,7 @@ def log_moves(before: Snapshot | None, after: Snapshot) -> None:
     definition's order; and ``from``, ``to`` (and ``reason``) when the workflow's status changed. Never a request
     body, an input or an output. One line per write, not per move: CloudWatch Logs bills ingestion by the byte,
     and the in-item history holds every event with its time. The COMPENSATION_FAILED alarm's workflows are found by
-    the Logs Insights query in the README (``to = "COMPENSATION_FAILED"``).
+    the Logs Insights query in docs/operate.md (``to = "COMPENSATION_FAILED"``).
     """
     if not logger.isEnabledFor(logging.INFO):
         return
