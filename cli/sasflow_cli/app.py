@@ -258,6 +258,8 @@ def _watch(state: CliState, workflow_id: str, interval: float, timeout: float | 
                 now=state.now,
                 sleep=state.sleep,
             )
+        if not console.is_terminal:
+            console.line()  # Live leaves its last frame without a line end in a pipe or a file
     if result.timed_out:
         errors.print(f"still {result.view.get('status')} after {timeout} s")
         raise typer.Exit(1)

@@ -384,3 +384,13 @@ def test_every_cli_error_about_a_file_is_one_line_naming_its_cause(tmp_path: Any
         f"{tmp_path}/defs/v.json: NOT_A_DEFINITION: 'version' must be a whole number from 1, not \"2\"",
     ]
     assert state.client.transport.requests == []  # type: ignore[attr-defined]
+
+
+def test_watch_into_a_pipe_ends_its_last_table_with_a_line_end() -> None:
+    # Found by a new user: `sasflow watch ID > file` left the table's last line unterminated, so the next output
+    # joined it
+    transport = FakeTransport((200, {"workflow_id": "wf-1", "status": "COMPLETED", "steps": []}))
+    state = CliState(client_=client(transport, []), sleep=lambda _: None)
+    result = CliRunner().invoke(app, ["watch", "wf-1"], obj=state)
+    assert result.exit_code == 0
+    assert result.stdout.endswith("\n") and "wf-1" in result.stdout
