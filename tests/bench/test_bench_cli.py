@@ -42,10 +42,12 @@ def test_the_cli_prints_the_table_and_writes_both_results_files(
     # target whatever the rest (Lambda, empty polls, logs) adds, so at this scale the verdict is "no"
     assert cost_row["ours"] >= (25 * 0.625 + 2 * 1.00 + 32 * 0.40) / 6
     assert (cost_row["target"], cost_row["met"]) == ("<= 0.17", False)
-    # so the bench exits 1 and names the row (the results files are written all the same)
+    # so the bench exits 1 and names every row that missed, this one among them (the results files are written)
+    missed = [row["metric"] for row in raw["rows"] if row["met"] is False]
     assert result.exit_code == 1, result.output
-    assert "targets missed: 1" in result.output
-    assert "S1 orchestration $ per 1M steps (anchor: Step Functions Standard): 0.2" in result.output
+    assert f"targets missed: {len(missed)}" in result.output
+    assert cost_row["metric"] in missed
+    assert all(f"{metric}: " in result.output for metric in missed)
     # The anchors' raw counts are in results.json: 2 executions of 3 durable steps, 2 Express requests of 17 events
     assert (s1["durable"]["operations"], s1["durable"]["invocations"]) == (6, 2)
     assert (s1["express"]["requests"], s1["express"]["log_events"]) == (2, 34)
