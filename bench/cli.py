@@ -114,7 +114,7 @@ def bench(
     throughput_workflows: Annotated[int, typer.Option(help="Workflows of the local-stack throughput run.")] = 60,
     cold_start_pairs: Annotated[
         int, typer.Option(help="Baseline-handler pairs per handler; the median of their ratios counts.")
-    ] = 20,
+    ] = 40,
     only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
     scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5).")] = "",
     parameter_overrides: Annotated[
