@@ -343,8 +343,8 @@ sim: venv
 
 # --------------------------------------------------------------------------------------------- bench
 # Cost and scale, measured side by side in one run (python -m bench): prints one markdown table and writes
-# bench/results.md + bench/results.json. Not a test: it reports ratios and whether each target is met, never fails
-# on a missed target. The layer size comes from `make build`. A quicker look that leaves the results files alone:
+# bench/results.md + bench/results.json. Not a test: it reports ratios and whether each target is met, and exits 1
+# (naming the rows) when one is missed. The layer size comes from `make build`. A quicker look that leaves the results files alone:
 # make bench ARGS='--scale 0.2 --no-write'.
 .PHONY: bench
 bench: venv build

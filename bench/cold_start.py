@@ -14,8 +14,13 @@ function would see it:
   ``AWS_LAMBDA_FUNCTION_NAME``, the X-Ray daemon address because the template has ``Tracing: Active`` ...), with
   fake credentials and region. Importing a handler sends nothing; no real endpoint is named anywhere.
 
-Each figure is the best of ``repeats`` runs, timed with ``time.perf_counter`` around ``importlib.import_module``
-in the child; the baseline is timed the same way, interleaved with the handlers so machine load hits both alike.
+Each import is timed with ``time.perf_counter`` around ``importlib.import_module`` in the child. The figure is a
+median of *pair ratios*: for each handler, ``pairs`` times, the baseline and the handler are imported one right after
+the other (which goes first alternates), and the pair's ratio is handler seconds / baseline seconds. Both halves of
+a pair see about the same load on the machine, so the ratio keeps little of it, and the median of many pairs keeps
+none of a burst. A best-of-N of each side, taken at different moments, read the same build anywhere from 1.08 to
+1.51 on a busy machine; the spread of the pair ratios (their interquartile range) is printed with the median so a
+reader sees how much a figure is worth.
 Both sides import with the bytecode caches that exist on this machine (the installed packages' ``.pyc``, and those
 Python writes for ``sasflow`` on the first run). On Lambda neither has any (``sam build`` unpacks wheels without
 compiling and ``/opt`` is read-only), so absolute times there are higher; the ratio compares like with like.
@@ -31,6 +36,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +69,11 @@ HANDLER_MODULES: tuple[str, ...] = (
 )
 BASELINE_MODULES: tuple[str, ...] = ("boto3", "pydantic")
 TARGET_RATIO = 1.3
+#: Baseline-handler pairs per handler. Measured on the bench's 2-core machine with other jobs on it (three runs
+#: each): at 20 pairs a handler's median moved by up to 0.073 between runs, at 40 by up to 0.067 (0.019 to 0.067 by
+#: handler; a fourth run read the agent 0.10 lower) in about 140 s for the five. More pairs barely help there: what
+#: is left is the machine's load changing between runs, not the sampling (README, Benchmarks).
+DEFAULT_PAIRS = 40
 MB = 1_000_000
 
 #: What the Lambda runtime sets in every function's environment (the reserved variables of the Lambda developer
@@ -310,19 +321,76 @@ def _run_child(probe: ImportProbe, *options: str) -> subprocess.CompletedProcess
     return done
 
 
-def best_times(probes: Sequence[ImportProbe], repeats: int) -> dict[str, list[tuple[float, float]]]:
-    """Every probe timed ``repeats`` times, round by round (so load on the machine spreads over all of them).
+@dataclass(frozen=True)
+class PairedTimes:
+    """One handler's pairs: ``handler[i]`` and ``baseline[i]`` were timed back to back (seconds, wall or CPU)."""
+
+    handler: tuple[float, ...]
+    baseline: tuple[float, ...]
+    handler_cpu: tuple[float, ...]
+    baseline_cpu: tuple[float, ...]
+
+    @property
+    def ratios(self) -> list[float]:
+        """Each pair's handler seconds / baseline seconds (wall-clock), in run order."""
+        return [handler / baseline for handler, baseline in zip(self.handler, self.baseline, strict=True)]
+
+    @property
+    def cpu_ratios(self) -> list[float]:
+        """The same of the children's CPU seconds."""
+        return [handler / baseline for handler, baseline in zip(self.handler_cpu, self.baseline_cpu, strict=True)]
+
+
+def paired_times(baseline: ImportProbe, probes: Sequence[ImportProbe], pairs: int) -> dict[str, PairedTimes]:
+    """Time every probe ``pairs`` times, each run right beside a run of ``baseline``.
+
+    Round ``i`` times, for each probe in turn, the baseline then the probe, or the probe then the baseline: the
+    order alternates from pair to pair, so neither side is always the one that starts on a machine just freed (or
+    just loaded) by the pair before.
 
     Returns
     -------
     dict
-        Probe label to its samples, ``(wall, cpu)`` seconds each (see `time_import`), in run order.
+        Probe label to its `PairedTimes`.
     """
-    samples: dict[str, list[tuple[float, float]]] = {probe.label: [] for probe in probes}
-    for _ in range(repeats):
-        for probe in probes:
-            samples[probe.label].append(time_import(probe))
-    return samples
+    runs: dict[str, list[tuple[float, float, float, float]]] = {probe.label: [] for probe in probes}
+    for round_number in range(pairs):
+        for index, probe in enumerate(probes):
+            if (round_number + index) % 2 == 0:
+                base_wall, base_cpu = time_import(baseline)
+                wall, cpu = time_import(probe)
+            else:
+                wall, cpu = time_import(probe)
+                base_wall, base_cpu = time_import(baseline)
+            runs[probe.label].append((wall, base_wall, cpu, base_cpu))
+    return {
+        label: PairedTimes(*(tuple(column) for column in zip(*samples, strict=True))) for label, samples in runs.items()
+    }
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of some figures and their interquartile range (``q1``, ``q3``: the 25th and 75th percentiles)."""
+
+    median: float
+    q1: float
+    q3: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        """The spread of ``values`` (at least one); quartiles by ``statistics.quantiles`` (method "inclusive").
+
+        Raises
+        ------
+        ValueError
+            ``values`` is empty.
+        """
+        if not values:
+            raise ValueError("no values")
+        if len(values) == 1:
+            return cls(values[0], values[0], values[0])
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+        return cls(statistics.median(values), q1, q3)
 
 
 # ------------------------------------------------------------------------------------------- layer size
@@ -371,56 +439,74 @@ def _files_under(directory: Path) -> list[Path]:
 # ------------------------------------------------------------------------------------------- the bench
 
 
-def measure_cold_start(repeats: int = 5, handlers: Sequence[str] = HANDLER_MODULES) -> tuple[list[Row], dict[str, Any]]:
-    """Time each handler's import against ``import boto3, pydantic`` and measure the layer.
+def measure_cold_start(
+    pairs: int = DEFAULT_PAIRS, handlers: Sequence[str] = HANDLER_MODULES
+) -> tuple[list[Row], dict[str, Any]]:
+    """Time each handler's import in pairs with ``import boto3, pydantic`` and measure the layer.
 
     Parameters
     ----------
-    repeats:
-        Runs per import; the best (smallest) counts.
+    pairs:
+        Baseline-handler pairs per handler (see `paired_times`); the median of their ratios is the figure.
     handlers:
         Handler modules to time, a subset of `HANDLER_MODULES`.
 
     Returns
     -------
     rows, raw
-        One row per handler (seconds, the baseline's seconds, their ratio, target ``<= 1.3``), then two plain rows
-        for the layer (unzipped and zipped). ``raw`` holds the figures for a JSON results file: seconds per
-        module and every sample, the baseline's, and the layer's bytes.
+        One row per handler (its median seconds, the baseline's median seconds over the same pairs, the median of
+        the pair ratios with their interquartile range in the metric, target ``<= 1.3``), then two plain rows for
+        the layer (unzipped and zipped). ``raw`` holds the figures for a JSON results file: per handler every
+        pair's seconds (wall and CPU) and ratio, the medians and quartiles, and the layer's bytes.
 
     Raises
     ------
     ValueError
-        ``repeats`` is below 1.
+        ``pairs`` is below 1.
     RuntimeError
         An import failed in its child interpreter.
     LookupError
         A handler module is not in the template.
     """
-    if repeats < 1:
-        raise ValueError("repeats must be >= 1")
+    if pairs < 1:
+        raise ValueError("pairs must be >= 1")
     stack = Stack.from_file(TEMPLATE)
     functions = {module: handler_function(stack, module) for module in handlers}
     distributions = layer_distributions()
     with tempfile.TemporaryDirectory(prefix="sasflow-cold-start-") as scratch:
         packages = link_layer_packages(distributions, Path(scratch) / "python")
-        probes = [baseline_probe(packages)] + [handler_probe(stack, spec, packages) for spec in functions.values()]
-        samples = best_times(probes, repeats)
-    baseline = _best(samples["baseline"])
+        probes = [handler_probe(stack, spec, packages) for spec in functions.values()]
+        timed = paired_times(baseline_probe(packages), probes, pairs)
     anchor = "import " + ", ".join(BASELINE_MODULES)
     rows: list[Row] = []
     raw_handlers: dict[str, Any] = {}
     for module in handlers:
-        best = _best(samples[module])
-        row = Row.compare(
-            f"cold start: import {module} (s, vs {anchor})", best["seconds"], baseline["seconds"], at_most=TARGET_RATIO
+        times = timed[module]
+        ratio, cpu_ratio = Spread.of(times.ratios), Spread.of(times.cpu_ratios)
+        handler_seconds, baseline_seconds = statistics.median(times.handler), statistics.median(times.baseline)
+        rows.append(
+            Row.with_ratio(
+                f"cold start: import {module} (s, vs {anchor}; median of {pairs} pair ratios, "
+                f"IQR {ratio.q1:.3f}-{ratio.q3:.3f})",
+                handler_seconds,
+                baseline_seconds,
+                ratio.median,
+                at_most=TARGET_RATIO,
+            )
         )
-        rows.append(row)
         raw_handlers[module] = {
             "function": functions[module].logical_id,
-            **best,
-            "ratio": row.ratio,
-            "cpu_ratio": best["cpu_seconds"] / baseline["cpu_seconds"],
+            "seconds": handler_seconds,
+            "baseline_seconds": baseline_seconds,
+            "ratio": ratio.median,
+            "ratio_q1": ratio.q1,
+            "ratio_q3": ratio.q3,
+            "cpu_ratio": cpu_ratio.median,
+            "samples": list(times.handler),
+            "baseline_samples": list(times.baseline),
+            "cpu_samples": list(times.handler_cpu),
+            "baseline_cpu_samples": list(times.baseline_cpu),
+            "ratios": times.ratios,
         }
     size = layer_size(distributions)
     rows += [
@@ -429,8 +515,8 @@ def measure_cold_start(repeats: int = 5, handlers: Sequence[str] = HANDLER_MODUL
     ]
     raw: dict[str, Any] = {
         "python": sys.version.split()[0],
-        "repeats": repeats,
-        "baseline": {"modules": list(BASELINE_MODULES), **baseline},
+        "pairs": pairs,
+        "baseline": {"modules": list(BASELINE_MODULES)},
         "handlers": raw_handlers,
         "target_ratio": TARGET_RATIO,
         "layer": {
@@ -444,24 +530,19 @@ def measure_cold_start(repeats: int = 5, handlers: Sequence[str] = HANDLER_MODUL
     return rows, raw
 
 
-def _best(samples: Sequence[tuple[float, float]]) -> dict[str, Any]:
-    """The best wall-clock and the best CPU seconds (each the minimum, possibly of different runs), and every run."""
-    return {
-        "seconds": min(wall for wall, _ in samples),
-        "cpu_seconds": min(cpu for _, cpu in samples),
-        "samples": [wall for wall, _ in samples],
-        "cpu_samples": [cpu for _, cpu in samples],
-    }
-
-
 def _bytes_text(size: int) -> str:
     return f"{size / MB:.1f} MB ({size:,} bytes)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bench.cold_start [--repeats N] [--handler MODULE ...] [--json PATH]``: print the rows."""
+    """``python -m bench.cold_start [--pairs N] [--handler MODULE ...] [--json PATH]``: print the rows.
+
+    Returns 1 when a handler misses the target ratio, else 0.
+    """
     parser = argparse.ArgumentParser(prog="python -m bench.cold_start", description="Cold start of the handlers.")
-    parser.add_argument("--repeats", type=int, default=5, help="runs per import; the best counts (default 5)")
+    parser.add_argument(
+        "--pairs", type=int, default=DEFAULT_PAIRS, help=f"baseline-handler pairs per handler (default {DEFAULT_PAIRS})"
+    )
     parser.add_argument("--handler", action="append", choices=HANDLER_MODULES, help="time only this handler")
     parser.add_argument("--json", type=Path, help="also write the raw figures to this file")
     parser.add_argument(
@@ -478,12 +559,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for own, cumulative, name in profile[: args.top]:
             print(f"{own:>9} {cumulative:>10}  {name}")
         return 0
-    rows, raw = measure_cold_start(args.repeats, tuple(args.handler or HANDLER_MODULES))
+    rows, raw = measure_cold_start(args.pairs, tuple(args.handler or HANDLER_MODULES))
     print(markdown(rows))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(raw, indent=2) + "\n")
-    return 0
+    return 1 if any(row.met is False for row in rows) else 0
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ from sasflow.lean_imports import defer_package_init
 defer_package_init("aws_lambda_powertools.event_handler")
 defer_package_init("aws_lambda_powertools.utilities.data_classes")
 
+# The engine's services, which build_engine imports only when called (so that agents never load them): this
+# function needs them on its first invocation, so they load at init, with the rest of its cold start.
+import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
 from sasflow.api import build_app  # noqa: E402
 from sasflow.bootstrap import Lazy, build_engine  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402

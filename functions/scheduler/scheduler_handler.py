@@ -7,12 +7,22 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import process_partial_response
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from sasflow.batch import OutboxBatchProcessor, ReplyGroups
-from sasflow.bootstrap import Lazy, build_engine
-from sasflow.tracing import build_tracer, lean_log_keys
+from sasflow.lean_imports import defer_package_init
+
+# Before the first import of powertools' batch utility: it needs the SQS record class, not the 40 other event
+# classes the data classes' __init__ imports (sasflow.lean_imports).
+defer_package_init("aws_lambda_powertools.utilities.data_classes")
+
+from aws_lambda_powertools.utilities.batch import process_partial_response  # noqa: E402
+
+# The engine's services, which build_engine imports only when called (so that agents never load them): this
+# function needs them on its first invocation, so they load at init, with the rest of its cold start.
+import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
+from sasflow.batch import OutboxBatchProcessor, ReplyGroups  # noqa: E402
+from sasflow.bootstrap import Lazy, build_engine  # noqa: E402
+from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 
 logger = Logger()
 tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off

@@ -10,6 +10,9 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+# The engine's services, which build_engine imports only when called (so that agents never load them): this
+# function needs them on its first invocation, so they load at init, with the rest of its cold start.
+import sasflow.supervisor  # noqa: F401  (imports sasflow.scheduler)
 from sasflow.bootstrap import Lazy, build_engine
 from sasflow.tracing import build_tracer, lean_log_keys
 

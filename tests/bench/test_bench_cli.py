@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench import cli
+from bench import cli, cold_start
+from bench.report import Row
 
 
 def test_the_cli_prints_the_table_and_writes_both_results_files(
@@ -20,7 +21,6 @@ def test_the_cli_prints_the_table_and_writes_both_results_files(
     windows = "SchedulerBatchingWindowSeconds=1 AgentBatchingWindowSeconds=1"
     arguments = ["--only", "cost", "--scenarios", "S1", "--scale", "0.01", "--parameter-overrides", windows]
     result = CliRunner().invoke(cli.app, arguments)
-    assert result.exit_code == 0, result.output
     assert "| metric | ours | anchor | ratio | target | met? |" in result.output
     assert "S1 orchestration $ per 1M steps (anchor: Step Functions Standard)" in result.output
     raw = json.loads((tmp_path / "results.json").read_text())
@@ -42,7 +42,40 @@ def test_the_cli_prints_the_table_and_writes_both_results_files(
     # target whatever the rest (Lambda, empty polls, logs) adds, so at this scale the verdict is "no"
     assert cost_row["ours"] >= (25 * 0.625 + 2 * 1.00 + 32 * 0.40) / 6
     assert (cost_row["target"], cost_row["met"]) == ("<= 0.17", False)
+    # so the bench exits 1 and names every row that missed, this one among them (the results files are written)
+    missed = [row["metric"] for row in raw["rows"] if row["met"] is False]
+    assert result.exit_code == 1, result.output
+    assert f"targets missed: {len(missed)}" in result.output
+    assert cost_row["metric"] in missed
+    assert all(f"{metric}: " in result.output for metric in missed)
     # The anchors' raw counts are in results.json: 2 executions of 3 durable steps, 2 Express requests of 17 events
     assert (s1["durable"]["operations"], s1["durable"]["invocations"]) == (6, 2)
     assert (s1["express"]["requests"], s1["express"]["log_events"]) == (2, 34)
     assert (tmp_path / "results.md").read_text().startswith("# Bench results (`make bench`)")
+
+
+def _cold_rows(*ratios: float) -> tuple[list[Row], dict[str, object]]:
+    rows = [
+        Row.with_ratio(f"cold start: import handler_{index}", 0.3, 0.25, ratio, at_most=1.3)
+        for index, ratio in enumerate(ratios)
+    ]
+    return [*rows, Row("CoreLayer size, zipped", "24.4 MB")], {}
+
+
+def test_the_bench_exits_1_and_names_the_rows_when_a_target_is_missed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a cold-start part whose second handler reads 1.31 against a target of <= 1.3
+    monkeypatch.setattr(cold_start, "measure_cold_start", lambda pairs: _cold_rows(1.1, 1.31))
+    # When the bench runs it
+    result = CliRunner().invoke(cli.app, ["--only", "cold", "--no-write"])
+    # Then it exits 1, naming the row that missed and its ratio, and not the one that met its target
+    assert result.exit_code == 1, result.output
+    assert "targets missed: 1" in result.output
+    assert "cold start: import handler_1: 1.310, target <= 1.3" in result.output
+    assert "handler_0:" not in result.output
+
+
+def test_the_bench_exits_0_when_every_target_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cold_start, "measure_cold_start", lambda pairs: _cold_rows(1.1, 1.3))
+    result = CliRunner().invoke(cli.app, ["--only", "cold", "--no-write", "--cold-start-pairs", "7"])
+    assert result.exit_code == 0, result.output
+    assert "targets missed" not in result.output

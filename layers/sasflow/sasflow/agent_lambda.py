@@ -12,14 +12,21 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import process_partial_response
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from .batch import OutboxBatchProcessor
-from .bootstrap import AgentServices, Lazy, build_agent
-from .ports import Outgoing
-from .tracing import build_tracer, lean_log_keys
+from .lean_imports import defer_package_init
+
+# Before the first import of powertools' batch utility: it needs the SQS record class, not the 40 other event
+# classes the data classes' __init__ imports (sasflow.lean_imports).
+defer_package_init("aws_lambda_powertools.utilities.data_classes")
+
+from aws_lambda_powertools.utilities.batch import process_partial_response  # noqa: E402
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # noqa: E402
+
+from .batch import OutboxBatchProcessor  # noqa: E402
+from .bootstrap import AgentServices, Lazy, build_agent  # noqa: E402
+from .ports import Outgoing  # noqa: E402
+from .tracing import build_tracer, lean_log_keys  # noqa: E402
 
 if TYPE_CHECKING:  # the runtime (tenacity, the breaker) is imported by build_agent, on the first invocation
     from .agent import RemoteClient

@@ -15,17 +15,20 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError
 from .ports import Counter, MessageBus, StateStore, WorkflowIndex, no_metrics
-from .scheduler import SchedulerService
 from .settings import AgentConfig, EngineConfig
-from .supervisor import SupervisorService
 
 if TYPE_CHECKING:
     # Only an agent needs these (and tenacity): `build_agent` imports them, so the API, scheduler and supervisor
-    # handlers never load them at cold start. The scheduler and supervisor stay imported above: three handlers use
-    # them, and their loggers create the "sasflow" logger that handlers configure at import
-    # (copy_config_to_registered_loggers only finds loggers that exist by then).
+    # handlers never load them at cold start.
     from .agent import AgentRuntime, RemoteClient
     from .claim_check import ClaimCheck
+
+    # Only the engine's handlers need these: `build_engine` imports them, so an agent never loads the scheduler,
+    # the workflow records and the definitions' models. The engine's handlers import them at init themselves, as
+    # their first invocation needs them (and their loggers make the "sasflow" logger that the handlers configure
+    # at import: copy_config_to_registered_loggers only finds loggers that exist by then).
+    from .scheduler import SchedulerService
+    from .supervisor import SupervisorService
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ def build_engine(
     """
     from .adapters.dynamodb_store import DynamoDBStateStore, dynamodb_client
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .scheduler import SchedulerService
+    from .supervisor import SupervisorService
 
     config = EngineConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()

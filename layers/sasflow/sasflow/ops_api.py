@@ -25,14 +25,13 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import content_types
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from .adapters.sqs_dead_letters import DeadLetterQueues
 from .api import (
     ERROR_RESPONSES,
     MAX_HISTORY_PAGE,
@@ -50,6 +49,10 @@ from .ports import MessageBus, WorkflowIndex
 from .scheduler import SchedulerService
 from .transitions import NO_OUTPUT
 from .types import IdempotencyKey, WorkflowId
+
+if TYPE_CHECKING:
+    # An annotation only: the adapter (and the botocore it imports) loads with the boto3 clients, in build_ops.
+    from .adapters.sqs_dead_letters import DeadLetterQueues
 
 logger = logging.getLogger("sasflow.ops")
 

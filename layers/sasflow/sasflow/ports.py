@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .records import DeadlineEntry, Snapshot
+if TYPE_CHECKING:
+    # Annotations only: an agent imports the ports for the bus, and must not load the workflow records and the
+    # definitions' pydantic models with them (its cold start; tests/unit/test_lean_imports.py).
+    from .records import DeadlineEntry, Snapshot
 
 
 class StateStore(Protocol):
