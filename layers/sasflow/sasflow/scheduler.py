@@ -621,6 +621,14 @@ class SchedulerService:
             transition.claimed.append(upload.key)
         return transition
 
+    def _note_child_id_taken(self, parent: Snapshot, command: ChildCommand) -> None:
+        """Log and count a map step's child id held by a workflow that is not that child (``is_child_of``)."""
+        logger.warning(
+            "map step child id taken by another workflow",
+            extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
+        )
+        self.metrics("MapChildIdsTaken")
+
     def _start_child(self, parent: Snapshot, command: ChildCommand) -> list[Outgoing]:
         """Start child ``command.child_id`` unless it exists; report one that has ended (a ``check`` finds it)."""
         self.correlate(command.child_id)  # its lines name the child (the parent's write is logged already)
@@ -640,11 +648,7 @@ class SchedulerService:
                 log_moves(None, stored)
                 return transition.messages
         if existing is not None and not is_child_of(existing, command):
-            logger.warning(
-                "map step child id taken by another workflow",
-                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
-            )
-            self.metrics("MapChildIdsTaken")
+            self._note_child_id_taken(parent, command)
             return [child_id_taken(self.config.response_queue_url, command)]
         if existing is not None and existing.workflow.status in TERMINAL_WORKFLOW:
             return [child_report(self.config.response_queue_url, command.parent, existing.workflow.status.value)]
@@ -675,11 +679,7 @@ class SchedulerService:
         if not is_child_of(child, command):
             # Another workflow holds the id, so no child of ours ever ran under it (a start is a conditional create),
             # unless ours reported and is gone: the stranger is never cancelled or compensated by this parent.
-            logger.warning(
-                "map step child id taken by another workflow",
-                extra={"workflow_id": parent.workflow.workflow_id, "child": command.child_id},
-            )
-            self.metrics("MapChildIdsTaken")
+            self._note_child_id_taken(parent, command)
             status = WorkflowStatus.COMPENSATION_FAILED if command.reported else WorkflowStatus.CANCELLED
             return [child_report(self.config.response_queue_url, command.parent, status.value)]
         if child.workflow.status in TERMINAL_WORKFLOW and child.workflow.status is not WorkflowStatus.COMPLETED:

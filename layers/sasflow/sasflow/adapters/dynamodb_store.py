@@ -574,21 +574,36 @@ class DynamoDBStateStore:
 
         Keys DynamoDB leaves unprocessed (throttling) are asked again with a backoff (1, 2, 4 ... 64 ms).
         """
-        found: dict[str, Snapshot] = {}
+        items, _ = self._batch_get(workflow_ids, rounds=8)
+        snapshots = (self.from_item(item) for item in items)
+        return {snapshot.workflow.workflow_id: snapshot for snapshot in snapshots}
+
+    def _batch_get(
+        self, workflow_ids: Sequence[str], *, rounds: int, **options: Any
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The workflow items of ``workflow_ids`` (each id once), by BatchGetItem of 100 keys a call (its limit), with
+        ``options`` (``ConsistentRead``, a projection) on every call.
+
+        Keys DynamoDB leaves unprocessed (throttling) are asked again with a backoff (1, 2, 4 ... ms; BatchGetItem's
+        documented advice), at most ``rounds`` calls per 100 keys. Returns the raw items, and whether keys were
+        still unprocessed after every round.
+        """
+        items: list[dict[str, Any]] = []
+        left = False
         ids = list(dict.fromkeys(workflow_ids))
         for start in range(0, len(ids), 100):
             keys = [workflow_key(workflow_id) for workflow_id in ids[start : start + 100]]
-            for wait in range(8):
-                response = self.client.batch_get_item(RequestItems={self.table: {"Keys": keys}})
-                for item in response.get("Responses", {}).get(self.table, []):
-                    snapshot = self.from_item(item)
-                    found[snapshot.workflow.workflow_id] = snapshot
+            for wait in range(rounds):
+                request: dict[str, Any] = {self.table: {"Keys": keys, **options}}
+                response = self.client.batch_get_item(RequestItems=request)
+                items += response.get("Responses", {}).get(self.table, [])
                 unprocessed: dict[str, Any] = response.get("UnprocessedKeys") or {}
                 keys = (unprocessed.get(self.table) or {}).get("Keys", [])
                 if not keys:
                     break
-                time.sleep(0.001 * 2**wait)  # BatchGetItem's documented advice: retry unprocessed keys with backoff
-        return found
+                time.sleep(0.001 * 2**wait)
+            left = left or bool(keys)
+        return items, left
 
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """Replace the workflow's item if it is still at ``expect.version`` (see ``StateStore``)."""
@@ -735,7 +750,7 @@ class DynamoDBStateStore:
         """Re-read the summaries of ``workflow_ids`` from their items (see ``ports.WorkflowIndex.current``).
 
         BatchGetItem with ``ConsistentRead`` and the summary's attributes only, 100 keys a request (its limit);
-        unprocessed keys are asked again, at most `_BATCH_GET_ROUNDS` rounds.
+        unprocessed keys are asked again with a backoff, at most `_BATCH_GET_ROUNDS` rounds (`_batch_get`).
 
         Raises
         ------
@@ -743,33 +758,20 @@ class DynamoDBStateStore:
             DynamoDB refused the read, or keys were still unprocessed after every round (``ProvisionedThroughput``
             is not an issue on an on-demand table; a throttle that lasts is reported rather than hidden).
         """
-        found: dict[str, WorkflowSummary] = {}
-        unique = list(dict.fromkeys(workflow_ids))
-        for first in range(0, len(unique), 100):
-            chunk = unique[first : first + 100]
-            keys = [_ser({"pk": f"{WORKFLOW_PREFIX}{wid}", "sk": WORKFLOW_SORT_KEY}) for wid in chunk]
-            request: dict[str, Any] = {
-                self.table: {
-                    "Keys": keys,
-                    "ConsistentRead": True,
-                    "ProjectionExpression": _SUMMARY_ATTRIBUTES,
-                    "ExpressionAttributeNames": {"#status": "status"},
-                }
-            }
-            for _ in range(_BATCH_GET_ROUNDS):
-                response = self.client.batch_get_item(RequestItems=request)
-                for raw in response.get("Responses", {}).get(self.table, []):
-                    summary = _summary(_de(raw))
-                    found[summary.workflow_id] = summary
-                request = response.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-            else:
-                raise ClientError(
-                    {"Error": {"Code": "UnprocessedKeys", "Message": "BatchGetItem left keys unprocessed"}},
-                    "BatchGetItem",
-                )
-        return found
+        items, left = self._batch_get(
+            workflow_ids,
+            rounds=_BATCH_GET_ROUNDS,
+            ConsistentRead=True,
+            ProjectionExpression=_SUMMARY_ATTRIBUTES,
+            ExpressionAttributeNames={"#status": "status"},
+        )
+        if left:
+            raise ClientError(
+                {"Error": {"Code": "UnprocessedKeys", "Message": "BatchGetItem left keys unprocessed"}},
+                "BatchGetItem",
+            )
+        summaries = (_summary(_de(raw)) for raw in items)
+        return {summary.workflow_id: summary for summary in summaries}
 
     # -- lease
     def acquire_lease(self, name: str, owner: str, now: int, ttl_seconds: int) -> int:
