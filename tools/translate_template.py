@@ -1,10 +1,12 @@
 """Print template.yaml as the SAM transform turns it into CloudFormation (JSON), offline.
 
-Run with the SAM venv's interpreter (``.venv-sam/bin/python tools/translate_template.py [template]``): it has
-aws-sam-translator, the library ``sam deploy``'s transform is built from. Local code paths become placeholder S3
-URIs (as ``sam validate`` does), and the managed-policy names SAM may attach resolve to their AWS ARNs without
-asking IAM, so nothing leaves the machine. Tests read the output to check the policies, routes, log groups and
-alarms of what would really deploy (tests/integration/test_template_security.py).
+Run with the SAM venv's interpreter (``.venv-sam/bin/python tools/translate_template.py [template | -]``): it has
+aws-sam-translator, the library ``sam deploy``'s transform is built from. ``-`` reads the template as JSON (long-form
+intrinsics) from standard input, as `devstack.sam.translate` sends it. Local code paths become placeholder S3 URIs (as
+``sam validate`` does), and the managed-policy names SAM may attach resolve to their AWS ARNs without asking IAM, so
+nothing leaves the machine. Tests read the output to check the policies, routes, log groups and alarms of what would
+really deploy (tests/integration/test_template_security.py), and the local stack reads each function's role from it
+(devstack/iam).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ class _OfflinePolicies:
 
 
 def main() -> None:
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "template.yaml")
+    argument = sys.argv[1] if len(sys.argv) > 1 else "template.yaml"
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    template = yaml_parse(path.read_text())
+    template = json.load(sys.stdin) if argument == "-" else yaml_parse(Path(argument).read_text())
     for resource in template.get("Resources", {}).values():
         properties = resource.get("Properties") or {}
         for key in ("CodeUri", "ContentUri"):

@@ -1,5 +1,10 @@
 """Integration tier: the real handlers with moto, tables and queues built from template.yaml, events from events/,
-and the sample remote services as real HTTP servers on 127.0.0.1."""
+and the sample remote services as real HTTP servers on 127.0.0.1.
+
+Each function runs under its own role: every AWS call it makes is checked against the policies template.yaml gives
+it (devstack.iam), and a test whose functions were refused a call fails at its end, naming each refusal. A test that
+means to see a refusal takes it with ``devstack.iam.guard.clear_refusals()``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ import pytest
 from moto import mock_aws
 
 from devstack.agents import load_agents
+from devstack.iam.guard import clear_refusals
+from devstack.iam.roles import Principal, principals
 from devstack.identities import identity, request_context_authorizer
 from devstack.moto_sqs import install as install_sqs_redrive
 from devstack.provision import provision
@@ -31,12 +38,14 @@ class Deployed:
     physical: dict[str, str]
     remote: dict[str, RunningServer]
     clock: ManualClock = field(default_factory=lambda: ManualClock(float(int(time.time()))))
+    #: Each function's role as template.yaml deploys it; a function missing here runs unchecked.
+    roles: dict[str, Principal] = field(default_factory=dict)
     _functions: dict[str, FunctionUnderTest] = field(default_factory=dict)
 
     def fn(self, logical_id: str) -> FunctionUnderTest:
         if logical_id not in self._functions:
             spec = next(f for f in self.stack.functions() if f.logical_id == logical_id)
-            self._functions[logical_id] = FunctionUnderTest.load(spec, self.clock)
+            self._functions[logical_id] = FunctionUnderTest.load(spec, self.clock, self.roles.get(logical_id))
         return self._functions[logical_id]
 
     def driver(self, logical_id: str) -> SqsDriver:
@@ -144,4 +153,7 @@ def deployed(remote: dict[str, RunningServer]) -> Iterator[Deployed]:
         parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
         stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
         physical = provision(stack)
-        yield Deployed(stack, physical, remote)
+        clear_refusals()
+        yield Deployed(stack, physical, remote, roles=principals(stack))
+        refused = clear_refusals()
+        assert not refused, "calls the functions' roles do not allow:\n" + "\n".join(map(str, refused))

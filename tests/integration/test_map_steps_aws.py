@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import boto3
 
+from devstack.iam.guard import clear_refusals
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.fanout import MapProgress, child_id
 from tests.integration.conftest import Deployed
@@ -86,3 +88,36 @@ def test_a_cancelled_map_cancels_its_children_through_the_handlers(deployed: Dep
     effects = deployed.remote["payments"].service.effects()
     undone = deployed.remote["payments"].service.compensations()
     assert set(undone) == set(effects)  # every charge that happened was refunded
+
+
+def test_without_batchgetitem_the_schedulers_role_refuses_to_collect_a_map_and_the_map_never_ends(
+    deployed: Deployed,
+) -> None:
+    # Given the scheduler's role as deployed, but without dynamodb:BatchGetItem (as it was before this was found)
+    deployed.roles["SchedulerFunction"] = deployed.roles["SchedulerFunction"].without("dynamodb:BatchGetItem")
+    # When a map of three runs through the handlers
+    status, started = deployed.api("POST", "/workflows", body([1, 2, 3], max_concurrency=3))
+    assert status == 201
+    deployed.pump()
+    # Then the three children end, but the parent cannot read them back to collect them: it stays RUNNING
+    status, view = deployed.api("GET", f"/workflows/{started['workflow_id']}")
+    assert (status, view["status"]) == (200, "RUNNING")
+    step = view["steps"][0]
+    assert (step["status"], step["output"], step["children"]["ended"]) == ("PROCESSING", None, 3)
+    refused = clear_refusals()
+    assert {(r.function, r.action, r.resource) for r in refused} == {
+        (
+            "SchedulerFunction",
+            "dynamodb:BatchGetItem",
+            f"arn:aws:dynamodb:us-east-1:123456789012:table/{table(deployed)}",
+        )
+    }
+    assert json.loads(refused[0].missing) == {
+        "Effect": "Allow",
+        "Action": "dynamodb:BatchGetItem",
+        "Resource": f"arn:aws:dynamodb:us-east-1:123456789012:table/{table(deployed)}",
+    }
+
+
+def table(deployed: Deployed) -> str:
+    return deployed.physical["StateTable"]

@@ -2,8 +2,11 @@
 
 Each ``FunctionUnderTest`` loads its handler module as a fresh module (one sandbox per function, so the three
 agents that share ``agent_handler.py`` keep separate cold-start state), applies the function's environment from
-the template while it runs, and injects a test clock into the cold-start wiring. ``SqsDriver`` plays the event
-source mapping: receive from moto, build the Lambda SQS event, invoke, delete what succeeded.
+the template while it runs, and injects a test clock into the cold-start wiring. Given its ``principal`` (its role as
+template.yaml deploys it, `devstack.iam.roles`), every AWS call it makes is checked against that role
+(`devstack.iam.guard`): a call the role does not allow raises AccessDenied inside the handler, as on AWS.
+``SqsDriver`` plays the event source mapping: receive from moto, build the Lambda SQS event, invoke, delete what
+succeeded.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Any
 
 import boto3
 
+from devstack.iam.guard import acting_as
+from devstack.iam.guard import install as install_iam_check
+from devstack.iam.roles import Principal
 from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
 from devstack.template import FunctionSpec, SqsEventSpec
 from sasflow.bootstrap import Lazy, build_agent, build_engine, build_ops
@@ -42,9 +48,13 @@ class FunctionUnderTest:
     spec: FunctionSpec
     module: ModuleType
     clock: Clock
+    principal: Principal | None = None
 
     @classmethod
-    def load(cls, spec: FunctionSpec, clock: Clock) -> FunctionUnderTest:
+    def load(cls, spec: FunctionSpec, clock: Clock, principal: Principal | None = None) -> FunctionUnderTest:
+        """Load the function; with ``principal``, its AWS calls are checked against that role."""
+        if principal is not None:
+            install_iam_check()
         module = load_function_module(spec)
         # Inject the test clock into the cold-start wiring (the handler code itself is unchanged).
         # As the handlers wire it: the scheduler names each workflow it works on as the log's correlation id.
@@ -58,7 +68,7 @@ class FunctionUnderTest:
         app = getattr(module, "app", None)
         if isinstance(app, AgentApp):  # a Python agent: its own functions are the remote
             app.services = Lazy(lambda: build_agent(clock=clock, remote=app))
-        return cls(spec, module, clock)
+        return cls(spec, module, clock, principal)
 
     def invoke(self, event: Any, *, remaining_ms: int | None = None, context: Any = None) -> Any:
         """Call the handler with the function's environment applied, like one Lambda invocation."""
@@ -66,7 +76,7 @@ class FunctionUnderTest:
             context = FakeContext(self.spec.logical_id, self.spec.timeout_seconds, self.spec.memory_mb)
         if remaining_ms is not None:
             context.remaining_ms = remaining_ms
-        with environment(function_environment(self.spec)):
+        with environment(function_environment(self.spec)), acting_as(self.principal):
             return self.module.handler(event, context)
 
 
