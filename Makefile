@@ -186,7 +186,7 @@ test: venv sam-venv checkov-venv docs-venv
 # The edit-test loop, about 80 s on 2 cores: ruff, mypy, then tests/unit and tests/integration (in process: moto,
 # loopback servers; no local stack, no simulation, no scanners). `make test` is the gate and runs everything.
 CHECK_TIMEOUT ?= 300
-check: venv
+check: venv sam-venv
 	@$(MAKE) lint
 	@$(MAKE) typecheck
 	@timeout --kill-after=30 $(CHECK_TIMEOUT) $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile -q tests/unit tests/integration
@@ -283,10 +283,10 @@ build: sam-venv template
 	@echo "CoreLayer: $$(du -sh .aws-sam/build/CoreLayer | cut -f1) on disk ($$(find .aws-sam/build/CoreLayer -type f | wc -l) files; make bench reports its size in bytes, unzipped and zipped)"
 	$(SAM_VENV)/bin/python tools/smoke_build.py .aws-sam/build
 
-run: venv template
+run: venv sam-venv template
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack run $(ARGS)
 
-up: venv template
+up: venv sam-venv template
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack up $(ARGS)
 
 # 1,000 workflows under faults, checked (devstack/load.py). The run stops itself after LOAD_TIME_LIMIT seconds;
@@ -294,13 +294,13 @@ up: venv template
 # a 2-core machine (docs/bench.md, Reliability).
 LOAD_TIME_LIMIT ?= 1200
 .PHONY: load
-load: venv
+load: venv sam-venv
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" \
 		timeout --foreground --kill-after=30 $$(( $(LOAD_TIME_LIMIT) + 180 )) \
 		$(PY) -m devstack load --time-limit $(LOAD_TIME_LIMIT) $(ARGS)
 
 # One workflow with a map step of 10,000 children on the local stack, checked (python -m devstack map).
-map: venv template
+map: venv sam-venv template
 	PYTHONPATH="$(APP_PYTHONPATH)$${PYTHONPATH:+:$$PYTHONPATH}" $(PY) -m devstack map $(ARGS)
 
 # --------------------------------------------------------------------------------------------- maintenance

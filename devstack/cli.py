@@ -306,6 +306,13 @@ def _serve_until_stopped(
             )
         console.print(f"[bold]moto endpoint[/] {local.endpoint_url}  (AWS_ENDPOINT_URL for the aws cli / boto3)")
         console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
+        if local.check_roles:
+            console.print(
+                "[bold]role check[/]    on: each function's AWS calls are checked against its role in template.yaml; "
+                f"a refused one fails as on AWS and is listed in {local.refusals_path} (docs/security.md)",
+                soft_wrap=True,
+                highlight=False,
+            )
         console.print(
             "[bold]state[/]         in this process's memory: tables, queues and the services' ledgers are gone "
             "when it stops",
@@ -344,7 +351,12 @@ def _serve_until_stopped(
             signal.signal(sig, handler)
         with console.status("stopping..."):
             local.stop()
+    refused = local.role_refusals()
+    for refusal in refused:
+        console.print(f"[bold red]refused by its role[/] {refusal}", soft_wrap=True, highlight=False)
     console.print("stopped")
+    if refused:
+        raise typer.Exit(code=1)
 
 
 def _duration(text: str | None, option: str) -> float | None:

@@ -163,7 +163,7 @@ def run_demo(
     *, workflows: int = 50, seed: int = 7, timeout_seconds: float = 240.0, console: Console | None = None
 ) -> int:
     """Run the demo; return the process exit code (0 when every workflow ended and nothing was doubled or lost)."""
-    from devstack.stack import LocalStack
+    from devstack.stack import LocalStack, RoleRefusalError
 
     sample_services_importable()
     from http_server import serve_all
@@ -190,7 +190,11 @@ def run_demo(
         )
         with LocalStack(parameters=parameters, schedule_interval_seconds=1.0, extra_env=extra_env) as stack:
             console.print(f"API: {stack.api_url}   logs: .devstack/logs/ (one file per function, devstack.log)")
+            console.print("Every AWS call of each function is checked against its role in template.yaml")
             return _drive(stack, servers, workflows, seed, timeout_seconds, started, console)
+    except RoleRefusalError as refused:  # the run's outcome stands; a missing permission fails it, named
+        console.print(f"[bold red]{refused}[/]", soft_wrap=True, highlight=False)
+        return 1
     finally:
         for server in servers.values():
             server.stop()

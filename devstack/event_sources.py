@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from devstack import _aws, identities
+from devstack.iam.guard import acting_as
+from devstack.iam.roles import Principal
 from devstack.lambda_runtime import InvokeResult
 from devstack.template import ACCOUNT_ID, FunctionSpec, HttpApiEventSpec, ScheduleEventSpec, SqsEventSpec
 
@@ -226,6 +228,9 @@ class SqsPoller:
         Builds the SQS client of each poll thread (tests); by default a new boto3 session per thread.
     name
         Label for logs.
+    principal
+        The function's role (`devstack.iam.roles`): the poll threads' calls are checked against it, as Lambda polls
+        with the function's execution role. ``None`` checks nothing.
 
     Notes
     -----
@@ -246,6 +251,7 @@ class SqsPoller:
         visibility_timeout_seconds: int | None = None,
         client_factory: Callable[[], SQSClient] | None = None,
         name: str = "",
+        principal: Principal | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -256,6 +262,7 @@ class SqsPoller:
         self.concurrency = min(concurrency, spec.maximum_concurrency or concurrency)
         self.visibility_timeout_seconds = visibility_timeout_seconds
         self.name = name or spec.queue_logical_id
+        self.principal = principal
         self.stats = PollerStats()
         self._client_factory = client_factory or self._default_client
         self._stop = threading.Event()
@@ -297,6 +304,11 @@ class SqsPoller:
     # ------------------------------------------------------------------ polling
 
     def _run(self) -> None:
+        # Lambda polls with the function's execution role: so does this thread (devstack.iam).
+        with acting_as(self.principal):
+            self._poll()
+
+    def _poll(self) -> None:
         client = self._client_factory()
         while not self._stop.is_set():
             try:

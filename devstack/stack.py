@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -24,11 +24,14 @@ from typing import Any, Final
 from devstack import _aws
 from devstack._aws import FAKE_CREDENTIALS
 from devstack.event_sources import HttpApiServer, ScheduleEmulator, SqsPoller
-from devstack.lambda_runtime import FunctionPool, InvokeResult
+from devstack.iam import guard
+from devstack.iam.guard import PRINCIPAL_FILE_VARIABLE, REFUSALS_FILE_VARIABLE, Refusal, read_refusals
+from devstack.iam.roles import Principal
+from devstack.lambda_runtime import INIT_HOOK_VARIABLE, FunctionPool, InvokeResult
 from devstack.provision import provision
 from devstack.template import FunctionSpec, ScheduleEventSpec, SqsEventSpec, Stack
 
-__all__ = ["DEFAULT_LOG_DIR", "DEFAULT_TEMPLATE", "LocalStack", "local_aws_environment"]
+__all__ = ["DEFAULT_LOG_DIR", "DEFAULT_TEMPLATE", "LocalStack", "RoleRefusalError", "local_aws_environment"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +73,15 @@ def local_aws_environment(endpoint_url: str, region: str) -> dict[str, str]:
     }
 
 
+class RoleRefusalError(RuntimeError):
+    """A function of the local stack made AWS calls its role in the template does not allow (each one named)."""
+
+    def __init__(self, refusals: list[Refusal]) -> None:
+        self.refusals = refusals
+        lines = "\n".join(f"  {refusal}" for refusal in refusals)
+        super().__init__(f"{len(refusals)} AWS call(s) refused by the functions' roles in the template:\n{lines}")
+
+
 class LocalStack:
     """The template's stack on loopback: moto for tables and queues, in-process emulation for the rest.
 
@@ -106,6 +118,13 @@ class LocalStack:
     swagger
         Serve Swagger UI at ``/swagger`` for the clients' and the operators' routes, unauthenticated, with its "Try
         it out" taken as signed by a local identity (`devstack.swagger`; local only, not in template.yaml).
+    check_roles
+        Check every AWS call of every function against that function's role as the template deploys it
+        (`devstack.iam`, docs/security.md): a call the role does not allow raises AccessDenied inside the function,
+        as on AWS; `role_refusals` lists them, and leaving the ``with`` block raises `RoleRefusalError` naming each.
+    role_mutations
+        Function logical id → IAM actions taken out of its role for this run (a policy mutation, for `make mutants`
+        and the tests that show the check sees a missing grant).
 
     Examples
     --------
@@ -130,6 +149,8 @@ class LocalStack:
         start_schedules: bool = True,
         rewrite_api_urls: bool = True,
         swagger: bool = False,
+        check_roles: bool = True,
+        role_mutations: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.template_path = Path(template_path)
         self.parameters = dict(parameters or {})
@@ -145,6 +166,11 @@ class LocalStack:
         self.start_schedules = start_schedules
         self.rewrite_api_urls = rewrite_api_urls
         self.swagger = swagger
+        self.check_roles = check_roles
+        self.role_mutations = {function: list(actions) for function, actions in (role_mutations or {}).items()}
+        self.roles: dict[str, Principal] = {}
+        # One stack runs per process at a time, but several processes (test workers) may share a log folder.
+        self.refusals_path = self.log_dir / "iam" / f"refusals-{os.getpid()}.jsonl"
 
         self.pools: dict[str, FunctionPool] = {}
         self.pollers: list[SqsPoller] = []
@@ -194,6 +220,14 @@ class LocalStack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+        refused = self.role_refusals()
+        if refused and exc_type is None:
+            raise RoleRefusalError(refused)
+
+    def role_refusals(self) -> list[Refusal]:
+        """The AWS calls the functions' roles refused since `start`: in the functions, then in the event source
+        mappings' pollers (empty when ``check_roles`` is off)."""
+        return [*read_refusals(self.refusals_path), *guard.refusals()] if self.check_roles else []
 
     def start(self) -> LocalStack:
         """Start everything (see the module docstring for the order); on failure, stop what was started.
@@ -251,6 +285,7 @@ class LocalStack:
         self._http.bind()
 
         worker_env = {**local_aws_environment(self._endpoint_url, self.region), **self.extra_env}
+        role_env = self._role_environment(worker_env.get(INIT_HOOK_VARIABLE, ""))
         code_dirs = sorted({str(spec.code_dir) for spec in functions})
         for spec in functions:
             spec = dataclasses.replace(spec, environment={k: self._rewrite(v) for k, v in spec.environment.items()})
@@ -258,7 +293,7 @@ class LocalStack:
             pool = FunctionPool(
                 spec,
                 log_dir=self.log_dir,
-                extra_env=worker_env,
+                extra_env={**worker_env, **role_env.get(spec.logical_id, {})},
                 max_workers=max(self.max_workers_per_function, self.sqs_concurrency * sqs_events),
                 region=self.region,
                 hidden_paths=code_dirs,
@@ -275,6 +310,7 @@ class LocalStack:
             self._http.swagger = SwaggerPages(self._http.get_as)
         self._http.start()
 
+        self._check_event_sources(functions)
         for spec in functions:
             for event in spec.events:
                 if isinstance(event, SqsEventSpec):
@@ -286,6 +322,7 @@ class LocalStack:
                         concurrency=self.sqs_concurrency,
                         visibility_timeout_seconds=self.sqs_visibility_timeout_seconds,
                         name=f"{spec.logical_id}.{event.name}",
+                        principal=self.roles.get(spec.logical_id),
                     )
                     self.pollers.append(poller)
                     poller.start()
@@ -330,6 +367,49 @@ class LocalStack:
             _ACTIVE_LOCK.release()
 
     # ------------------------------------------------------------------ helpers
+
+    def _check_event_sources(self, functions: Sequence[FunctionSpec]) -> None:
+        """Refuse to start, as CloudFormation's CreateEventSourceMapping would, an SQS event source whose function's
+        role may not receive, delete and read the attributes of its queue."""
+        refused = [
+            refusal
+            for spec in functions
+            if spec.logical_id in self.roles
+            for event in spec.events
+            if isinstance(event, SqsEventSpec)
+            for refusal in guard.event_source_refusals(self.roles[spec.logical_id], event.queue_arn)
+        ]
+        if refused:
+            raise RoleRefusalError(refused)
+
+    def _role_environment(self, hooks: str) -> dict[str, dict[str, str]]:
+        """Per function: the variables that make its workers check every AWS call against its role."""
+        if not self.check_roles:
+            return {}
+        from devstack.iam.roles import principals
+
+        folder = self.log_dir / "iam" / f"roles-{os.getpid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self.refusals_path.unlink(missing_ok=True)
+        out = {}
+        roles = principals(self.stack)
+        unknown = sorted(set(self.role_mutations) - set(roles))
+        if unknown:
+            raise ValueError(f"role_mutations names functions the template does not have: {', '.join(unknown)}")
+        guard.install()  # the pollers run in this process
+        guard.clear_refusals()
+        for function, principal in roles.items():
+            for action in self.role_mutations.get(function, []):
+                principal = principal.without(action)
+            self.roles[function] = principal
+            path = folder / f"{function}.json"
+            path.write_text(principal.to_json(), encoding="utf-8")
+            out[function] = {
+                PRINCIPAL_FILE_VARIABLE: str(path.resolve()),
+                REFUSALS_FILE_VARIABLE: str(self.refusals_path.resolve()),
+                INIT_HOOK_VARIABLE: ",".join(filter(None, ["devstack.iam.guard:install_for_worker", hooks])),
+            }
+        return out
 
     def _set_environment(self, values: Mapping[str, str]) -> None:
         names = [*values, *_REMOVED_ENV, *(n for n in os.environ if n.startswith(_REMOVED_ENV_PREFIXES))]

@@ -133,6 +133,8 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str, list[str]]:
         *tests,
     ]
     environment = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    # The copy has no environments of its own: the SAM translator (the functions' roles, devstack/sam.py) is ours.
+    environment.setdefault("SASFLOW_SAM_PYTHON", str(ROOT / ".venv-sam" / "bin" / "python"))
     try:
         finished = subprocess.run(
             command, cwd=tree, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, env=environment

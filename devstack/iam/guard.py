@@ -23,14 +23,28 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from devstack.iam.policy import evaluate
+from devstack.iam.policy import AuthRequest, evaluate
 from devstack.iam.requests import UnmappedOperation, authorizations
 from devstack.iam.roles import Principal
 
-__all__ = ["REFUSALS_FILE_VARIABLE", "Refusal", "acting_as", "clear_refusals", "install", "refusals"]
+__all__ = [
+    "EVENT_SOURCE_ACTIONS",
+    "PRINCIPAL_FILE_VARIABLE",
+    "REFUSALS_FILE_VARIABLE",
+    "Refusal",
+    "acting_as",
+    "clear_refusals",
+    "event_source_refusals",
+    "install",
+    "install_for_worker",
+    "read_refusals",
+    "refusals",
+]
 
 REFUSALS_FILE_VARIABLE: Final = "DEVSTACK_IAM_REFUSALS"
 """A file each refusal is appended to as one JSON line (set for the local stack's worker processes)."""
+PRINCIPAL_FILE_VARIABLE: Final = "DEVSTACK_IAM_PRINCIPAL"
+"""A file holding the worker's function's `Principal` (`Principal.to_json`), read by `install_for_worker`."""
 
 _ACTING: Final[contextvars.ContextVar[Principal | None]] = contextvars.ContextVar("devstack_iam_acting", default=None)
 _LOCK: Final = threading.Lock()
@@ -94,6 +108,45 @@ def clear_refusals() -> list[Refusal]:
         taken = list(_REFUSALS)
         _REFUSALS.clear()
         return taken
+
+
+def read_refusals(path: str | os.PathLike[str]) -> list[Refusal]:
+    """The refusals appended to ``path`` by worker processes (none when the file does not exist)."""
+    try:
+        with open(path, encoding="utf-8") as source:
+            return [Refusal(**json.loads(line)) for line in source if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+#: What Lambda's event source mapping needs from the function's role to poll a queue (Lambda developer guide,
+#: "Using Lambda with Amazon SQS", execution role permissions); CreateEventSourceMapping refuses a role without them.
+EVENT_SOURCE_ACTIONS: Final = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")
+
+
+def event_source_refusals(principal: Principal, queue_arn: str) -> list[Refusal]:
+    """What ``principal``'s role lacks for Lambda to poll ``queue_arn`` for it (empty when it may)."""
+    out = []
+    for action in EVENT_SOURCE_ACTIONS:
+        request = AuthRequest(action, queue_arn, {"aws:SecureTransport": ["true"]})
+        decision = evaluate(principal.statements, request)
+        if not decision.allowed:
+            missing = json.dumps({"Effect": "Allow", "Action": action, "Resource": queue_arn})
+            out.append(
+                Refusal(
+                    principal.function, "lambda:CreateEventSourceMapping", action, queue_arn, decision.reason, missing
+                )
+            )
+    return out
+
+
+def install_for_worker() -> None:
+    """A local stack worker's init hook (``DEVSTACK_WORKER_INIT``): every call its function makes, from now on in
+    this process, is checked against the role in ``$DEVSTACK_IAM_PRINCIPAL``."""
+    with open(os.environ[PRINCIPAL_FILE_VARIABLE], encoding="utf-8") as source:
+        principal = Principal.from_json(source.read())
+    install()
+    _ACTING.set(principal)  # the worker's main thread runs every invocation: its context keeps the principal
 
 
 def _record(refusal: Refusal) -> None:

@@ -10,8 +10,9 @@ policy this module does not know, or an intrinsic it cannot resolve, raises `Pol
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 from devstack.iam.policy import PolicyError, Statement, statements_of
@@ -77,6 +78,21 @@ class Principal:
     arn: str
     statements: tuple[Statement, ...]
     where: CallContext
+
+    def to_json(self) -> str:
+        """The principal as JSON text (`from_json` reads it back): how a worker process receives its role."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Principal:
+        """Read `to_json`'s text."""
+        data = json.loads(text)
+        listed = ("actions", "not_actions", "resources", "not_resources")
+        statements = tuple(
+            Statement(**{key: tuple(value) if key in listed else value for key, value in item.items()})  # type: ignore[arg-type]
+            for item in data["statements"]
+        )
+        return cls(data["function"], data["role"], data["arn"], statements, CallContext(**data["where"]))
 
     def without(self, action: str) -> Principal:
         """The same role with ``action`` taken out of every statement that names it (a policy mutation).

@@ -92,6 +92,11 @@ Resources:
       CodeUri: code/
       Handler: mini_api_handler.handler
       Timeout: 10
+      Policies:
+        - SQSSendMessagePolicy:
+            QueueName: !GetAtt WorkQueue.QueueName
+        - DynamoDBReadPolicy:
+            TableName: !Ref ItemsTable
       Events:
         Create:
           Type: HttpApi
@@ -110,6 +115,9 @@ Resources:
     Properties:
       CodeUri: code/
       Handler: mini_worker_handler.handler
+      Policies:
+        - DynamoDBWritePolicy:
+            TableName: !Ref ItemsTable
       Events:
         Work:
           Type: SQS
@@ -122,6 +130,9 @@ Resources:
     Properties:
       CodeUri: code/
       Handler: mini_tick_handler.handler
+      Policies:
+        - DynamoDBWritePolicy:
+            TableName: !Ref ItemsTable
       Events:
         Tick:
           Type: Schedule

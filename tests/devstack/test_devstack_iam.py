@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from devstack.iam.guard import acting_as, clear_refusals, install
+from devstack.iam.guard import acting_as, clear_refusals, event_source_refusals, install
 from devstack.iam.policy import AuthRequest, PolicyError, evaluate, statements_of
 from devstack.iam.requests import CallContext, UnmappedOperation, authorizations
 from devstack.iam.roles import Principal, principals
@@ -243,3 +243,27 @@ def test_a_refused_call_raises_the_services_own_access_denied_inside_the_functio
             sqs.purge_queue(QueueUrl=url)
     assert denied.value.response["Error"]["Code"] == "AccessDenied"
     assert [r.operation for r in clear_refusals()] == ["sqs:SendMessage", "sqs:PurgeQueue"]
+
+
+def test_a_role_crosses_to_a_worker_process_as_json_unchanged(roles: dict[str, Principal]) -> None:
+    agent = roles["FlightsAgentFunction"]
+    assert Principal.from_json(agent.to_json()) == agent
+
+
+def test_an_sqs_event_source_needs_receive_delete_and_attributes_on_its_queue_as_lambda_checks_at_creation(
+    roles: dict[str, Principal],
+) -> None:
+    queue = "arn:aws:sqs:us-east-1:123456789012:sasflow-ResponseQueue"
+    assert event_source_refusals(roles["SchedulerFunction"], queue) == []
+    [refusal] = event_source_refusals(roles["SchedulerFunction"].without("sqs:ReceiveMessage"), queue)
+    assert (refusal.operation, refusal.action, refusal.resource) == (
+        "lambda:CreateEventSourceMapping",
+        "sqs:ReceiveMessage",
+        queue,
+    )
+    other = "arn:aws:sqs:us-east-1:123456789012:sasflow-FlightsRequestQueue"
+    assert [r.action for r in event_source_refusals(roles["SchedulerFunction"], other)] == [
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+    ]

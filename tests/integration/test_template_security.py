@@ -15,7 +15,6 @@ condition decided for the parameters of the case:
 from __future__ import annotations
 
 import json
-import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,10 @@ from typing import Any
 import pytest
 
 from devstack.agents import load_agents
-from devstack.template import Stack
+from devstack.sam import translate
+from devstack.template import Stack, load_template
 from tests.support.lambdas import ROOT
 
-SAM_PYTHON = ROOT / ".venv-sam" / "bin" / "python"
 #: AWS managed policies SAM attaches to the roles it makes, and why they are allowed (their wildcards are AWS's).
 ALLOWED_MANAGED = {
     # CloudWatch Logs for the function (SAM adds it to every role it generates; its log group is set explicitly).
@@ -39,15 +38,8 @@ ENGINE = ("ApiFunction", "SchedulerFunction", "SupervisorFunction")
 
 @cache
 def translated() -> dict[str, Any]:
-    assert SAM_PYTHON.is_file(), "make sam-venv builds the SAM environment this check translates the template with"
-    output = subprocess.run(
-        [str(SAM_PYTHON), str(ROOT / "tools" / "translate_template.py"), str(ROOT / "template.yaml")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    return json.loads(output)  # type: ignore[no-any-return]
+    """template.yaml as SAM translates it (devstack.sam: aws-sam-translator in .venv-sam, cached)."""
+    return translate(load_template(ROOT / "template.yaml"))
 
 
 def resolved(parameters: dict[str, str]) -> dict[str, dict[str, Any]]:
