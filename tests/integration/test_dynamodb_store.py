@@ -268,3 +268,23 @@ def test_current_re_reads_summaries_from_the_items_in_chunks_of_100_and_leaves_o
     assert found[ids[7]].status == "COMPLETED" and found[ids[7]].complete_by is None
     assert found[ids[0]].status == "RUNNING" and found[ids[0]].complete_by == int(START) + 30
     assert (found[ids[0]].definition_name, found[ids[0]].created_at) == ("trip-booking", int(START))
+
+
+def test_a_listings_re_read_asks_dynamodb_for_strongly_consistent_items_and_load_many_does_not(env: Env) -> None:
+    # Given two workflows, and every BatchGetItem the store sends recorded as DynamoDB receives its parameters
+    ids = [start(env), start(env)]
+    sent: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        sent.append(params["RequestItems"][env.table])
+
+    env.store.client.meta.events.register("provide-client-params.dynamodb.BatchGetItem", record)
+    # When a listing's page is re-read, and a map step's children are loaded
+    assert sorted(env.store.current(ids)) == sorted(ids)
+    assert sorted(env.store.load_many(ids)) == sorted(ids)
+    # Then the re-read is strongly consistent (the indexes lag their table; the items do not), only the summary's
+    # attributes are asked for, and load_many keeps BatchGetItem's default (eventually consistent, half the cost)
+    reread, loaded = sent
+    assert reread["ConsistentRead"] is True
+    assert "ProjectionExpression" in reread
+    assert "ConsistentRead" not in loaded

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 
@@ -135,3 +136,65 @@ def test_the_compensation_backoff_has_equal_jitter_so_its_attempts_outlast_its_b
     # and the shortest delays of the default's attempts add up to more than its budget
     shortest = sum(min(120.0, 5.0 * 2 ** (n - 1)) / 2 for n in range(1, policy.max_attempts))
     assert shortest > policy.budget_minutes * 60
+
+
+def record_calls(p: Pipeline, agent: str, action: str) -> list[float]:
+    """The clock's time (epoch seconds) of every call of ``action`` that ``agent``'s fake service receives."""
+    service = p.services[agent]
+    times: list[float] = []
+    original = service.call
+
+    def call(request: Any, timeout_seconds: float) -> dict[str, Any]:
+        if request.action == action:
+            times.append(p.clock.now())
+        return original(request, timeout_seconds)
+
+    service.call = call  # type: ignore[method-assign]
+    return times
+
+
+def test_a_compensation_makes_no_attempt_after_its_budget_and_gives_up_with_attempts_left() -> None:
+    # Given a trip unwinding while flights stays down, and every call of its compensation timed
+    p = Pipeline(clock=ManualClock(START))
+    calls = record_calls(p, "flights", "cancel_reservation")
+    wid = unwinding_trip_with_flights_down(p)
+    budget_end = START + 30 * 60
+    # When it runs until well past its budget
+    run_until(p, wid, START + 40 * 60)
+    # Then every attempt fell within the budget, each attempt made one call, and it gave up with attempts left (the
+    # budget, not the attempts, ended it): no burst of attempts once the time had run out
+    flight = p.snapshot(wid).steps["reserve_flight"]
+    assert flight.status is StepStatus.COMPENSATION_FAILED
+    assert calls and max(calls) <= budget_end
+    assert flight.comp_attempts_used == len(calls)
+    assert flight.comp_attempts_used < CompensationRetryPolicy().max_attempts
+
+
+def test_retry_compensation_gives_a_new_time_budget_from_the_operators_retry() -> None:
+    # Given a compensation that gave up when its 30 minutes ran out, flights still down
+    p = Pipeline(clock=ManualClock(START))
+    calls = record_calls(p, "flights", "cancel_reservation")
+    wid = unwinding_trip_with_flights_down(p)
+    run_until(p, wid, START + 40 * 60)
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.COMPENSATION_FAILED
+    used_before = len(calls)
+    # When an operator retries the compensation ten minutes later
+    retried_at = START + 50 * 60
+    p.clock.set(retried_at)
+    snapshot, messages = p.scheduler.operate(
+        wid, "retry-compensation", principal="oncall", reason="flights is back soon", action_id="rc-budget"
+    )
+    p.bus.send(messages)
+    # Then its budget starts again at the retry: still trying 29 minutes later, given up after the new 30 minutes
+    assert snapshot.steps["reserve_flight"].comp_since == int(retried_at)
+    run_until(p, wid, retried_at + 29 * 60)
+    during = p.snapshot(wid)
+    assert (during.workflow.status, during.steps["reserve_flight"].status) == (
+        WorkflowStatus.COMPENSATING,
+        StepStatus.COMPENSATING,
+    )
+    run_until(p, wid, retried_at + 40 * 60)
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPENSATION_FAILED
+    assert retried_at + 30 * 60 <= final.workflow.updated_at <= retried_at + 31 * 60
+    assert len(calls) - used_before > 5  # the new budget's attempts were made, not one and done

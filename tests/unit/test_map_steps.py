@@ -297,10 +297,45 @@ def test_a_child_that_ends_after_its_parent_takes_the_parents_retention() -> Non
     child = p.snapshot(child_id(wid, 1, 0))
     # (a child that ended under a parent still running keeps no TTL; rewind it to that moment)
     p.store.workflows[child.workflow.workflow_id] = child.with_workflow(child.workflow.evolve(expires_at=None))
-    # When a message of the ended child comes again (a redelivery: nothing to write)
+    # When, three days later, a message of the ended child comes again (a redelivery: nothing to write)
+    p.clock.advance(3 * 86_400)
     p.scheduler.on_overdue(child.workflow.workflow_id)
-    # Then it takes its parent's retention
+    # Then it takes its parent's retention, not three days more than its parent's (its own end + 30 days)
+    assert parent.workflow.expires_at is not None
     assert p.snapshot(child_id(wid, 1, 0)).workflow.expires_at == parent.workflow.expires_at
+
+
+def test_a_parent_reopened_by_an_operator_takes_its_childrens_expiry_away_until_it_ends_again() -> None:
+    # Given a parent whose children completed, then unwound when the hotel refused, and which ended
+    # COMPENSATION_FAILED because the flight's cancellation kept failing: its children took its retention
+    p = Pipeline()
+    p.services["hotels"].script["book"] = ["reject"]
+    p.services["flights"].script["cancel_reservation"] = ["503"] * 100
+    definition = fan_out()
+    policy = {"max_attempts": 3, "backoff_base_seconds": 2.0, "backoff_cap_seconds": 10.0}
+    definition["steps"][0]["compensation"]["retry"] = policy  # three attempts, seconds apart
+    wid = p.start(definition, {"orders": [1, 2, 3]})
+    p.settle(wid)
+    ended = p.snapshot(wid)
+    assert ended.workflow.status is WorkflowStatus.COMPENSATION_FAILED
+    assert ended.workflow.expires_at is not None
+    assert {c.workflow.expires_at for c in children(p, wid, 3)} == {ended.workflow.expires_at}
+    # When, a day later, an operator retries the failed compensation (the parent is no longer ended)
+    p.clock.advance(86_400)
+    snapshot, messages = p.scheduler.operate(
+        wid, "retry-compensation", principal="ops", reason="flights fixed", action_id="rc-1"
+    )
+    # Then the children lose their expiry with it: they must outlive a parent that may be held again
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATING and snapshot.workflow.expires_at is None
+    assert {c.workflow.expires_at for c in children(p, wid, 3)} == {None}
+    # And when the parent ends again (flights is back), they take its new retention
+    p.services["flights"].script["cancel_reservation"] = []
+    p.bus.send(messages)
+    p.settle(wid)
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPENSATED
+    assert final.workflow.expires_at is not None and final.workflow.expires_at > ended.workflow.expires_at
+    assert {c.workflow.expires_at for c in children(p, wid, 3)} == {final.workflow.expires_at}
 
 
 def squat(p: Pipeline, workflow_id: str, status: WorkflowStatus) -> Any:
