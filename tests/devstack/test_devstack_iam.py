@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -267,3 +268,26 @@ def test_an_sqs_event_source_needs_receive_delete_and_attributes_on_its_queue_as
         "sqs:DeleteMessage",
         "sqs:GetQueueAttributes",
     ]
+
+
+def test_a_policy_whose_intrinsic_cannot_be_resolved_fails_naming_the_role(tmp_path: Any) -> None:
+    # Given a template whose function's policy names a resource the template does not have
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        "Transform: AWS::Serverless-2016-10-31\n"
+        "Resources:\n"
+        "  Fn:\n"
+        "    Type: AWS::Serverless::Function\n"
+        "    Properties:\n"
+        "      Runtime: python3.12\n"
+        "      Handler: app.handler\n"
+        "      CodeUri: code/\n"
+        "      Policies:\n"
+        "        - Statement:\n"
+        "            - Effect: Allow\n"
+        "              Action: s3:GetObject\n"
+        "              Resource: !GetAtt MissingBucket.Arn\n"
+    )
+    # When its roles are read / Then the run fails, naming the role and the reference
+    with pytest.raises(PolicyError, match=r"FnRole Policies: .*MissingBucket"):
+        principals(Stack.from_file(template))
