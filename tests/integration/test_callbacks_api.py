@@ -55,8 +55,13 @@ def test_another_owner_and_a_forged_token_get_404_and_change_nothing(deployed: D
     wid, token = waiting_token(deployed)
     status, body = deployed.api("POST", f"/callbacks/{token}", {"status": "succeeded"}, caller="client-b")
     assert (status, body["error"]) == (404, "CALLBACK_NOT_FOUND")
+    # the refusal says how to answer (as the workflow's owner), in the same words for a forged token: no oracle
+    assert body["message"] == (
+        "no such task token for this caller: a task token is answered as the principal that started its workflow "
+        "(its owner), with the token exactly as the callback step received it"
+    )
     forged = token.rsplit("~", 1)[0] + "~" + "x" * 32
-    assert deployed.api("POST", f"/callbacks/{forged}", {"status": "succeeded"})[0] == 404
+    assert deployed.api("POST", f"/callbacks/{forged}", {"status": "succeeded"}) == (404, body)
     assert deployed.api("POST", "/callbacks/nonsense", {"status": "succeeded"})[0] == 404
     status, body = deployed.api("POST", f"/callbacks/{token}", {"status": "maybe"})
     assert (status, body["error"]) == (422, "VALIDATION_ERROR")

@@ -109,6 +109,13 @@ class _Refusal:
     message: Callable[[Exception], str] = str
 
 
+#: The same words for every token the caller may not answer (its owner's or forged alike: nothing tells them apart).
+_CALLBACK_HINT = (
+    " for this caller: a task token is answered as the principal that started its workflow (its owner), with the"
+    " token exactly as the callback step received it"
+)
+
+
 def _validation_message(exc: Exception) -> str:
     return "the request does not match the schema"
 
@@ -127,7 +134,9 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large (body, step input, SQS, DynamoDB)"),
     RequestUnsupportedContentType: _Refusal(415, "UNSUPPORTED_MEDIA_TYPE", "The body is not application/json"),
     InvalidDefinitionError: _Refusal(422, "INVALID_DEFINITION", "The definition cannot run here"),
-    CallbackNotFoundError: _Refusal(404, "CALLBACK_NOT_FOUND", "No such task token"),
+    CallbackNotFoundError: _Refusal(
+        404, "CALLBACK_NOT_FOUND", "No such task token", lambda exc: f"{exc}{_CALLBACK_HINT}"
+    ),
     DefinitionNotFoundError: _Refusal(404, "DEFINITION_NOT_FOUND", "No such registered definition"),
     DefinitionNotRegisteredError: _Refusal(422, "DEFINITION_NOT_FOUND", "A start names an unregistered definition"),
     DefinitionNameTakenError: _Refusal(409, "DEFINITION_NAME_TAKEN", "The definition name is another principal's"),
