@@ -86,6 +86,11 @@ class CliUsageError(Exception):
     ``error: <cause>``, exit 2."""
 
 
+def _problem_lines(details: list[dict[str, Any]]) -> list[str]:
+    """One indented line per problem the API named (``loc: msg``), as ``start`` and ``definitions push`` print them."""
+    return [f"  {'.'.join(str(part) for part in detail.get('loc', []))}: {detail.get('msg')}" for detail in details]
+
+
 def _handled(command: Callable[P, R]) -> Callable[P, R]:
     """Turn the API's refusals and target errors into their code and message on stderr, and exit 1 (2 for what the
     operator gave, and for a missing target)."""
@@ -100,8 +105,8 @@ def _handled(command: Callable[P, R]) -> Callable[P, R]:
                 if error.status
                 else f"error: {error.code}: {error.message}"
             )
-            for detail in error.details:
-                errors.print(f"  {'.'.join(str(p) for p in detail.get('loc', []))}: {detail.get('msg')}")
+            for line in _problem_lines(error.details):
+                errors.print(line)
             raise typer.Exit(1) from None
         except (TargetError, CliUsageError) as error:
             errors.print(f"error: {error}")
@@ -651,7 +656,7 @@ def definitions_push(
             refused.append({"file": str(file), "error": "NOT_A_DEFINITION", "message": str(error)})
             continue
         except ApiError as error:
-            refused.append({"file": str(file), "error": error.code, "message": error.message})
+            refused.append({"file": str(file), "error": error.code, "message": error.message, "details": error.details})
             continue
         results.append({"file": str(file), **view})
         if not as_json:
@@ -660,6 +665,8 @@ def definitions_push(
         _print_json({"published": results, "refused": refused})
     for entry in refused:
         errors.print(f"{entry['file']}: {entry['error']}: {entry['message']}")
+        for line in _problem_lines(entry.get("details") or []):
+            errors.print(line)
     if refused:
         raise typer.Exit(1)
 

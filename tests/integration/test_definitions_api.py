@@ -100,6 +100,10 @@ def test_definitions_push_tries_every_file_and_names_the_refused_ones(deployed: 
     (tmp_path / "a.json").write_text(json.dumps(definition()))
     (tmp_path / "b.json").write_text("{not json")
     (tmp_path / "c.json").write_text(json.dumps(definition(version=1, on_failure="hold")))  # a changed v1
+    two_problems = {**definition(), "name": "trip-two"}
+    two_problems["steps"][1]["name"] = two_problems["steps"][0]["name"]
+    two_problems["steps"][2]["depends_on"] = ["nowhere"]
+    (tmp_path / "d.json").write_text(json.dumps(two_problems))
     deployed.fn("ApiFunction")
     client = SasflowClient(
         "http://deployed.test", lambda m, u, b, h: dict(h), transport=DeployedTransport(deployed, "client-a")
@@ -111,4 +115,10 @@ def test_definitions_push_tries_every_file_and_names_the_refused_ones(deployed: 
         "Expecting property name enclosed in double quotes"
     ) in result.stderr
     assert f"{tmp_path / 'c.json'}: DEFINITION_VERSION_EXISTS" in result.stderr
+    # every problem of a refused definition is named, as start names them
+    assert (
+        f"{tmp_path / 'd.json'}: VALIDATION_ERROR: the request does not match the schema\n"
+        "  body.steps.1: step name 'reserve_flight' is used twice\n"
+        "  body.steps.2: step 'charge_card' depends on unknown step 'nowhere'\n"
+    ) in result.stderr
     assert [v["version"] for v in deployed.api("GET", "/definitions/trip")[1]["versions"]] == [1]
