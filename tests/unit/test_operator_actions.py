@@ -121,6 +121,22 @@ def test_a_retry_of_a_paused_held_workflow_is_refused_until_it_is_resumed() -> N
     assert [r.attempt for r in p.requests("hotels")] == [2]
 
 
+def test_a_paused_held_workflow_is_listed_and_counted_as_paused_and_as_held_again_once_resumed() -> None:
+    # Found by an on-call trial: `get` said "PAUSED by an operator" while `list` showed it HELD and counted PAUSED 0
+    p = Pipeline()
+    wid = held_at_hotel(p)
+    finder = WorkflowFinder(p.store, p.config.deadline_shards)
+    act(p, wid, "pause", "p-1")
+    page = finder.find(status="PAUSED")
+    assert [(s.workflow_id, s.status, s.attention) for s in page.workflows] == [(wid, "HELD", "PAUSED")]
+    assert (page.counts or {})["PAUSED"] == 1 and (page.counts or {})["HELD"] == 0
+    assert finder.find(status="HELD").workflows == []
+    act(p, wid, "resume", "p-2")
+    page = finder.find(status="HELD")
+    assert [(s.workflow_id, s.attention) for s in page.workflows] == [(wid, "HELD")]
+    assert (page.counts or {})["PAUSED"] == 0 and (page.counts or {})["HELD"] == 1
+
+
 def test_an_unknown_step_is_refused_as_such() -> None:
     p = Pipeline()
     wid = held_at_hotel(p)

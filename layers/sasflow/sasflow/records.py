@@ -83,11 +83,12 @@ class WorkflowRecord:
 
     @property
     def needs_attention(self) -> str | None:
-        """What makes this workflow wait for a person now: its status (HELD, COMPENSATION_FAILED), or PAUSED."""
-        if self.status in NEEDS_A_PERSON:
-            return self.status.value
+        """What makes this workflow wait for a person now: PAUSED (a person paused it, HELD or not: it waits for their
+        resume first), or its status (HELD, COMPENSATION_FAILED)."""
         if self.paused and self.status not in TERMINAL_WORKFLOW:
             return "PAUSED"
+        if self.status in NEEDS_A_PERSON:
+            return self.status.value
         return None
 
     def evolve(self, **changes: Any) -> WorkflowRecord:
