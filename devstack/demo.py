@@ -91,6 +91,9 @@ class Summary:
     effects: int = 0
     duplicate_effects: int = 0
     remote_compensations: int = 0
+    #: Compensations the services answered ``nothing_to_undo``: the step's outcome was unknown (a lost reply, a
+    #: timeout) and its action had in fact not happened, so its compensation ran and found nothing.
+    nothing_to_undo: int = 0
     api_agrees: int = 0
 
     @property
@@ -124,6 +127,7 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
         summary.effects += sum(effects.values())
         summary.duplicate_effects += sum(1 for n in effects.values() if n > 1)
         summary.remote_compensations += sum(server.service.compensations().values())
+        summary.nothing_to_undo += server.service.stats()["by_outcome"].get("nothing_to_undo", 0)
     api = SignedHttp(api_url)
     for workflow_id in workflow_ids:
         status, view = api.get(f"/workflows/{workflow_id}")
@@ -154,7 +158,8 @@ def render(summary: Summary, total: int, elapsed: float, console: Console) -> No
         facts.add_row(f"messages in {logical_id}", str(count))
     facts.add_row("remote side effects applied", str(summary.effects))
     facts.add_row("duplicate side effects (same token twice)", str(summary.duplicate_effects))
-    facts.add_row("compensations applied remotely", str(summary.remote_compensations))
+    facts.add_row("compensations applied remotely (an effect undone)", str(summary.remote_compensations))
+    facts.add_row("compensations with nothing to undo (action never applied)", str(summary.nothing_to_undo))
     facts.add_row("API status == DynamoDB status", f"{summary.api_agrees}/{total}")
     console.print(facts)
 

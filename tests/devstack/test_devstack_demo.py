@@ -51,3 +51,19 @@ def test_the_demo_counts_the_terminal_workflows_of_the_state_table() -> None:
             )
         # Then the count sees exactly the finished one
         assert terminal_count(store) == 1
+
+
+def test_the_summary_says_why_fewer_compensations_were_applied_remotely_than_run() -> None:
+    # From a clean-clone trial: "compensations run (steps) 23" beside "applied remotely 22", with no word why
+    from rich.console import Console
+
+    from devstack.demo import Summary, render
+    from travel_services import Outcome as ServiceOutcome
+
+    console = Console(record=True, width=120)
+    render(Summary(compensations=23, remote_compensations=22, nothing_to_undo=1), 50, 60.0, console)
+    text = console.export_text()
+    assert "compensations run (steps)                                 │    23" in text
+    assert "compensations applied remotely (an effect undone)         │    22" in text
+    assert "compensations with nothing to undo (action never applied) │     1" in text
+    assert ServiceOutcome.NOTHING_TO_UNDO.value == "nothing_to_undo"  # the key read_summary counts
