@@ -264,8 +264,10 @@ def _worker_main(  # pragma: no cover - runs in the child process
     conn: Connection, spec: FunctionSpec, env: dict[str, str], log_path: str, hidden_paths: list[str]
 ) -> None:
     """Entry point of a worker process: init once, then serve invocations until the pipe closes."""
-    # Ctrl-C reaches the whole process group; the parent decides when workers stop.
+    # Ctrl-C (SIGINT), or a SIGTERM sent to the whole process group (timeout, kill -- -PGID), reaches the workers too;
+    # the parent decides when they stop (a None message, then SIGKILL), so an invocation in flight finishes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _redirect_output(log_path)
     os.environ.update(env)
     if hasattr(time, "tzset"):

@@ -275,3 +275,33 @@ def test_non_python_runtime_is_refused(tmp_path: Path) -> None:
     spec = FunctionSpec("Js", tmp_path, "index.handler", "nodejs20.x", 3, 128, {}, [], [])
     with pytest.raises(ValueError, match="Python only"):
         FunctionPool(spec, log_dir=tmp_path)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
+def test_a_stop_signal_to_the_process_group_does_not_kill_an_invocation_in_flight(
+    write_handler: Callable[[str, str], Path], tmp_path: Path, signal_name: str
+) -> None:
+    # Regression (a clean-clone trial): stopping `make up` with SIGTERM (timeout, kill of the group) reached the
+    # workers too, and a supervisor sweep in flight failed with Runtime.ExitError. The parent alone decides when its
+    # workers stop (FunctionPool.stop), so a signal meant for the stack lets the invocation finish.
+    import signal
+
+    code = write_handler("shared_agent", SHARED_MODULE)
+    started, release = tmp_path / "started", tmp_path / "release"
+    results = []
+    with FunctionPool(_spec(code, "Fn", "a", timeout=60), log_dir=tmp_path, max_workers=1) as pool:
+        thread = threading.Thread(
+            target=lambda: results.append(pool.invoke({"started": str(started), "wait_for": str(release)}))
+        )
+        thread.start()
+        for _ in range(1000):
+            if started.exists():
+                break
+            time.sleep(0.01)
+        [pid] = pool.worker_pids()
+        os.kill(pid, getattr(signal, signal_name))
+        release.touch()
+        thread.join(30)
+    [result] = results
+    assert result.ok, result.error
+    assert result.payload["pid"] == pid
