@@ -181,7 +181,28 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
     return Group(*lines)
 
 
-def _event_detail(event: Mapping[str, Any]) -> str:
+def principal_name(principal: Any) -> str:
+    """A principal's ARN as a person reads it in a table, short enough never to be cut in the middle: an assumed
+    role's ``role/session``, a user's ``user/name``, anything else as it is. ``--wide`` and ``--json`` keep the ARN.
+
+    >>> principal_name("arn:aws:sts::123456789012:assumed-role/sasflow-operator/oncall")
+    'sasflow-operator/oncall'
+    >>> principal_name("arn:aws:iam::123456789012:user/client-a")
+    'user/client-a'
+    """
+    text = str(principal)
+    parts = text.split(":", 5)
+    if len(parts) == 6 and parts[0] == "arn":
+        resource = parts[5]
+        return resource.removeprefix("assumed-role/") if resource.startswith("assumed-role/") else resource
+    return text
+
+
+def _principal(principal: Any, wide: bool) -> str:
+    return str(principal) if wide else principal_name(principal)
+
+
+def _event_detail(event: Mapping[str, Any], *, wide: bool = False) -> str:
     """What an event says beyond its kind; a dispatch's complete-by counts from the dispatch (its time budget)."""
     parts = []
     if event.get("outcome"):
@@ -195,7 +216,8 @@ def _event_detail(event: Mapping[str, Any]) -> str:
     detail = event.get("detail")
     if detail:
         parts.append(
-            f"{detail.get('action')} by {detail.get('principal')}: {detail.get('reason')!r}"
+            f"{detail.get('action')} by "
+            f"{_principal(detail.get('principal'), wide)}: {detail.get('reason')!r}"
             + (f" (id {detail.get('id')})" if detail.get("id") else "")
         )
     return ", ".join(parts)
@@ -248,7 +270,7 @@ def history_table(page: Mapping[str, Any], *, created_at: int | None = None, wid
                 "phase": Text(str(event.get("phase") or "")),
                 "att": Text("" if event.get("attempt") is None else str(event["attempt"])),
                 "error": Text(str(event.get("error_code") or "")),
-                "detail": Text(_event_detail(event)),
+                "detail": Text(_event_detail(event, wide=wide)),
             }
         )
     return FitTable(HISTORY_COLUMNS, rows, title=title, wide=wide, styles=styles)
@@ -421,7 +443,7 @@ def definitions_table(body: Mapping[str, Any], *, wide: bool = False) -> Rendera
                 "version": Text(str(v["version"])),
                 "content id": Text(str(v["content_id"]) if wide else str(v["content_id"])[:12]),
                 "published": Text(when(v.get("created_at"))),
-                "published by": Text(str(v.get("published_by", ""))),
+                "published by": Text(_principal(v.get("published_by", ""), wide)),
             }
             for v in body["versions"]
         ]
@@ -432,7 +454,7 @@ def definitions_table(body: Mapping[str, Any], *, wide: bool = False) -> Rendera
             "name": Text(str(d["name"])),
             "latest": Text(f"v{d['latest_version']}"),
             "created": Text(when(d.get("created_at"))),
-            "owner": Text(str(d.get("owner", ""))),
+            "owner": Text(_principal(d.get("owner", ""), wide)),
         }
         for d in body.get("definitions", [])
     ]

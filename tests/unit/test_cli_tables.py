@@ -374,3 +374,25 @@ def test_a_terminal_too_narrow_for_any_table_gets_each_row_as_lines_with_the_id_
     console.print(table)
     # Then the row is printed as `column: value` lines, the id whole on its line
     assert console.export_text().splitlines() == [f"workflow: {wid}", "status: COMPENSATION_FAILED"]
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_no_table_cuts_an_arn_in_the_middle(
+    ids: tuple[str, str, str], command: str, width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From a clean-clone trial: the history wrapped the operator's ARN in the middle of a word
+    lines = screen(ids, width, *args_of(command, ids[0]), monkeypatch=monkeypatch)
+    text = "\n".join(lines)
+    # Then an ARN is printed whole or not at all, and a history names the operator by role and session
+    assert all(ARN in line for line in lines if "arn:" in line), text
+    assert "umed-role" not in text.replace("assumed-role", "")
+    if command == "history":
+        assert any("retry-compensation by" in line for line in lines)
+        assert any("sasflow-operator/oncall:" in line for line in lines), text
+
+
+def test_a_principal_is_named_by_its_role_and_session_or_its_user() -> None:
+    assert render.principal_name(ARN) == "sasflow-operator/oncall"
+    assert render.principal_name("arn:aws:iam::123456789012:user/client-a") == "user/client-a"
+    assert render.principal_name("local-operator") == "local-operator"
