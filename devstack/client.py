@@ -61,8 +61,12 @@ class SignedHttp:
         signed: bool = True,
         **urllib3_options: Any,
     ) -> urllib3.BaseHTTPResponse:
-        """Send one request; ``signed=False`` sends it unsigned (API Gateway answers 403)."""
-        url = self.base_url + path
+        """Send one request; ``signed=False`` sends it unsigned (API Gateway answers 403).
+
+        The URL is signed as urllib3 sends it (percent-escapes upper-cased, RFC 3986 section 6.2.2.1): signed as
+        given, ``/workflows/%ff`` went out as ``%FF`` and its valid signature was refused 403, as AWS would refuse it.
+        """
+        url = urllib3.util.parse_url(self.base_url + path).url
         all_headers = dict(headers or {})
         if signed:
             all_headers = sign(

@@ -19,6 +19,7 @@ import pytest
 from moto import mock_aws
 
 from devstack.agents import load_agents
+from devstack.event_sources import HttpApiServer, HttpRoute
 from devstack.iam.guard import clear_refusals
 from devstack.iam.roles import Principal, principals
 from devstack.identities import identity, request_context_authorizer
@@ -62,6 +63,10 @@ class Deployed:
                 return
         raise AssertionError("queues did not drain")
 
+    def routes(self) -> list[HttpRoute]:
+        """The template's HTTP API routes, most specific first (as API Gateway selects them)."""
+        return sorted(HttpApiServer.routes_from_functions(self.stack.functions()), key=HttpRoute.specificity)
+
     def api(
         self,
         method: str,
@@ -79,10 +84,13 @@ class Deployed:
         ``caller`` is the local identity API Gateway verified (devstack.identities); None sends the event without
         one, as a misconfigured route or a direct invocation would.
         """
-        route = "/workflows/{workflow_id}" if path.count("/") == 2 else path
-        if path.endswith("/cancel"):
-            route = "/workflows/{workflow_id}/cancel"
-        params = {"workflow_id": path.split("/")[2]} if "{workflow_id}" in route else None
+        # As API Gateway: the most specific route of the template that takes the path, and its decoded parameters
+        route, params = path, None
+        for candidate in self.routes():
+            matched = candidate.match(method, path)
+            if matched is not None:
+                route, params = candidate.event.path, matched or None
+                break
         event: dict[str, Any] = {
             "version": "2.0",
             "routeKey": f"{method} {route}",

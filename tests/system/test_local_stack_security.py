@@ -101,3 +101,23 @@ def test_a_client_policy_does_not_reach_a_route_it_does_not_grant(stack: LocalSt
     assert status == 200 and "/workflows" in document["paths"]
     missing = api.request("GET", "/no-such-route")
     assert (missing.status, json.loads(missing.data)) == (404, {"message": "Not Found"})
+
+
+@pytest.mark.parametrize("raw_id", ["..%2Fx", "a%00b", "%F0%9F%98%80", "%2e%2e%2fx", "%ff", "a%20b", "a'b"])
+def test_a_signed_request_for_an_id_that_breaks_the_id_rule_is_422_on_every_route_never_403_or_404(
+    stack: LocalStack, raw_id: str
+) -> None:
+    # From a clean-clone trial: these answered 404 "no such route", or 403 Forbidden although correctly signed
+    # (the client signed %ff and sent %FF). Each is now the id rule's 422, as a client and as an operator.
+    http = SignedHttp(stack.api_url)
+    answers = [
+        http.get(f"/workflows/{raw_id}"),
+        http.get(f"/workflows/{raw_id}/history"),
+        http.post(f"/workflows/{raw_id}/cancel", {}),
+        http.get(f"/ops/workflows/{raw_id}", caller="operator"),
+        http.get(f"/ops/workflows/{raw_id}/history", caller="operator"),
+        http.post(f"/ops/workflows/{raw_id}/retry", {"reason": "x"}, caller="operator"),
+    ]
+    for status, body in answers:
+        assert (status, body["error"]) == (422, "VALIDATION_ERROR"), body
+        assert ["path", "workflow_id"] in [detail["loc"] for detail in body["details"]]

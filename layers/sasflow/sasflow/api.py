@@ -31,10 +31,11 @@ import binascii
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from aws_lambda_powertools.event_handler import content_types
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayHttpResolver, Response
@@ -368,7 +369,44 @@ class _DecodedPathResolver(APIGatewayHttpResolver):
     """
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        return super().resolve(decoded_path_event(event), context)
+        return super().resolve(routed_path_event(event), context)
+
+
+#: What a path parameter may hold for powertools' route patterns besides letters and digits (RFC 3986's unreserved
+#: and sub-delims, ``:`` and ``@``): everything else is percent-encoded when the path is rebuilt (`routed_path_event`).
+_PATH_PARAMETER_SAFE = "-._~()'!*:@,;=+&$"
+_ROUTE_PARAMETER = re.compile(r"\{([A-Za-z0-9_]+)(\+?)\}")
+
+
+def routed_path_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``event`` with the path API Gateway routed it by: its route's template (``routeKey``) with each path parameter
+    put back, percent-encoded where a route pattern could not hold it; `decoded_path_event` without a route.
+
+    API Gateway matched the route on the path as sent and hands the function each path parameter decoded. Routed
+    again on the decoded path, an id that holds ``/`` (``..%2Fx``), NUL or an emoji matched no route and was 404
+    ``no such route``; an id must instead be refused 422 by the id rule, on every route. Rebuilt from the route,
+    such an id reaches its route and its validation, and a valid id is unchanged.
+    """
+    route_key = event.get("routeKey")
+    parameters = event.get("pathParameters")
+    if not (isinstance(route_key, str) and " /" in route_key and isinstance(parameters, dict)):
+        return decoded_path_event(event)
+    template = route_key.split(" ", 1)[1]
+    names = [match.group(1) for match in _ROUTE_PARAMETER.finditer(template)]
+    if not names or not all(isinstance(parameters.get(name), str) for name in names):
+        return decoded_path_event(event)
+
+    def put_back(match: re.Match[str]) -> str:
+        safe = _PATH_PARAMETER_SAFE + ("/" if match.group(2) else "")  # a greedy {name+} spans segments
+        return quote(parameters[match.group(1)], safe=safe)
+
+    path = _ROUTE_PARAMETER.sub(put_back, template)
+    routed = dict(event)
+    routed["rawPath"] = path
+    context = event.get("requestContext")
+    if isinstance(context, dict) and isinstance(context.get("http"), dict):
+        routed["requestContext"] = {**context, "http": {**context["http"], "path": path}}
+    return routed
 
 
 def decoded_path_event(event: Mapping[str, Any]) -> Mapping[str, Any]:
