@@ -191,13 +191,27 @@ check: venv sam-venv
 	@$(MAKE) typecheck
 	@timeout --kill-after=30 $(CHECK_TIMEOUT) $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile -q tests/unit tests/integration
 
+# The diagrams are drawn in the browser by mermaid, shipped with the site (never fetched from a CDN when a page is
+# read): the theme uses a global mermaid when one is loaded. Its pinned release comes from the npm registry once, at
+# build time (npm pack checks its integrity), into docs/assets/javascripts/ (ignored by git).
+MERMAID_VERSION := 11.17.2
+MERMAID_JS := docs/assets/javascripts/mermaid.min.js
+
 # The manual (docs/*.md, mkdocs.yml) as a site in site/. --strict turns every warning into a failure: a link to a
 # page or an anchor that does not exist, a page left out of the nav. Offline: the theme's web fonts are off
 # (theme.font: false) and no plugin fetches anything; `timeout` is only the backstop. No --quiet: it drops the
 # warnings before --strict counts them, so a broken link would pass. Its links, and that every CLI
 # command and API route is named, are also checked without mkdocs (tests/unit/test_docs.py).
-docs: docs-venv
+docs: docs-venv $(MERMAID_JS)
 	NO_MKDOCS_2_WARNING=1 timeout --kill-after=10 120 $(MKDOCS) build --strict --site-dir site
+	@grep -q '<pre class="mermaid">' site/concepts/index.html \
+		|| { echo "docs: the concepts page's diagram is not a mermaid block" >&2; exit 1; }
+
+$(MERMAID_JS):
+	@mkdir -p $(@D) .devstack/npm
+	cd .devstack/npm && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null
+	tar -xzf .devstack/npm/mermaid-$(MERMAID_VERSION).tgz -C .devstack/npm package/dist/mermaid.min.js
+	cp .devstack/npm/package/dist/mermaid.min.js $@
 
 # --------------------------------------------------------------------------------------------- security scanners
 # Three scanners, all run even when one fails; a finding that is accepted is suppressed where it occurs, with its
@@ -320,7 +334,7 @@ lock-docs:
 	@tools/lock "$(PYTHON311)" tools/requirements-docs.txt tools/constraints-docs.txt
 
 clean:
-	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack site
+	rm -rf .aws-sam .mypy_cache .ruff_cache .pytest_cache .devstack site $(MERMAID_JS)
 	find . -path ./$(VENV) -prune -o -path ./$(SAM_VENV) -prune -o -path ./$(CHECKOV_VENV) -prune -o -path ./$(DOCS_VENV) -prune \
 		-o -name __pycache__ -type d -prune -exec rm -rf {} +
 
