@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,8 +161,14 @@ def deployed(remote: dict[str, RunningServer]) -> Iterator[Deployed]:
         install_sqs_redrive()
         parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
         stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
-        physical = provision(stack)
-        clear_refusals()
-        yield Deployed(stack, physical, remote, roles=principals(stack))
-        refused = clear_refusals()
-        assert not refused, "calls the functions' roles do not allow:\n" + "\n".join(map(str, refused))
+        with roles_checked(stack) as roles:
+            yield Deployed(stack, provision(stack), remote, roles=roles)
+
+
+@contextmanager
+def roles_checked(stack: Stack) -> Iterator[dict[str, Principal]]:
+    """Each function's role as ``stack`` deploys it; on leaving, every call a role refused fails the test, named."""
+    clear_refusals()
+    yield principals(stack)
+    refused = clear_refusals()
+    assert not refused, "calls the functions' roles do not allow:\n" + "\n".join(map(str, refused))

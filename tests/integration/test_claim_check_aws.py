@@ -27,7 +27,7 @@ from http_server import RunningServer
 from sasflow.adapters.http_remote import HttpRemoteClient
 from sasflow.claim_check import REFERENCE_KEY
 from sasflow.python_agent import ActionRequest
-from tests.integration.conftest import Deployed
+from tests.integration.conftest import Deployed, roles_checked
 from tests.support.lambdas import ROOT
 
 MB5 = 5 * 1024 * 1024
@@ -168,7 +168,8 @@ def small_payloads(remote: dict[str, RunningServer]) -> Iterator[Deployed]:
         parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
         parameters.update(MaxPayloadBytes="100000", ClaimCheckThresholdBytes="4096")
         stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
-        yield Deployed(stack, provision(stack), remote)
+        with roles_checked(stack) as roles:
+            yield Deployed(stack, provision(stack), remote, roles=roles)
 
 
 def test_an_input_above_the_largest_payload_is_refused_413_and_one_above_the_threshold_is_claim_checked(

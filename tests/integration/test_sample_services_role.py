@@ -9,11 +9,9 @@ from collections.abc import Iterator
 import pytest
 from moto import mock_aws
 
-from devstack.iam.guard import clear_refusals
-from devstack.iam.roles import principals
 from devstack.provision import provision
 from devstack.template import Stack
-from tests.integration.conftest import Deployed
+from tests.integration.conftest import Deployed, roles_checked
 from tests.sample_services.test_sample_services_handler import http_api_event
 from tests.support.lambdas import ROOT
 
@@ -22,10 +20,8 @@ from tests.support.lambdas import ROOT
 def sample_stack() -> Iterator[Deployed]:
     with mock_aws():
         stack = Stack.from_file(ROOT / "template.yaml", parameters={"DeploySampleServices": "true"})
-        clear_refusals()
-        yield Deployed(stack, provision(stack), {}, roles=principals(stack))
-        refused = clear_refusals()
-        assert not refused, "calls the functions' roles do not allow:\n" + "\n".join(map(str, refused))
+        with roles_checked(stack) as roles:
+            yield Deployed(stack, provision(stack), {}, roles=roles)
 
 
 def test_a_charge_and_its_replay_are_served_within_the_sample_services_role(sample_stack: Deployed) -> None:
