@@ -390,6 +390,15 @@ def faults(
         float | None,
         typer.Option("--rejection-rate", min=0.0, max=1.0, help="Share of forward actions refused (the step fails)."),
     ] = None,
+    compensation_error_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--compensation-error-rate",
+            min=0.0,
+            max=1.0,
+            help="Share of compensations answered 503, forward actions untouched (a workflow's unwind fails).",
+        ),
+    ] = None,
     reset: Annotated[bool, typer.Option("--reset", help="No faults (outage included), before the other options.")] = (
         False
     ),
@@ -427,6 +436,7 @@ def faults(
         ("hang_rate", hang_rate),
         ("hang_seconds", _duration(hang, "--hang")),
         ("rejection_rate", rejection_rate),
+        ("compensation_error_rate", compensation_error_rate),
     ):
         if value is not None:
             knobs[name] = value

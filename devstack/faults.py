@@ -8,7 +8,8 @@ force at once for every agent's next call: the services run in the ``make up`` p
 The knobs (``travel_services.FaultKnobs``): ``outage`` (every call answered 503 for a time), ``transient_error_rate``
 (a share of calls answered 503), ``latency_ms`` (added to every call), ``hang_rate`` and ``hang_seconds`` (a call that
 applies its effect only after the caller has given up), ``rejection_rate`` (a share of forward actions refused, a
-business answer that fails the step at once).
+business answer that fails the step at once), ``compensation_error_rate`` (a share of compensations answered 503,
+forward actions untouched: a workflow that unwinds ends ``COMPENSATION_FAILED``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ NO_FAULTS: Final[dict[str, Any]] = {
     "rejection_rate": 0.0,
     "hang_rate": 0.0,
     "hang_seconds": 30.0,
+    "compensation_error_rate": 0.0,
     "outage_start": None,
     "outage_end": None,
 }
@@ -176,8 +178,8 @@ def knobs_table(rows: list[ServiceKnobs], now: float | None = None) -> Table:
     """A rich table of the knobs, one row per service (``now``: epoch seconds, for the outage's time left)."""
     now = time.time() if now is None else now
     table = Table(title="fault knobs of the sample services", title_justify="left")
-    for column in ("service", "outage", "5xx rate", "latency", "hangs", "rejections"):
-        table.add_column(column, no_wrap=column in {"service", "outage"})
+    for column in ("service", "outage", "5xx", "latency", "hangs", "rejects", "comp 5xx"):
+        table.add_column(column, no_wrap=column in {"service", "outage", "hangs"})
     for row in rows:
         knobs = row.knobs
         hangs = f"{knobs['hang_rate']:.0%} x {knobs['hang_seconds']:g}s" if knobs.get("hang_rate") else "-"
@@ -188,5 +190,6 @@ def knobs_table(rows: list[ServiceKnobs], now: float | None = None) -> Table:
             f"{knobs['latency_ms']:g}ms" if knobs.get("latency_ms") else "-",
             hangs,
             _rate(knobs.get("rejection_rate", 0.0)),
+            _rate(knobs.get("compensation_error_rate", 0.0)),
         )
     return table

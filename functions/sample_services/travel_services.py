@@ -319,6 +319,10 @@ class FaultKnobs(BaseModel):
         Probability (0..1) that a new action hangs for ``hang_seconds`` and *then* applies its effect and answers 200.
     hang_seconds : float
         Length of a hang in seconds (0..3600). Make it longer than the step's complete-by budget.
+    compensation_error_rate : float
+        Probability (0..1) that a compensation is answered 503 ``UNAVAILABLE`` before any effect, forward actions
+        untouched: how a drill makes a workflow end ``COMPENSATION_FAILED``. Drawn from a stream of its own, so
+        setting it changes no other fault of a seeded run.
     outage_start, outage_end : float or None
         Outage window ``[outage_start, outage_end)`` in epoch seconds; both set or both None.
     """
@@ -330,6 +334,7 @@ class FaultKnobs(BaseModel):
     rejection_rate: Rate = 0.0
     hang_rate: Rate = 0.0
     hang_seconds: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = 30.0
+    compensation_error_rate: Rate = 0.0
     outage_start: EpochSeconds | None = None
     outage_end: EpochSeconds | None = None
 
@@ -468,6 +473,8 @@ class TravelService:
         self._ledger = ledger
         self._knobs = knobs
         self._rng = rng
+        # Compensation faults draw from a stream of their own: the main stream's draws stay as they were.
+        self._compensation_rng = Random(f"compensation-faults:{name}")
         self._clock = clock
         self._sequence = sequence
         self._lock = threading.Lock()
@@ -636,6 +643,12 @@ class TravelService:
             )
         if action == self.spec.action:
             return _with_demo_payloads(request, self._forward(request, knobs))
+        with self._lock:
+            compensation_fails = self._compensation_rng.random() < knobs.compensation_error_rate
+        if compensation_fails:
+            return Answer(
+                Outcome.TRANSIENT, 503, {"error": "UNAVAILABLE", "message": f"{self.name} failed its compensation"}
+            )
         return self._compensate(request, knobs)
 
     def _parse(self, action: str, headers: Mapping[str, str], body: bytes) -> ActionRequest:

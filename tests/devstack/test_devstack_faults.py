@@ -88,6 +88,18 @@ def test_faults_sets_an_outage_and_an_error_rate_on_one_service_and_shows_all(
     assert shown["flights"]["outage_end"] == NOW + 60 and shown["hotels"]["transient_error_rate"] == 0.0
 
 
+def test_faults_can_fail_only_the_compensations_of_a_service(up: UpLock, servers: dict[str, RunningServer]) -> None:
+    # When flights is told to fail every compensation
+    result = faults("flights", "--compensation-error-rate", "1")
+    # Then only that knob is set, and the table shows it in its own column
+    assert result.exit_code == 0, result.output
+    assert servers["flights"].service.knobs == FaultKnobs(compensation_error_rate=1.0)
+    header = next(line for line in result.output.splitlines() if "service" in line and "rejects" in line)
+    assert "comp 5xx" in header
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 7}
+    assert rows["flights"].rstrip(" │").endswith("100%") and rows["hotels"].rstrip(" │").endswith("-")
+
+
 def test_faults_reset_puts_every_service_back_to_no_faults(up: UpLock, servers: dict[str, RunningServer]) -> None:
     # Given faults on two services
     servers["hotels"].service.update_knobs({"hang_rate": 0.5, "hang_seconds": 45})

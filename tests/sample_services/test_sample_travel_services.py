@@ -374,6 +374,27 @@ def test_rejection_rate_one_rejects_every_new_action_but_not_replays(make_servic
     assert (old[0], old[1]["replayed"]) == (200, True)
 
 
+def test_compensation_error_rate_one_fails_every_compensation_and_no_forward_action(
+    make_service: Any, uid: str
+) -> None:
+    # Given a reservation, then flights failing every compensation (a drill's COMPENSATION_FAILED)
+    flights = make_service("flights")
+    assert call(flights, "reserve", f"f-{uid}")[0] == 200
+    flights.update_knobs({"compensation_error_rate": 1.0})
+    # When a new reservation is made and the first one is cancelled, twice
+    new = call(flights, "reserve", f"g-{uid}")
+    cancel = call(flights, "cancel_reservation", f"c-{uid}", original_token=f"f-{uid}")
+    again = call(flights, "cancel_reservation", f"c-{uid}", original_token=f"f-{uid}")
+    # Then the reservation goes through, each cancellation is a 503 that undid nothing
+    assert new[0] == 200
+    assert cancel == again == (503, {"error": "UNAVAILABLE", "message": "flights failed its compensation"})
+    assert flights.compensations() == {}
+    # And once the knob is back to 0, the cancellation undoes the reservation once
+    flights.update_knobs({"compensation_error_rate": 0.0})
+    assert call(flights, "cancel_reservation", f"c-{uid}", original_token=f"f-{uid}")[1]["undone"] is True
+    assert flights.compensations() == {f"f-{uid}": 1}
+
+
 # ---------------------------------------------------------------- transient errors, latency, hangs
 
 
