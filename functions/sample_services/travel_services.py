@@ -474,7 +474,7 @@ class TravelService:
         self._knobs = knobs
         self._rng = rng
         # Compensation faults draw from a stream of their own: the main stream's draws stay as they were.
-        self._compensation_rng = Random(f"compensation-faults:{name}")
+        self._compensation_rng = Random(f"compensation-faults:{name}")  # nosec B311 # seeded fault draws, replayable
         self._clock = clock
         self._sequence = sequence
         self._lock = threading.Lock()
