@@ -183,12 +183,14 @@ test: venv sam-venv checkov-venv docs-venv
 	done; \
 	if [ -n "$$failed" ]; then echo "make test FAILED:$$failed" >&2; exit 1; fi
 
-# The edit-test loop, about 80 s on 2 cores: ruff, mypy, then tests/unit and tests/integration (in process: moto,
-# loopback servers; no local stack, no simulation, no scanners). `make test` is the gate and runs everything.
+# The edit-test loop, about 2 minutes on 2 cores: ruff, mypy, bandit (quick, and the gate's security step fails on
+# it), then tests/unit and tests/integration (in process: moto, loopback servers; no local stack, no simulation, no
+# template scanners). `make test` is the gate and runs everything.
 CHECK_TIMEOUT ?= 300
 check: venv sam-venv
 	@$(MAKE) lint
 	@$(MAKE) typecheck
+	@$(MAKE) --no-print-directory security-bandit >/dev/null || { echo "bandit found something: make security-bandit" >&2; exit 1; }
 	@timeout --kill-after=30 $(CHECK_TIMEOUT) $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile -q tests/unit tests/integration
 
 # The diagrams are drawn in the browser by mermaid, shipped with the site (never fetched from a CDN when a page is
