@@ -50,9 +50,10 @@ app.add_typer(dlq_app, name="dlq")
 definitions_app = typer.Typer(help="Definitions registered by name and version.", no_args_is_help=True)
 app.add_typer(definitions_app, name="definitions")
 
-console = Console(highlight=False)
+#: Ids, names and messages are printed as they are: a map child's id ``wf:fire:1`` never becomes an emoji.
+console = Console(highlight=False, emoji=False)
 #: The API's messages name paths like ``steps[b].input``: printed whole, as they are (never read as Rich markup).
-errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+errors = Console(stderr=True, highlight=False, markup=False, soft_wrap=True, emoji=False)
 
 
 @dataclass

@@ -396,3 +396,15 @@ def test_a_principal_is_named_by_its_role_and_session_or_its_user() -> None:
     assert render.principal_name(ARN) == "sasflow-operator/oncall"
     assert render.principal_name("arn:aws:iam::123456789012:user/client-a") == "user/client-a"
     assert render.principal_name("local-operator") == "local-operator"
+
+
+def test_the_cli_prints_words_between_colons_as_typed_never_as_emoji(capsys: pytest.CaptureFixture[str]) -> None:
+    # From a new user's trial: `sasflow get 'abc:fire:1'` answered "no workflow abc🔥1" (Rich's emoji codes)
+    cli_app.errors.print("error: WORKFLOW_NOT_FOUND (404): no workflow abc:fire:1")
+    cli_app.console.print("wf:x:1 abc:fire:1")
+    printed = capsys.readouterr()
+    assert printed.err.strip() == "error: WORKFLOW_NOT_FOUND (404): no workflow abc:fire:1"
+    assert printed.out.strip() == "wf:x:1 abc:fire:1"
+    # and so do the tables, whose titles name a workflow id
+    cli_app.console.print(render.history_table({"workflow_id": "wf:fire:1", "status": "RUNNING", "events": []}))
+    assert "wf:fire:1" in capsys.readouterr().out
