@@ -323,7 +323,10 @@ def _serve_until_stopped(
             console.print(f"  {who.name:9} {who.access_key}:{who.secret_key}  {who.arn}", highlight=False)
         published = push_definitions(local.api_url)
         if published:
-            console.print("\n[bold]definitions[/] (definitions/*.json, published as client-a: start them by name)")
+            console.print(
+                "\n[bold]definitions[/] (definitions/*.json, published as client-a: start them by name; push a new "
+                "version with sasflow --as client-a)"
+            )
             for line in published:
                 console.print(f"  {line}", highlight=False)
         if verbose:

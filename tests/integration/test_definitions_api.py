@@ -42,7 +42,10 @@ def test_a_name_belongs_to_its_first_publisher(deployed: Deployed) -> None:
     assert deployed.api("PUT", "/definitions/trip/versions/1", definition())[0] == 201
     status, body = deployed.api("PUT", "/definitions/trip/versions/2", definition(version=2), caller="client-b")
     assert (status, body["error"]) == (409, "DEFINITION_NAME_TAKEN")
-    assert "belongs to another principal" in body["message"]
+    assert body["message"] == (
+        "the definition name 'trip' belongs to another principal: publish its versions as the principal that first "
+        "published it, or publish under another name"
+    )
 
 
 def test_a_start_by_name_runs_the_latest_or_the_named_version_and_stays_pinned(deployed: Deployed) -> None:

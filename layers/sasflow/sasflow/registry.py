@@ -46,6 +46,12 @@ class DefinitionVersionConflictError(ConditionFailedError):
 class DefinitionNameTakenError(DefinitionVersionConflictError):
     """The name was published first by another principal: only it may publish versions of it (HTTP 409)."""
 
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the definition name {name!r} belongs to another principal: publish its versions as the principal that "
+            "first published it, or publish under another name"
+        )
+
 
 class DefinitionRef(BaseModel):
     """A start's reference to a registered definition: its name, and a version (null: the latest)."""

@@ -455,7 +455,7 @@ class DynamoDBStateStore:
             )
         except ClientError as exc:
             if _is_condition_failure(exc):
-                raise DefinitionNameTakenError(f"the definition name {name!r} belongs to another principal") from None
+                raise DefinitionNameTakenError(name) from None
             raise
         self._ensure_definition(definition)
         item = {

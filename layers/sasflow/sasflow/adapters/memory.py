@@ -69,7 +69,7 @@ class InMemoryStateStore:
         with self._lock:
             known = self.names.get(name)
             if known is not None and known.owner != owner:
-                raise DefinitionNameTakenError(f"the definition name {name!r} belongs to another principal")
+                raise DefinitionNameTakenError(name)
             self.definitions.setdefault(definition.content_id, definition)
             existing = self.versions.get((name, version))
             record = existing or VersionRecord(version, definition.content_id, owner, now)
