@@ -24,7 +24,7 @@ from rich.table import Table
 
 from devstack.agents import AgentsFileError, write_template
 from devstack.client import SignedHttp
-from devstack.faults import FaultsError, KnobChanges, knobs_table, parse_duration, read_knobs
+from devstack.faults import FaultsError, KnobChanges, knobs_table, parse_duration, read_knobs, send_poison_message
 from devstack.faults import apply as apply_faults
 from devstack.identities import IDENTITIES, identity
 from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
@@ -175,6 +175,7 @@ def faults_examples() -> list[str]:
         f"{faults_cli}                                   # the knobs in force",
         f"{faults_cli} flights --outage 60s --error-rate 0.2",
         f"{faults_cli} --reset                           # no faults anywhere",
+        f"{faults_cli} flights --poison-message          # one for its dead-letter queue",
     ]
 
 
@@ -267,11 +268,32 @@ def _up(
             except OSError as error:
                 console.print(f"[bold red]error:[/] {error} (is port {port} free? try --port 0)")
                 raise typer.Exit(code=1) from None
-        lock.publish(api_url=local.api_url, services={name: server.base_url for name, server in servers.items()})
+        lock.publish(
+            api_url=local.api_url,
+            services={name: server.base_url for name, server in servers.items()},
+            endpoint_url=local.endpoint_url,
+            region=local.region,
+            request_queues=_request_queues(local),
+        )
         _serve_until_stopped(local, servers, log_dir, verbose, swagger)
     finally:
         for server in servers.values():
             server.stop()
+
+
+def _request_queues(local: LocalStack) -> dict[str, dict[str, str]]:
+    """Each agent's request queue (``agents.yaml``'s name -> the queue's URL and the logical name of its dead-letter
+    queue, as ``sasflow dlq list`` shows it), for ``faults --poison-message``."""
+    from devstack.agents import load_agents
+
+    return {
+        agent.name: {
+            "url": local.physical_ids[f"{agent.pascal}RequestQueue"],
+            "dead_letter_queue": f"{agent.pascal}DeadLetterQueue",
+        }
+        for agent in load_agents()
+        if f"{agent.pascal}RequestQueue" in local.physical_ids
+    }
 
 
 def _serve_until_stopped(
@@ -405,6 +427,13 @@ def faults(
     reset: Annotated[bool, typer.Option("--reset", help="No faults (outage included), before the other options.")] = (
         False
     ),
+    poison_message: Annotated[
+        bool,
+        typer.Option(
+            "--poison-message",
+            help="Put a poison message on the service's agent queue: it reaches the dead-letter queue in seconds.",
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show or set the fault knobs of the sample services of this checkout's running `make up`."""
@@ -446,6 +475,8 @@ def faults(
     changes = KnobChanges(outage_seconds=_duration(outage, "--outage"), knobs=knobs, reset=reset)
     chosen = services if service == "all" else {service: services[service]}
     try:
+        if poison_message:
+            _send_poison(running, chosen)
         changed = {} if changes.empty else {row.service: row for row in apply_faults(chosen, changes)}
         # Every service is shown, so the table is the whole picture of what the agents meet.
         rows = [changed.get(name) or read_knobs({name: url})[0] for name, url in services.items()]
@@ -456,6 +487,24 @@ def faults(
         console.print_json(json.dumps({row.service: {"base_url": row.base_url, **row.knobs} for row in rows}))
     else:
         console.print(knobs_table(rows))
+
+
+def _send_poison(running: dict[str, Any], services: dict[str, str]) -> None:
+    """``faults --poison-message``: one poison message on the request queue of each service's agent."""
+    queues: dict[str, dict[str, str]] = running.get("request_queues") or {}
+    for name in services:
+        if name not in queues or not running.get("endpoint_url"):
+            raise FaultsError(f"this `make up` did not publish the request queue of {name}; restart it to drill this")
+        queue_url, dead_letter_queue = queues[name]["url"], queues[name]["dead_letter_queue"]
+        message_id = send_poison_message(running["endpoint_url"], running.get("region", "us-east-1"), queue_url)
+        queue = queue_url.rsplit("/", 1)[-1]
+        console.print(
+            f"poison message {message_id} sent to {queue}: the {name} agent fails it on every receive (its log's "
+            f"`batch item failed`, permanent true) and it is in {dead_letter_queue} within seconds; "
+            f"sasflow dlq list {dead_letter_queue}",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 DEFINITIONS_DIR = Path(__file__).resolve().parent.parent / "definitions"

@@ -10,6 +10,10 @@ The knobs (``travel_services.FaultKnobs``): ``outage`` (every call answered 503 
 applies its effect only after the caller has given up), ``rejection_rate`` (a share of forward actions refused, a
 business answer that fails the step at once), ``compensation_error_rate`` (a share of compensations answered 503,
 forward actions untouched: a workflow that unwinds ends ``COMPENSATION_FAILED``).
+
+Beside the knobs, ``send_poison_message`` puts a poison message (JSON that is no step request) on an agent's request
+queue, through the stack's moto endpoint: the agent fails it on every receive and makes it visible again at once, so
+its redrive policy moves it to the dead-letter queue after ``maxReceiveCount`` receives, within seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import urllib3
 from rich.table import Table
 
 __all__ = [
+    "POISON_BODY",
     "FaultsError",
     "KnobChanges",
     "ServiceKnobs",
@@ -33,6 +38,7 @@ __all__ = [
     "knobs_table",
     "parse_duration",
     "read_knobs",
+    "send_poison_message",
 ]
 
 #: Every knob at rest: what ``--reset`` puts back (``FaultKnobs()``'s defaults).
@@ -49,6 +55,8 @@ NO_FAULTS: Final[dict[str, Any]] = {
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _TIMEOUT: Final = urllib3.Timeout(connect=2.0, read=10.0)
+#: The body of a drill's poison message: JSON, but no step request (no workflow, step, phase, agent or action).
+POISON_BODY: Final = json.dumps({"drill": "a poison message from `python -m devstack faults --poison-message`"})
 
 
 class FaultsError(RuntimeError):
@@ -160,6 +168,27 @@ def apply(
             knobs = _call(http, "POST", f"{url}/_outage", {"seconds": changes.outage_seconds})
         result.append(ServiceKnobs(name, url, knobs if knobs is not None else _call(http, "GET", f"{url}/_faults")))
     return result
+
+
+def send_poison_message(endpoint_url: str, region: str, queue_url: str) -> str:
+    """Send ``POISON_BODY`` to ``queue_url`` on the local stack's moto endpoint; return its SQS message id.
+
+    Raises
+    ------
+    FaultsError
+        The endpoint did not answer or refused the send.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from devstack import _aws
+
+    try:
+        sent = _aws.client("sqs", region=region, endpoint_url=endpoint_url).send_message(
+            QueueUrl=queue_url, MessageBody=POISON_BODY
+        )
+    except (BotoCoreError, ClientError) as error:
+        raise FaultsError(f"the poison message was not sent to {queue_url}: {error}") from None
+    return str(sent["MessageId"])
 
 
 def _outage_text(knobs: Mapping[str, Any], now: float) -> str:

@@ -98,7 +98,10 @@ def _print_tables(reports: list[RunReport]) -> None:
     violations.add_row("total", str(sum(counted.values())))
     console.print(violations)
     dead = sum(r.dead_letters for r in reports)
-    console.print(f"dead-letter entries (each explained by a terminal workflow): {dead}")
+    poison = sum(r.faults.get("poison message", 0) for r in reports)
+    console.print(
+        f"dead-letter entries: {dead} ({poison} poison messages; each other one explained by a terminal workflow)"
+    )
 
 
 def _counts(title: str, column: str, counts: Counter[str]) -> Table:

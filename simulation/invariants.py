@@ -61,6 +61,12 @@
     ``TerminalRetentionDays``), and every object sits under the prefix of a workflow that exists, or expires (tagged
     ``pending``: written before a workflow item that never came to name it; or ``terminal``); and none a workflow's
     item names is still ``pending`` (the bucket's rule would expire it under the workflow).
+19. Poison messages: a message no handler can read (``Faults.poison_message``) ends in its queue's dead-letter queue,
+    never consumed and never lost, and without waiting out visibility timeouts on the way: after each receive whose
+    handler returned (with the record as a batch-item failure), the next receive (or the move to the dead-letter
+    queue) comes within `POISON_REDELIVERY_SECONDS` of that return. A receive whose invocation died or whose poller
+    was lost is not held to it: SQS hides the message for the visibility timeout then, whatever the handler does.
+    Its dead letter explains itself: it belongs to no workflow.
 """
 
 from __future__ import annotations
@@ -88,6 +94,10 @@ if TYPE_CHECKING:
     from simulation.run import Simulation
 
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
+#: Invariant 19: the longest a poison message may wait after the handler of a receive returned (seconds). Other
+#: invocations move the simulated clock meanwhile (an agent's backoff, a client's retried start), so not 0; a third
+#: of the template's visibility timeout (180 s), so a message left hidden for it is caught.
+POISON_REDELIVERY_SECONDS = 60
 #: The scheduler's reason for unwinding: "step X failed: CODE" or "step X timed out after N attempt(s)".
 _UNWIND_REASON = re.compile(r"^step (?P<step>[A-Za-z][A-Za-z0-9_]*) (?:failed: (?P<code>\S+)|timed out after)")
 #: The simulated services' business refusal (``SimRemote``); anything else that fails a step is transient.
@@ -134,6 +144,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     if started != sim.workflows:
         violations.append(Violation("workflow count", "-", f"{started} stored, {sim.workflows} started"))
     violations.extend(_map_violations(snapshots))
+    violations.extend(_poison_violations(sim))
 
     for workflow_id, snapshot in snapshots.items():
         status = snapshot.workflow.status.value
@@ -262,10 +273,37 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             violations.append(Violation("messages left unconsumed", "-", f"{len(pending)} in {spec.url}"))
         if spec.dead_letter_url is None:
             for message in pending:
+                if message.message_id in sim.poisoned:
+                    continue  # invariant 19
                 owner = _workflow_of(message.body)
                 stored_workflow = snapshots.get(owner) if owner else None
                 if stored_workflow is None or stored_workflow.workflow.status.value not in TERMINAL:
                     violations.append(Violation("unexplained dead letter", owner or "-", message.body[:120]))
+    return violations
+
+
+def _poison_violations(sim: Simulation) -> list[Violation]:
+    """Invariant 19: each poison message is dead-lettered, with no visibility timeout waited out on the way."""
+    violations: list[Violation] = []
+    for message_id, url in sorted(sim.poisoned.items()):
+        spec = sim.queues.specs[url]
+        assert spec.visibility_timeout > POISON_REDELIVERY_SECONDS, f"{url}: invariant 19 cannot see its timeout"
+        where = spec.dead_letter_url or url
+        message = next((m for m in sim.queues.messages[where] if m.message_id == message_id), None)
+        if spec.dead_letter_url is None or message is None or message.dead_lettered_at is None:
+            violations.append(Violation("poison message not dead-lettered", "-", f"{message_id} of {url}"))
+            continue
+        following = [*message.received_at[1:], message.dead_lettered_at]
+        for receive, after in enumerate(following, start=1):
+            handled = message.handled_at.get(receive)
+            if handled is not None and after - handled > POISON_REDELIVERY_SECONDS:
+                violations.append(
+                    Violation(
+                        "poison message hidden after a failed receive",
+                        "-",
+                        f"{message_id} of {url}: receive {receive}, next {after - handled:.0f} s after its handler",
+                    )
+                )
     return violations
 
 

@@ -86,6 +86,8 @@ WORLDS = ("fast", "moto")
 #: The claim-check threshold of the simulation (bytes; the template's default is 32 KiB): small payloads, so the
 #: claim-checked workflows stay fast on moto.
 SIM_CLAIM_CHECK_THRESHOLD = 1_024
+#: The bodies of poison messages: not JSON, or JSON that is no step request or reply (``Faults.poison_message``).
+POISON_BODIES = ("{not json", "[]", "null", '{"hello": "world"}', '{"step": 1, "attempt": "one"}', "")
 
 
 def trip_definition(shape: str) -> dict[str, Any]:
@@ -204,6 +206,10 @@ class Simulation:
         self.payload_missing: list[Violation] = []
         self.payload_rng = random.Random(seed * 7_919 + 17)
         self.payload_reads = 0
+        #: The poison messages put on the consumers' queues, by message id: the queue's URL (invariant 19). Drawn
+        #: from a generator of their own, so runs without them replay as before.
+        self.poisoned: dict[str, str] = {}
+        self.poison_rng = random.Random(seed * 104_729 + 29)
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -638,7 +644,9 @@ class Simulation:
         ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn), sandbox=sandbox)
         self.crashes.on_call = None if not self._nested else self.crashes.on_call
         if not ok:
-            return True
+            return True  # the invocation died: SQS hides the whole batch for the visibility timeout
+        for message in messages:
+            message.handled_at[message.receive_count] = self.clock.now()
         failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
         for message in messages:
             if message.message_id not in failed:
@@ -708,6 +716,8 @@ class Simulation:
                 fan_out["depends_on"] = ["reserve_flight"]
                 _step(definition, "charge_card")["depends_on"].append("charge_orders")
             definition["steps"].insert(1, fan_out)
+        if self.poison_rng.random() < self.faults.poison_message:
+            self._poison()
         body = {"definition": definition, "input": trip_input}
         event = start_event(body, key=f"sim-{self.seed}-{index}")
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
@@ -874,6 +884,16 @@ class Simulation:
             engine.supervisor.sweep(owner="second-supervisor", use_lease=False)
 
     # ------------------------------------------------------------------ the loop
+    def _poison(self) -> None:
+        """Put a poison message on the queue of the scheduler or of an agent the simulation drives (a bad
+        deployment's message, a hand-written send)."""
+        driven = {"SchedulerFunction", *AGENT_FUNCTIONS.values()}
+        consumers = sorted((c for c in self.consumers if c[0] in driven), key=lambda consumer: consumer[0])
+        _, event_spec = self.poison_rng.choice(consumers)
+        body = self.poison_rng.choice(POISON_BODIES)
+        self.poisoned[self.queues.send(event_spec.queue_url, body)] = event_spec.queue_url
+        self.log("poison message", attribute=False)
+
     def run(self) -> RunReport:
         started = time.perf_counter()
         # A fresh deployment: powertools' parameter caches are per process, and every run's stack has the same

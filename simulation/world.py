@@ -31,7 +31,7 @@ from typing import Any
 from sasflow.clock import Clock, ManualClock
 from sasflow.errors import RemoteRejectedError, RemoteTransientError
 from sasflow.messages import StepRequest
-from sasflow.ports import Outgoing
+from sasflow.ports import Outgoing, Receipt
 
 
 class SimCrash(RuntimeError):
@@ -84,6 +84,9 @@ class Faults:
     #: Share of workflows carrying a payload above the claim-check threshold (the simulation lowers it to
     #: ``SIM_CLAIM_CHECK_THRESHOLD`` bytes): their input, the hotel's rendered input and its output are claim-checked.
     large_payload: float = 0.25
+    #: Chance per started workflow that a poison message (a body no handler can read: not JSON, or JSON that is not
+    #: a step request or reply) is put on one of the consumers' queues, drawn from a generator of its own.
+    poison_message: float = 0.05
 
     @classmethod
     def none(cls) -> Faults:
@@ -153,6 +156,11 @@ class SimMessage:
     receive_count: int = 0
     first_received_at: float | None = None
     receipt: str = ""
+    #: When each receive happened, and when the invocation that handled it returned, by receive (1-based count);
+    #: invariant 19 reads a poison message's next receive against the end of the invocation before it.
+    received_at: list[float] = field(default_factory=list)
+    handled_at: dict[int, float] = field(default_factory=dict)
+    dead_lettered_at: float | None = None
 
 
 @dataclass
@@ -215,9 +223,11 @@ class SimQueues:
                 self.messages[url].remove(message)
                 assert spec.dead_letter_url is not None
                 message.visible_at = now
+                message.dead_lettered_at = now
                 self.messages[spec.dead_letter_url].append(message)
                 continue
             message.receive_count += 1
+            message.received_at.append(now)
             message.first_received_at = message.first_received_at or now
             message.visible_at = now + spec.visibility_timeout
             message.receipt = f"{message.message_id}#{message.receive_count}"
@@ -231,6 +241,15 @@ class SimQueues:
 
     def delete(self, url: str, receipt: str) -> None:
         self.messages[url] = [m for m in self.messages[url] if m.receipt != receipt]
+
+    def make_visible(self, receipt: str) -> bool:
+        """Make the message received as ``receipt`` visible now (ChangeMessageVisibility 0); False if it is gone."""
+        for messages in self.messages.values():
+            for message in messages:
+                if message.receipt == receipt:
+                    message.visible_at = self.clock.now()
+                    return True
+        return False
 
     def next_visible_at(self, urls: Sequence[str]) -> float | None:
         times = [m.visible_at for url in urls for m in self.messages[url]]
@@ -268,6 +287,10 @@ class SimBus:
             self.log("crash after send", tags)
             raise SimCrash("crash after SendMessageBatch")
         return []
+
+    def make_visible(self, receipts: Sequence[Receipt]) -> int:
+        """ChangeMessageVisibilityBatch with 0: each message received as one of ``receipts`` is visible now."""
+        return sum(1 for receipt in receipts if not self.queues.make_visible(receipt.receipt_handle))
 
 
 # ---------------------------------------------------------------------------------------------------- DynamoDB crashes

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import devstack.cli
 from devstack.cli import app
 from devstack.demo import sample_services_importable
-from devstack.faults import KnobChanges, ServiceKnobs, apply, knobs_table, parse_duration
+from devstack.faults import POISON_BODY, KnobChanges, ServiceKnobs, apply, knobs_table, parse_duration
 from devstack.uplock import DEFAULT_LOCK_PATH, UpLock
 
 sample_services_importable()
@@ -132,6 +132,30 @@ def test_faults_without_a_running_make_up_says_so(tmp_path: Path, monkeypatch: p
     result = faults()
     assert result.exit_code == 1
     assert "no `make up` is running in this checkout" in result.output
+
+
+def test_a_poison_message_is_put_on_the_agents_request_queue_of_the_running_stack(
+    up: UpLock, moto_server: str, sqs: Any
+) -> None:
+    # Given a make up whose lock names the moto endpoint and flights' request queue (as _up publishes them)
+    url = sqs.create_queue(QueueName="sasflow-FlightsRequestQueue")["QueueUrl"]
+    queues = {"flights": {"url": url, "dead_letter_queue": "FlightsDeadLetterQueue"}}
+    up.publish(endpoint_url=moto_server, region="us-east-1", request_queues=queues)
+    # When the fault command puts a poison message there
+    result = faults("flights", "--poison-message")
+    # Then one message waits on that queue, JSON that is no step request, and the command says where it will end
+    assert result.exit_code == 0, result.output
+    [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert message["Body"] == POISON_BODY
+    assert set(json.loads(message["Body"])) == {"drill"}
+    assert f"poison message {message['MessageId']} sent to sasflow-FlightsRequestQueue" in result.output
+    assert "sasflow dlq list FlightsDeadLetterQueue" in result.output
+
+
+def test_a_poison_message_for_a_stack_that_did_not_publish_its_queues_says_to_restart_it(up: UpLock) -> None:
+    result = faults("hotels", "--poison-message")
+    assert result.exit_code == 1
+    assert "did not publish the request queue of hotels; restart it" in result.output
 
 
 def test_the_table_gives_the_outage_its_end_and_time_left() -> None:

@@ -219,23 +219,39 @@ def test_an_event_without_records_is_an_error_not_an_empty_success(deployed: Dep
         deployed.fn("FlightsAgentFunction").invoke({"Records": []})
 
 
-def test_a_record_that_keeps_failing_ends_in_the_dead_letter_queue(deployed: Deployed) -> None:
-    # Given a poison message on the response queue (maxReceiveCount 5 in template.yaml)
+@pytest.mark.parametrize(
+    ("function", "queue", "dead_letter_queue", "body"),
+    [
+        ("SchedulerFunction", "ResponseQueue", "ResponseDeadLetterQueue", "not-json"),
+        (
+            "FlightsAgentFunction",
+            "FlightsRequestQueue",
+            "FlightsDeadLetterQueue",
+            '{"workflow_id": "w-1", "step": "reserve_flight"}',
+        ),
+    ],
+)
+def test_a_poison_message_is_delivered_again_at_once_and_ends_in_the_dead_letter_queue(
+    deployed: Deployed, function: str, queue: str, dead_letter_queue: str, body: str
+) -> None:
+    # Given a poison message on a queue with template.yaml's settings (VisibilityTimeout 180 s, maxReceiveCount 5)
     sqs = boto3.client("sqs")
-    sqs.send_message(QueueUrl=deployed.queue_url("ResponseQueue"), MessageBody="not-json")
-    sqs.set_queue_attributes(QueueUrl=deployed.queue_url("ResponseQueue"), Attributes={"VisibilityTimeout": "0"})
-    scheduler = deployed.driver("SchedulerFunction")
-    # When it is delivered and fails five times
+    sqs.send_message(QueueUrl=deployed.queue_url(queue), MessageBody=body)
+    consumer = deployed.driver(function)
+    # When it is delivered, without the clock moving: each failed receive makes it visible again at once (not after
+    # 180 s), under the function's own role (ChangeMessageVisibility on its queue)
     failures = 0
     for _ in range(10):
-        result = scheduler.deliver()
+        result = consumer.deliver()
         if result is None:
             break
         failures += len(result["batchItemFailures"])
-    # Then moto's redrive policy moved it to the dead-letter queue: not lost
+    # Then it failed five receives and moto's redrive policy moved it to the dead-letter queue: not lost, and in
+    # seconds, not 5 x 180 s
     assert failures == 5
-    dead = sqs.receive_message(QueueUrl=deployed.queue_url("ResponseDeadLetterQueue"), MaxNumberOfMessages=10)
-    assert [m["Body"] for m in dead["Messages"]] == ["not-json"]
+    dead = sqs.receive_message(QueueUrl=deployed.queue_url(dead_letter_queue), MaxNumberOfMessages=10)
+    assert [m["Body"] for m in dead["Messages"]] == [body]
+    assert deployed.depth(queue) == 0
 
 
 def test_agent_event_from_events_dir_replies_once_for_a_duplicated_request(deployed: Deployed) -> None:

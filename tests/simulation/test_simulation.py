@@ -9,6 +9,7 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from boto3.dynamodb.types import TypeSerializer
 
+import sasflow.batch
 import simulation.run
 from devstack.inprocess import offline_aws
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
@@ -25,7 +26,7 @@ from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
-from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY, PLAIN_STEPS
+from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY, PLAIN_STEPS, POISONED
 
 pytestmark = pytest.mark.integration
 TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
@@ -439,3 +440,22 @@ def test_a_compensation_that_gives_up_before_its_time_budget_is_caught(monkeypat
     faults = Faults(long_outage=1.0, operator_action=0.0, hold_policy=0.0, remote_reject=0.15)
     kinds = {v.kind for v in run_one(41, 30, faults).violations}
     assert "COMPENSATION_FAILED before retries were exhausted" in kinds
+
+
+def test_poison_messages_under_every_fault_reach_their_dead_letter_queues_without_a_visibility_timeout() -> None:
+    """Invariant 19: a body no handler can read, on the scheduler's or an agent's queue, is dead-lettered with its
+    neighbours unharmed, and after each failed receive whose handler returned it is delivered again at once."""
+    report = run_one(61, 30, POISONED)
+    assert report.violations == [], report.replay_command()
+    assert report.faults["poison message"] >= 8
+    assert report.dead_letters >= report.faults["poison message"]
+    assert sum(report.statuses.values()) == 30
+
+
+def test_a_poison_message_left_hidden_for_its_visibility_timeout_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 19 (tools/mutations.toml "a poison message is not made visible again"): without
+    its receipt the batch processor makes nothing visible, so each failed receive hides the message for the queue's
+    180 s, five times over."""
+    monkeypatch.setattr(sasflow.batch, "_receipt", lambda record: None)
+    kinds = {v.kind for v in run_one(61, 30, POISONED).violations}
+    assert kinds == {"poison message hidden after a failed receive"}

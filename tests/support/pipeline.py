@@ -22,7 +22,7 @@ from sasflow.claim_check import DEFAULT_MAX_PAYLOAD_BYTES, ClaimCheck
 from sasflow.clock import Clock, ManualClock
 from sasflow.definition import parse_definition
 from sasflow.messages import StepReply, StepRequest, canonical_hash, decode_reply, decode_request, encode
-from sasflow.ports import Outgoing
+from sasflow.ports import Outgoing, Receipt
 from sasflow.records import Snapshot
 from sasflow.scheduler import SchedulerService
 from sasflow.settings import AgentConfig, AgentRoute, EngineConfig
@@ -116,6 +116,10 @@ class TimedBus:
             self.queues.setdefault(message.queue_url, []).append((visible_at, message))
             self.sent += 1
         return failed
+
+    def make_visible(self, receipts: Sequence[Receipt]) -> int:
+        """Nothing received here stays hidden (``receive`` removes what it returns); none fails."""
+        return 0
 
     def receive(self, queue_url: str) -> list[Outgoing]:
         """Remove and return the messages of ``queue_url`` that are visible now."""

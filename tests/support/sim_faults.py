@@ -11,3 +11,5 @@ PLAIN_STEPS = {"conditional": 0.0, "wait_step": 0.0, "callback_step": 0.0}
 OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0, **PLAIN_STEPS)
 #: Every workflow with a payload above the claim-check threshold.
 LARGE_PAYLOADS = Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)
+#: A poison message on some consumer's queue for every other workflow started, under every other fault.
+POISONED = Faults(poison_message=0.5, **PLAIN_STEPS)

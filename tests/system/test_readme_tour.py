@@ -9,21 +9,16 @@ checks each exit code. Then it stops the stack as Ctrl-C does (SIGINT to the pro
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.lambdas import ROOT
+from tests.support.up_stack import UUID, RunningUp, bash_blocks, make_up
 
-PYTHON = ROOT / ".venv" / "bin" / "python"
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 #: What the README says of each command of the tour, in order: `watch` exits 3 when the trip ends COMPENSATED.
 EXPECTED_EXIT_CODES = [0, 0, 3, 0, 0, 0]
 
@@ -31,54 +26,18 @@ EXPECTED_EXIT_CODES = [0, 0, 3, 0, 0, 0]
 def tour_blocks() -> list[list[str]]:
     """The ``bash`` blocks of the README's "A five-minute tour", each as its command lines."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)
-    return [[line for line in block.splitlines() if line.strip()] for block in blocks]
+    return bash_blocks(text.split("## A five-minute tour", 1)[1].split("\n## ", 1)[0])
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path, list[str]]]:
-    # A folder laid out like the repository's root (the tour's relative paths, and its own .devstack/ lock and logs)
-    for name in (".venv", "events", "devstack", "definitions"):
-        (tmp_path / name).symlink_to(ROOT / name)
-    [make_up] = tour_blocks()[0]
-    arguments = shlex.split(re.fullmatch(r'make up ARGS="(.*)"', make_up).group(1))  # type: ignore[union-attr]
-    environment = {**os.environ, "PYTHONPATH": f"{ROOT / 'layers' / 'sasflow'}:{ROOT}"}
-    process = subprocess.Popen(
-        [str(PYTHON), "-m", "devstack", "up", *arguments, "--port", "0"],
-        cwd=tmp_path,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    printed: list[str] = []
-    url = None
-    assert process.stdout is not None
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        printed.append(line)
-        found = re.match(r"HTTP API\s+(http://127\.0\.0\.1:\d+)", line)
-        url = found.group(1) if found else url
-        if line.startswith("ready"):
-            break
-    try:
-        assert url is not None and printed[-1].startswith("ready"), "".join(printed)
-        yield process, url, tmp_path, printed
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+def stack(tmp_path: Path) -> Iterator[RunningUp]:
+    [up] = tour_blocks()[0]
+    arguments = shlex.split(re.fullmatch(r'make up ARGS="(.*)"', up).group(1))  # type: ignore[union-attr]
+    with make_up(tmp_path, arguments) as running:
+        yield running
 
 
-def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(
-    stack: tuple[subprocess.Popen[str], str, Path, list[str]],
-) -> None:
-    process, url, folder, printed = stack
+def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(stack: RunningUp) -> None:
     commands = [line for block in tour_blocks()[1:] for line in block if not line.startswith("URL=")]
     workflow_id = ""
     codes = []
@@ -86,14 +45,7 @@ def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(
         if re.search(r"\bID\b", command.split("#")[0]):
             assert workflow_id, f"{command}: no workflow id was printed before it"
             command = re.sub(r"\bID\b", workflow_id, command)
-        ran = subprocess.run(
-            ["bash", "-c", command],
-            cwd=folder,
-            env={**os.environ, "URL": url, "COLUMNS": "160"},
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        ran = stack.run(command)
         codes.append(ran.returncode)
         assert ran.returncode in (0, 3), f"{command}\n{ran.stdout}\n{ran.stderr}"
         if " start " in command:
@@ -101,10 +53,9 @@ def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(
             assert found, ran.stdout
             workflow_id = found.group(0)
     assert codes == EXPECTED_EXIT_CODES
-    assert (folder / "trip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (stack.folder / "trip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Ctrl-C in its terminal: the whole process group gets SIGINT; the stack stops and says so, and nothing failed
-    os.killpg(process.pid, signal.SIGINT)
-    rest, _ = process.communicate(timeout=60)
+    rest = stack.stop()
     assert "stopped" in rest.splitlines(), rest
-    assert process.returncode == 0, rest
-    assert "Runtime.ExitError" not in "".join(printed) + rest
+    assert stack.process.returncode == 0, rest
+    assert "Runtime.ExitError" not in "".join(stack.printed) + rest

@@ -12,8 +12,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.batch import OutboxBatchProcessor, ReplyGroups
+from sasflow.errors import ConfigurationError, ContentionError
 from sasflow.messages import decode_reply
-from sasflow.ports import Outgoing
+from sasflow.ports import Outgoing, Receipt
 
 
 def sqs_record(message_id: str, body: str) -> dict[str, Any]:
@@ -194,3 +195,45 @@ def test_a_record_whose_messages_could_not_be_sent_logs_a_failure_that_is_not_pe
     assert [(r.message_id, r.receive_count, r.permanent, r.reason) for r in lines] == [  # type: ignore[attr-defined]
         ("unsent", 1, False, "its messages could not be sent")
     ]
+
+
+def test_only_a_poison_record_is_made_visible_again_when_the_batch_ends() -> None:
+    # Given a batch of a good reply, two poison bodies, a transient failure, a configuration error and an unsent one
+    bus = InMemoryBus(fail_next=1)
+
+    def flaky(record: SQSRecord) -> list[Outgoing]:
+        if record.message_id == "throttled":
+            raise ContentionError("wf-1 changed under every write")
+        if record.message_id == "misconfigured":
+            raise ConfigurationError("RESPONSE_QUEUE_URL is not set")
+        return handle(record)
+
+    records = [
+        sqs_record("unsent", VALID),
+        sqs_record("poison-1", "not-json"),
+        sqs_record("throttled", VALID),
+        sqs_record("misconfigured", VALID),
+        sqs_record("poison-2", '{"kind":"step.reply"}'),
+    ]
+    # When it is processed
+    response = process_partial_response({"Records": records}, flaky, OutboxBatchProcessor(lambda: bus))
+    # Then every failure is a batch-item failure, but only the poison records are made visible again at once (their
+    # redrive policy moves them to the dead-letter queue in seconds); the others wait out the visibility timeout
+    assert {f["itemIdentifier"] for f in response["batchItemFailures"]} == {
+        "unsent",
+        "poison-1",
+        "throttled",
+        "misconfigured",
+        "poison-2",
+    }
+    assert bus.made_visible == [
+        Receipt("arn:aws:sqs:us-east-1:123456789012:q", "rh-poison-1"),
+        Receipt("arn:aws:sqs:us-east-1:123456789012:q", "rh-poison-2"),
+    ]
+
+
+def test_a_batch_without_a_poison_record_makes_nothing_visible() -> None:
+    bus = InMemoryBus()
+    process_partial_response({"Records": [sqs_record("good", VALID)]}, handle, OutboxBatchProcessor(lambda: bus))
+    assert bus.made_visible == []
+    assert [m.body for m in bus.queues["queue/next"]] == ["wf-1"]

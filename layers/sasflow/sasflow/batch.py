@@ -14,8 +14,15 @@ guide, "Handling errors for an SQS event source": a timed-out invocation fails t
 Every batch-item failure writes one WARNING line, ``batch item failed``, with the queue's ``message_id``, its
 ``receive_count`` (SQS ``ApproximateReceiveCount``), ``reason`` (the error's class and message) and ``permanent``
 (a malformed message, or any ``PermanentError``: it will fail again on every receive until the redrive policy moves
-it to the dead-letter queue). Without it a poison message travels to its dead-letter queue in silence, which takes
-``maxReceiveCount`` x ``VisibilityTimeout`` (5 x 180 s = 15 minutes with template.yaml's queues).
+it to the dead-letter queue).
+
+A poison message (one whose body is malformed: ``MalformedMessageError``, which no later receive can change) is made
+visible again when the batch ends (``MessageBus.make_visible``: its visibility timeout set to 0), so SQS delivers it
+again at once and its redrive policy moves it to the dead-letter queue after ``maxReceiveCount`` receives, within
+seconds, and its alarm fires. Without that it would take ``maxReceiveCount`` x ``VisibilityTimeout`` (5 x 180 s =
+15 minutes with template.yaml's queues). Every other failure keeps its visibility timeout: a transient one (a
+throttled write, a lost race, a service down) is given that time to pass before the next receive, and a
+``ConfigurationError`` waits for the deployment to be fixed instead of sending every message to the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from pydantic import ValidationError
 
 from .errors import MalformedMessageError, PermanentError
 from .messages import StepReply, decode_reply
-from .ports import MessageBus, Outgoing
+from .ports import MessageBus, Outgoing, Receipt
 
 logger = logging.getLogger("sasflow.batch")
 #: Longest ``reason`` a failure line carries (characters): an error may quote a large body, which is never logged.
@@ -54,6 +61,7 @@ class OutboxBatchProcessor(BatchProcessor):
         super().__init__(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self._bus = bus
         self._outbox: list[tuple[dict[str, Any], Outgoing]] = []
+        self._poison: list[Receipt] = []
         self._reserve_ms = reserve_seconds * 1000
 
     def _process_record(self, record: dict[str, Any]) -> SuccessResponse | FailureResponse:
@@ -68,6 +76,7 @@ class OutboxBatchProcessor(BatchProcessor):
     def _prepare(self) -> None:
         super()._prepare()
         self._outbox = []
+        self._poison = []
 
     def success_handler(self, record: Any, result: Any) -> SuccessResponse:
         """Collect what the record produced (``result``), then count it as a success."""
@@ -79,12 +88,19 @@ class OutboxBatchProcessor(BatchProcessor):
         """Count ``record`` as a batch-item failure and log it (see the module docstring for the line's keys)."""
         error = exception[1]
         log_failure(record, failure_reason(error), permanent=isinstance(error, PermanentError))
+        if isinstance(error, MalformedMessageError):
+            receipt = _receipt(record)
+            if receipt is not None:
+                self._poison.append(receipt)
         return super().failure_handler(record, exception)
 
     def _clean(self) -> None:
         if self._outbox:
             failed = self._bus().send([message for _, message in self._outbox])
             self._fail({_message_id(self._outbox[index][0]) for index in failed})
+        if self._poison:
+            # Its redrive policy counts receives: visible again now, it reaches the dead-letter queue in seconds.
+            self._bus().make_visible(self._poison)
         super()._clean()
 
     def _fail(self, message_ids: set[str | None]) -> None:
@@ -129,6 +145,17 @@ def log_failure(record: Any, reason: str, *, permanent: bool) -> None:
             "permanent": permanent,
         },
     )
+
+
+def _receipt(record: Any) -> Receipt | None:
+    """The queue and receipt handle of an SQS record (dict or ``SQSRecord``), or None when it lacks either."""
+    raw = record.raw_event if isinstance(record, SQSRecord) else record
+    if not isinstance(raw, dict):
+        return None
+    queue_arn, handle = raw.get("eventSourceARN"), raw.get("receiptHandle")
+    if not isinstance(queue_arn, str) or not isinstance(handle, str) or not queue_arn or not handle:
+        return None
+    return Receipt(queue_arn, handle)
 
 
 def _message_id(record: Any) -> str | None:

@@ -165,8 +165,17 @@ class Outgoing:
     delay_seconds: int = 0
 
 
+@dataclass(frozen=True)
+class Receipt:
+    """A message received from SQS: the ARN of its queue and its receipt handle (an SQS record's ``eventSourceARN``
+    and ``receiptHandle``)."""
+
+    queue_arn: str
+    receipt_handle: str
+
+
 class MessageBus(Protocol):
-    """Sends messages to SQS queues."""
+    """Sends messages to SQS queues, and makes received ones visible again."""
 
     def send(self, messages: Sequence[Outgoing]) -> list[int]:
         """Send ``messages`` (batched per queue, 10 at most per request).
@@ -175,6 +184,17 @@ class MessageBus(Protocol):
         -------
         list[int]
             Indexes into ``messages`` of those that could not be sent.
+        """
+        ...
+
+    def make_visible(self, receipts: Sequence[Receipt]) -> int:
+        """Make the received messages ``receipts`` visible again at once (visibility timeout 0), so the next receive
+        gets them instead of one a visibility timeout later.
+
+        Returns
+        -------
+        int
+            How many could not be made visible (they come back after their visibility timeout, as any failure does).
         """
         ...
 

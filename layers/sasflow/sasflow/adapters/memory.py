@@ -14,7 +14,7 @@ from typing import Any
 
 from ..definition import WorkflowDefinition
 from ..errors import ClaimCheckMissingError, ConditionFailedError, LeaseNotAcquiredError
-from ..ports import Outgoing, WorkflowSummary
+from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
@@ -253,10 +253,12 @@ class InMemoryStateStore:
 
 @dataclass
 class InMemoryBus:
-    """A ``MessageBus`` that keeps sent messages per queue URL. ``fail_next`` makes the next N sends fail."""
+    """A ``MessageBus`` that keeps sent messages per queue URL. ``fail_next`` makes the next N sends fail;
+    ``made_visible`` keeps every receipt it was asked to make visible again."""
 
     queues: dict[str, list[Outgoing]] = field(default_factory=dict)
     fail_next: int = 0
+    made_visible: list[Receipt] = field(default_factory=list)
 
     def send(self, messages: Sequence[Outgoing]) -> list[int]:
         """Append each message to its queue; return the indexes that failed (``fail_next``)."""
@@ -268,6 +270,11 @@ class InMemoryBus:
                 continue
             self.queues.setdefault(message.queue_url, []).append(message)
         return failed
+
+    def make_visible(self, receipts: Sequence[Receipt]) -> int:
+        """Record ``receipts`` (nothing here is hidden); none fails."""
+        self.made_visible.extend(receipts)
+        return 0
 
     def drain(self, queue_url: str) -> list[Outgoing]:
         """Remove and return every message of ``queue_url``."""

@@ -1,4 +1,5 @@
-"""The message bus on SQS: batched sends (SendMessageBatch, 10 entries per request)."""
+"""The message bus on SQS: batched sends (SendMessageBatch, 10 entries per request), and received messages made
+visible again at once (ChangeMessageVisibilityBatch with a visibility timeout of 0, 10 entries per request)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..ports import Outgoing
+from ..ports import Outgoing, Receipt
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
@@ -39,6 +40,24 @@ def batches(sizes: Sequence[int]) -> list[list[int]]:
     if current:
         result.append(current)
     return result
+
+
+def queue_url(queue_arn: str) -> str:
+    """The URL of the queue ``queue_arn`` (``arn:aws:sqs:<region>:<account>:<name>``), in the form SQS documents,
+    ``https://sqs.<region>.amazonaws.com/<account>/<name>`` (SQS developer guide, "Amazon SQS queue and message
+    identifiers"). A request is sent to the client's endpoint whatever the URL's host; SQS, moto and the local stack
+    find the queue by the URL's account and name.
+
+    Raises
+    ------
+    ValueError
+        When ``queue_arn`` is not an SQS queue's ARN.
+    """
+    parts = queue_arn.split(":")
+    if len(parts) != 6 or parts[:3] != ["arn", parts[1], "sqs"] or not all(parts[3:]):
+        raise ValueError(f"not an SQS queue ARN: {queue_arn!r}")
+    _, _, _, region, account, name = parts
+    return f"https://sqs.{region}.amazonaws.com/{account}/{name}"
 
 
 def sqs_client() -> SQSClient:
@@ -84,3 +103,30 @@ class SqsMessageBus:
                     continue
                 failed.extend(int(f["Id"]) for f in response.get("Failed", []))
         return sorted(failed)
+
+    def make_visible(self, receipts: Sequence[Receipt]) -> int:
+        """Set the visibility timeout of ``receipts`` to 0, 10 per ChangeMessageVisibilityBatch request; return how
+        many failed (logged; those come back after their visibility timeout instead)."""
+        by_queue: dict[str, list[str]] = defaultdict(list)
+        for receipt in receipts:
+            by_queue[receipt.queue_arn].append(receipt.receipt_handle)
+        failed = 0
+        for queue_arn, handles in by_queue.items():
+            for start in range(0, len(handles), _BATCH):
+                chunk = handles[start : start + _BATCH]
+                entries = [{"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0} for i, h in enumerate(chunk)]
+                try:
+                    response = self.client.change_message_visibility_batch(
+                        QueueUrl=queue_url(queue_arn),
+                        Entries=entries,  # type: ignore[arg-type]
+                    )
+                except (ClientError, BotoCoreError, ValueError) as exc:
+                    logger.warning("make visible failed", extra={"queue_arn": queue_arn, "error": str(exc)})
+                    failed += len(chunk)
+                    continue
+                errors = response.get("Failed", [])
+                if errors:
+                    reasons = "; ".join(f"{e['Code']}: {e.get('Message', '')}" for e in errors)
+                    logger.warning("make visible failed", extra={"queue_arn": queue_arn, "error": reasons})
+                failed += len(errors)
+        return failed
