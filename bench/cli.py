@@ -44,7 +44,11 @@ and multiply by 10^6):
   `distributed_map.express_children.transitions * 0.025 / 1000 + items * 1.00 / 1e6 +
   distributed_map.express_children.gb_seconds * 0.00001667`.
 - Per-step overhead (`throughput.latency`, seconds): `p50`, `p95` and `calls_p50`, `calls_p95` (the same calls back
-  to back) of each path; `throughput.batching_windows` are the template's windows by function."""
+  to back) of each path; `throughput.batching_windows` are the template's windows by function.
+- Batching windows (`windows.configurations`, one per profile and window pair): `latency.p50`, `latency.p95` (the
+  per-step overhead, seconds: the start of a step's call to its service minus the end of the previous step's),
+  `latency.poller_windows` (the windows the local stack's pollers ran with), and `cost.vs_durable`,
+  `cost.vs_standard` (S1's `ours_per_step` over `durable_per_step` and `standard_per_step`)."""
 
 app = typer.Typer(add_completion=False, help="Cost and scale of sasflow, measured side by side with Step Functions.")
 console = Console(soft_wrap=True)
@@ -61,6 +65,15 @@ def machine() -> str:
     except (OSError, ValueError, IndexError):
         pass
     return f"{platform.machine()}, {cpus} cores{memory}, {platform.system()}, Python {platform.python_version()}"
+
+
+def _load() -> str:
+    """``, load average 1.52 at the end`` (the 1-minute figure, the bench's own load included), or "" where the
+    system has none."""
+    try:
+        return f", load average {os.getloadavg()[0]:.2f} at the end"
+    except OSError:
+        return ""
 
 
 def parse_overrides(text: str) -> dict[str, str]:
@@ -115,19 +128,28 @@ def bench(
     cold_start_pairs: Annotated[
         int, typer.Option(help="Baseline-handler pairs per handler; the median of their ratios counts.")
     ] = 40,
-    only: Annotated[str, typer.Option(help="Run only these parts: cost,sweep,throughput,cold (comma-separated).")] = "",
+    windows: Annotated[
+        str,
+        typer.Option(
+            help="Batching-window pairs (scheduler/agent, seconds) the windows part measures besides the"
+            " template's profiles, comma-separated; a fraction of a second on the local stack only."
+        ),
+    ] = "0/0,0.5/0.5,1/1,2/2",
+    only: Annotated[
+        str, typer.Option(help="Run only these parts: cost,sweep,throughput,windows,cold (comma-separated).")
+    ] = "",
     scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5).")] = "",
     parameter_overrides: Annotated[
         str,
         typer.Option(
-            help="Template parameters the scenarios deploy with, e.g. 'SchedulerBatchingWindowSeconds=0"
-            " AgentBatchingWindowSeconds=0' (the template's defaults otherwise)."
+            help="Template parameters the scenarios deploy with, e.g. 'Profile=latency' or"
+            " 'SchedulerBatchingWindowSeconds=0 AgentBatchingWindowSeconds=0' (Profile=cost otherwise)."
         ),
     ] = "",
     write: Annotated[bool, typer.Option(help="Write bench/results.md and bench/results.json.")] = True,
 ) -> None:
     """Run the bench and print the table; exit 1 when a target is missed."""
-    parts = {p.strip() for p in only.split(",") if p.strip()} or {"cost", "sweep", "throughput", "cold"}
+    parts = {p.strip() for p in only.split(",") if p.strip()} or {"cost", "sweep", "throughput", "windows", "cold"}
     started = time.perf_counter()
     rows: list[Row] = []
     raw: dict[str, Any] = {"prices": {"read_on": prices.PRICES_READ_ON, "region": prices.REGION}}
@@ -136,6 +158,9 @@ def bench(
         overrides = parse_overrides(parameter_overrides)
         if overrides:
             raw["parameter_overrides"] = overrides
+        from bench.scenarios import COST_PARAMETERS
+
+        raw["scenarios_deployed_with"] = {**COST_PARAMETERS, **overrides}
         cost_rows, raw["scenarios"] = run_cost(scale, chosen, overrides)
         rows += cost_rows
     if "sweep" in parts:
@@ -150,6 +175,20 @@ def bench(
         console.print("[bold]throughput on the local stack[/] ...")
         tp_rows, raw["throughput"] = measure_throughput(throughput_workflows)
         rows += tp_rows
+    if "windows" in parts:
+        from bench.windows import deployed_parameters, measure_windows, parse_pairs
+
+        console.print("[bold]batching windows[/] (the local stack and S1, by profile and window pair) ...")
+        known = {}
+        if "S1" in raw.get("scenarios", {}):  # the cost part's S1, at this scale: not run again
+            known[deployed_parameters(raw["scenarios_deployed_with"])] = raw["scenarios"]["S1"]
+        window_rows, raw["windows"] = measure_windows(
+            parse_pairs(windows),
+            scale=scale,
+            progress=lambda line: console.print(f"  {line}", highlight=False),
+            known_s1=known,
+        )
+        rows += window_rows
     if "cold" in parts:
         from bench.cold_start import measure_cold_start
 
@@ -158,7 +197,10 @@ def bench(
         rows += cold_rows
     table = markdown(rows)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    header = f"Measured {when} on {machine()}; prices of {prices.PRICES_READ_ON} ({prices.REGION})."
+    header = f"Measured {when} on {machine()}{_load()}; prices of {prices.PRICES_READ_ON} ({prices.REGION})."
+    if "cost" in parts:
+        deployed = " ".join(f"{k}={v}" for k, v in sorted(raw["scenarios_deployed_with"].items()))
+        header += f" The S1-S5 rows deploy the template with {deployed}."
     console.print()
     if "cost" in parts:
         console.print((cost.__doc__ or "").strip(), markup=False, highlight=False)

@@ -9,8 +9,9 @@ token, with fault knobs). Time is a `ManualClock` shared by the handlers, powert
 How AWS is emulated, and why the counts are what AWS would bill:
 
 - **Event source mapping.** Each SQS-triggered function's queue is drained the way the template's mapping does it
-  (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds`` as deployed, the template's ``SchedulerBatchingWindowSeconds``
-  and ``AgentBatchingWindowSeconds``): ``ReceiveMessage`` up to 10, invoke the handler with the batch,
+  (``BatchSize: 10``, ``MaximumBatchingWindowInSeconds`` as deployed: the ``Profile``'s windows, ``cost`` unless
+  told otherwise (`COST_PARAMETERS`), or ``SchedulerBatchingWindowSeconds`` and ``AgentBatchingWindowSeconds`` when
+  they are set): ``ReceiveMessage`` up to 10, invoke the handler with the batch,
   ``DeleteMessageBatch`` for the records that did not fail. These requests are made against moto and counted. A
   mapping with a window of W > 0 s drains its queue at most once per W simulated seconds (so a batch holds what
   arrived in up to W seconds; AWS gathers for W seconds from the first message, so it never invokes with smaller
@@ -47,10 +48,11 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 import boto3
 
@@ -119,12 +121,18 @@ class Scenario:
     parameters: tuple[tuple[str, str], ...] = ()
 
 
+#: What the cost scenarios deploy with, unless ``parameters`` say otherwise: the template's ``cost`` profile (the
+#: batching windows that the cost targets are for; the ``latency`` profile's cost is measured by `bench.windows`).
+COST_PARAMETERS: Final[Mapping[str, str]] = MappingProxyType({"Profile": "cost"})
+
+
 def scenarios(scale: float = 1.0, parameters: dict[str, str] | None = None) -> list[Scenario]:
     """S1 to S5 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale).
 
-    ``parameters`` overrides template parameters for every scenario (``--parameter-overrides`` of ``python -m bench``).
+    Every scenario deploys with `COST_PARAMETERS`, updated with ``parameters`` (``--parameter-overrides`` of
+    ``python -m bench``; the window parameters override the profile's windows).
     """
-    overrides = tuple(sorted((parameters or {}).items()))
+    overrides = tuple(sorted({**COST_PARAMETERS, **(parameters or {})}.items()))
     return [dataclasses.replace(s, parameters=overrides) for s in _scenarios(scale)]
 
 

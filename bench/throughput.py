@@ -61,6 +61,7 @@ __all__ = [
     "WORKER_HOOK",
     "Call",
     "CallRecorder",
+    "WorkflowDriver",
     "install_worker_hook",
     "measure_throughput",
     "read_calls",
@@ -453,7 +454,7 @@ def replay(calls: Sequence[Call], *, endpoint_url: str, region: str) -> dict[str
 # ------------------------------------------------------------------------------------------------ the run
 
 
-class _Driver:
+class WorkflowDriver:
     """Starts workflows over HTTP and watches them with BatchGetItem through a client that is not recorded."""
 
     def __init__(self, stack: LocalStack, definition: dict[str, Any]) -> None:
@@ -694,7 +695,7 @@ def measure_throughput(
         with _server_errors_to(log_dir / "moto-errors.log"), record_calls(calls_dir), stack:
             for pool in stack.pools.values():  # every execution environment imports its handler before the run
                 pool.start(prewarm=pool.max_workers)
-            driver = _Driver(stack, definition)
+            driver = WorkflowDriver(stack, definition)
             phase("start the local stack")
             if warmup_workflows:
                 driver.run(warmup_workflows, f"{label}-warmup", time_limit_seconds)

@@ -377,8 +377,12 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       FunctionName: !Ref {function}
       BatchSize: 10
       # Gather requests for up to this window per invocation: fewer receives, deletes, replies and invocations
-      # (each billed) for at most the window more per step at low load (docs/deploy.md, "Latency and cost").
-      MaximumBatchingWindowInSeconds: !Ref AgentBatchingWindowSeconds
+      # (each billed) for at most the window more per step at low load; the Profile's unless the parameter
+      # overrides it (docs/deploy.md, "Latency and cost").
+      MaximumBatchingWindowInSeconds: !If
+        - AgentWindowFromProfile
+        - !FindInMap [BatchingProfiles, !Ref Profile, AgentWindow]
+        - !Ref AgentBatchingWindowSeconds
       FunctionResponseTypes: [ReportBatchItemFailures]
       ScalingConfig:
         MaximumConcurrency: !Ref AgentMaximumConcurrency

@@ -64,9 +64,9 @@ def test_a_small_run_counts_the_products_calls_and_replays_them_for_the_ceiling(
     assert (latency["reply_to_next_request"]["samples"], latency["request_to_agent_start"]["samples"]) == (6, 9)
     assert 0 < latency["request_to_agent_start"]["p50"] <= latency["request_to_agent_start"]["p95"] < wall
     assert "reply received -> next request sent" in to_next.metric and "agent start" in to_agent.metric
-    # the windows are the template's parameter defaults (SchedulerBatchingWindowSeconds 0, AgentBatchingWindowSeconds 2)
+    # the windows are the template's defaults (Profile=latency: 0 s on the scheduler's mapping and every agent's)
     assert raw["batching_windows"]["SchedulerFunction"] == 0
-    assert raw["batching_windows"]["FlightsAgentFunction"] == 2
+    assert raw["batching_windows"]["FlightsAgentFunction"] == 0
 
 
 def test_the_recorder_writes_one_line_per_call_and_skips_clients_made_uncounted(tmp_path: Path) -> None:

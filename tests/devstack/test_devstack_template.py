@@ -298,12 +298,19 @@ def test_offline_aws_fakes_credentials_drops_real_endpoints_and_restores_the_env
 
 @pytest.mark.parametrize(
     ("parameters", "scheduler", "agents"),
-    [({}, 0.0, 2.0), ({"SchedulerBatchingWindowSeconds": "1", "AgentBatchingWindowSeconds": "0"}, 1.0, 0.0)],
+    [
+        ({}, 0.0, 0.0),  # Profile=latency, the default
+        ({"Profile": "latency"}, 0.0, 0.0),
+        ({"Profile": "cost"}, 0.0, 2.0),
+        ({"SchedulerBatchingWindowSeconds": "1", "AgentBatchingWindowSeconds": "0"}, 1.0, 0.0),
+        ({"Profile": "cost", "AgentBatchingWindowSeconds": "1"}, 0.0, 1.0),  # a window set overrides the profile's
+        ({"Profile": "cost", "SchedulerBatchingWindowSeconds": "3"}, 3.0, 2.0),
+    ],
 )
 def test_the_batching_window_parameters_reach_every_event_source_mapping(
     parameters: dict[str, str], scheduler: float, agents: float
 ) -> None:
-    # Given the real template deployed with its defaults, then with other windows
+    # Given the real template deployed with its defaults, a profile, or windows of its own
     stack = Stack.from_file(REPO_TEMPLATE, parameters={"DeploySampleServices": "false", **parameters})
     windows = {
         spec.logical_id: {event.batching_window_seconds for event in spec.events if isinstance(event, SqsEventSpec)}
