@@ -184,6 +184,17 @@ KeyOption = Annotated[
 ]
 
 
+def _an_id(value: str) -> str:
+    """An id typed on the command line: an empty one (``get ''``, an unset ``$ID``) names no workflow, and would
+    be another route of the API."""
+    if not value.strip():
+        raise typer.BadParameter("empty: give the id a `start` or `list` printed (is the shell variable set?)")
+    return value
+
+
+WorkflowId = Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.", callback=_an_id)]
+
+
 @app.callback()
 def target(
     ctx: typer.Context,
@@ -219,7 +230,7 @@ def start(
     state = _state(ctx)
     request = _json_object(str(file), "FILE")
     if input_ is not None:
-        request["input"] = _json_arg(input_, "--input")
+        request["input"] = _json_object(input_, "--input")  # the workflow input is an object (steps read input.*)
     view = state.client.start(request, idempotency_key=key or state.new_key())
     if as_json:
         _print_json(view)
@@ -231,7 +242,7 @@ def start(
 
 @app.command()
 @_handled
-def get(ctx: typer.Context, workflow_id: str, wide: WideOption = False, as_json: JsonOption = False) -> None:
+def get(ctx: typer.Context, workflow_id: WorkflowId, wide: WideOption = False, as_json: JsonOption = False) -> None:
     """A workflow and its steps (status, attempts, complete-by, times, errors, compensations)."""
     state = _state(ctx)
     view = state.client.get(workflow_id)
@@ -290,7 +301,7 @@ WATCH_NOT_COMPLETED_EXIT = 3
 @_handled
 def watch(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     interval: Annotated[float, typer.Option("--interval", "-n", min=0.2, help="Seconds between reads.")] = 2.0,
     timeout: Annotated[float | None, typer.Option("--timeout", min=1, help="Give up after this many seconds.")] = None,
     as_json: JsonOption = False,
@@ -307,7 +318,7 @@ def watch(
 @_handled
 def history(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     limit: Annotated[int | None, typer.Option("--limit", min=1, max=500, help="Events per page.")] = None,
     wide: WideOption = False,
     as_json: JsonOption = False,
@@ -409,7 +420,7 @@ def overdue(
 @_handled
 def timeline(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     out: Annotated[Path, typer.Option("--out", "-o", help="FILE.png (matplotlib) or FILE.html (self-contained).")],
     as_json: JsonOption = False,
 ) -> None:
@@ -448,7 +459,7 @@ def timeline(
 # ----------------------------------------------------------------------------------------------------- actions
 def _act(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     action: str,
     reason: str,
     key: str | None,
@@ -505,7 +516,11 @@ def reject(
 @app.command()
 @_handled
 def cancel(
-    ctx: typer.Context, workflow_id: str, reason: ReasonOption, key: KeyOption = None, as_json: JsonOption = False
+    ctx: typer.Context,
+    workflow_id: WorkflowId,
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Cancel a RUNNING or HELD workflow: it compensates what may have happened."""
     _act(ctx, workflow_id, "cancel", reason, key, as_json)
@@ -515,7 +530,7 @@ def cancel(
 @_handled
 def retry(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     reason: ReasonOption,
     step: StepOption = None,
     input_: Annotated[str | None, typer.Option("--input", help="The step's edited input: JSON or a file.")] = None,
@@ -531,7 +546,7 @@ def retry(
 @_handled
 def skip(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     reason: ReasonOption,
     step: StepOption = None,
     output: Annotated[str | None, typer.Option("--output", help="The step's output: JSON or a file.")] = None,
@@ -548,7 +563,11 @@ def skip(
 @app.command()
 @_handled
 def compensate(
-    ctx: typer.Context, workflow_id: str, reason: ReasonOption, key: KeyOption = None, as_json: JsonOption = False
+    ctx: typer.Context,
+    workflow_id: WorkflowId,
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Unwind a RUNNING or HELD workflow now."""
     _act(ctx, workflow_id, "compensate", reason, key, as_json)
@@ -558,7 +577,7 @@ def compensate(
 @_handled
 def retry_compensation(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     reason: ReasonOption,
     step: StepOption = None,
     key: KeyOption = None,
@@ -572,7 +591,7 @@ def retry_compensation(
 @_handled
 def resolve(
     ctx: typer.Context,
-    workflow_id: str,
+    workflow_id: WorkflowId,
     reason: ReasonOption,
     step: StepOption = None,
     key: KeyOption = None,
@@ -585,7 +604,11 @@ def resolve(
 @app.command()
 @_handled
 def pause(
-    ctx: typer.Context, workflow_id: str, reason: ReasonOption, key: KeyOption = None, as_json: JsonOption = False
+    ctx: typer.Context,
+    workflow_id: WorkflowId,
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Stop new dispatches of a workflow (steps in flight finish)."""
     _act(ctx, workflow_id, "pause", reason, key, as_json)
@@ -594,7 +617,11 @@ def pause(
 @app.command()
 @_handled
 def resume(
-    ctx: typer.Context, workflow_id: str, reason: ReasonOption, key: KeyOption = None, as_json: JsonOption = False
+    ctx: typer.Context,
+    workflow_id: WorkflowId,
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Let a paused workflow go on."""
     _act(ctx, workflow_id, "resume", reason, key, as_json)
@@ -637,7 +664,8 @@ def _definition_file(file: Path) -> tuple[dict[str, Any], str, int]:
 def definitions_push(
     ctx: typer.Context,
     paths: Annotated[
-        list[Path] | None, typer.Argument(help="Definition files, or directories of *.json [default: definitions/].")
+        list[Path] | None,
+        typer.Argument(help="Definition files, or directories of *.json [default: definitions/].", exists=True),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -187,7 +187,7 @@ class SasflowClient:
                 if status < 400:
                     return json.loads(raw) if raw else None
                 if status not in RETRYABLE_STATUSES or attempt == tries:
-                    raise _api_error(status, raw)
+                    raise _api_error(status, raw, path)
             self.sleep(min(4.0, 0.5 * 2 ** (attempt - 1)))
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -305,7 +305,15 @@ class SasflowClient:
         return self.request("POST", "/ops/dead-letters/redrive", body=body)
 
 
-def _api_error(status: int, raw: bytes) -> ApiError:
+#: Added to API Gateway's bare 403 on an operators' route: who may call it, and how to sign as them.
+OPS_FORBIDDEN_HINT = (
+    " (the /ops routes are the operators': IAM allows them to the operator role only. Sign as an operator: on the"
+    " local stack --as operator, the default; on AWS credentials of a role granted execute-api:Invoke on /ops, see"
+    " docs/security.md. A client reads its own workflows with get, watch and history)"
+)
+
+
+def _api_error(status: int, raw: bytes, path: str = "") -> ApiError:
     try:
         document = json.loads(raw) if raw else {}
     except ValueError:
@@ -316,4 +324,6 @@ def _api_error(status: int, raw: bytes) -> ApiError:
     code = str(document.get("error") or f"HTTP_{status}")
     message = str(document.get("message") or text or "no body")
     details = document.get("details") if isinstance(document.get("details"), list) else None
+    if status == 403 and path.startswith("/ops/") and "error" not in document:
+        message += OPS_FORBIDDEN_HINT  # API Gateway's refusal, before any function: it says only "Forbidden"
     return ApiError(status, code, message, details)

@@ -41,6 +41,18 @@ SHUTDOWN_POLL_SECONDS = 0.05
 ADMIN_PREFIX = "_"
 
 
+def problems(error: ValueError) -> str:
+    """One line per problem of a refused body: ``latency_ms: Input should be less than or equal to 60000 (got
+    120000)``; a body that is not JSON says so."""
+    if isinstance(error, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}"
+            + (f" (got {item['input']!r})" if item.get("type") != "missing" and "input" in item else "")
+            for item in error.errors(include_url=False)
+        )
+    return str(error)
+
+
 class OutageRequest(BaseModel):
     """API request body of ``POST /_outage``: the outage length in seconds."""
 
@@ -103,7 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ValueError("fault knobs must be a JSON object")
             knobs = self.server.service.update_knobs(changes)
         except (ValueError, ValidationError) as error:  # JSONDecodeError and ValidationError are ValueErrors
-            self._send(400, {"error": "BAD_REQUEST", "message": str(error)})
+            self._send(400, {"error": "BAD_REQUEST", "message": problems(error)})
             return
         self._send(200, knobs.model_dump())
 
@@ -114,7 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             request = OutageRequest.model_validate_json(body)
         except ValidationError as error:
-            self._send(400, {"error": "BAD_REQUEST", "message": str(error)})
+            self._send(400, {"error": "BAD_REQUEST", "message": problems(error)})
             return
         self._send(200, self.server.service.start_outage(request.seconds).model_dump())
 

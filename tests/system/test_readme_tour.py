@@ -53,7 +53,7 @@ def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(stack: Runn
             assert found, ran.stdout
             workflow_id = found.group(0)
     assert codes == EXPECTED_EXIT_CODES
-    assert (stack.folder / "trip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (stack.folder / ".devstack" / "trip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Ctrl-C in its terminal: the whole process group gets SIGINT; the stack stops and says so, and nothing failed
     rest = stack.stop()
     assert "stopped" in rest.splitlines(), rest

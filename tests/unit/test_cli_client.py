@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from sasflow_cli import render
 from sasflow_cli.app import CliState, app
-from sasflow_cli.client import ApiError, SasflowClient
+from sasflow_cli.client import OPS_FORBIDDEN_HINT, ApiError, SasflowClient
 from sasflow_cli.watch import watch
 
 
@@ -66,7 +66,7 @@ def test_a_post_without_a_key_is_not_retried_and_errors_carry_the_api_code() -> 
     transport = FakeTransport((403, {"message": "Forbidden"}))
     with pytest.raises(ApiError) as raised:
         client(transport, []).get("wf-1")
-    assert (raised.value.code, raised.value.message) == ("HTTP_403", "Forbidden")
+    assert (raised.value.code, raised.value.message) == ("HTTP_403", "Forbidden" + OPS_FORBIDDEN_HINT)
     # A GET that never gets an answer is UNREACHABLE after every try
     transport = FakeTransport(OSError("refused"), OSError("refused"), OSError("refused"))
     with pytest.raises(ApiError) as raised:
@@ -351,7 +351,8 @@ def test_dlq_redrive_sends_the_reason_and_follows_the_move_to_its_end() -> None:
 
 
 def test_every_cli_error_about_a_file_is_one_line_naming_its_cause(tmp_path: Any) -> None:
-    state = CliState(client_=client(FakeTransport(), []))
+    transport = FakeTransport()
+    state = CliState(client_=client(transport, []))
     runner = CliRunner()
     # A start of a JSON array
     array = tmp_path / "array.json"
@@ -361,6 +362,12 @@ def test_every_cli_error_about_a_file_is_one_line_naming_its_cause(tmp_path: Any
         2,
         f"error: FILE {array}: expected a JSON object {{...}}, got an array\n",
     )
+    # An input that is not an object is refused before any request: the API's workflow input is an object
+    trip = tmp_path / "trip.json"
+    trip.write_text('{"definition": {}, "input": {}}')
+    result = runner.invoke(app, ["start", str(trip), "--input", "[1]"], obj=state)
+    assert (result.exit_code, result.stderr) == (2, "error: --input: expected a JSON object {...}, got an array\n")
+    assert transport.requests == []
     # A JSON syntax error names its line and column
     broken = tmp_path / "broken.json"
     broken.write_text('{\n  "definition": {},\n  "input": {"a": 1,}\n}\n')
@@ -394,3 +401,45 @@ def test_watch_into_a_pipe_ends_its_last_table_with_a_line_end() -> None:
     result = CliRunner().invoke(app, ["watch", "wf-1"], obj=state)
     assert result.exit_code == 0
     assert result.stdout.endswith("\n") and "wf-1" in result.stdout
+
+
+def test_an_empty_id_or_a_missing_definition_file_is_refused_before_any_request(tmp_path: Any) -> None:
+    # From a new user's trial: `get ''` (an unset $ID) answered a bare 404 of another route, and `definitions push`
+    # of a missing file was a NOT_A_DEFINITION about JSON, where `start` names the missing file
+    transport = FakeTransport()
+    state = CliState(client_=client(transport, []))
+    runner = CliRunner()
+    for args in (
+        ["get", ""],
+        ["history", " "],
+        ["cancel", "", "--reason", "r"],
+        ["retry", "", "--step", "s", "-r", "r"],
+    ):
+        result = runner.invoke(app, args, obj=state)
+        assert result.exit_code == 2, args
+        assert "Invalid value for 'ID': empty: give the id a `start` or `list` printed" in result.output, args
+    missing = tmp_path / "nope.json"
+    for args in (["start", str(missing)], ["definitions", "push", str(missing)]):
+        result = runner.invoke(app, args, obj=state)
+        assert result.exit_code == 2, args
+        assert f"'{missing}' does not exist" in result.output.replace("\n", ""), args
+    assert transport.requests == []
+
+
+def test_api_gateways_bare_403_on_an_operators_route_says_who_may_call_it() -> None:
+    # From a new user's trial: `sasflow --as client-a list` answered `HTTP_403 (403): Forbidden` and nothing else
+    forbidden = (403, {"message": "Forbidden"})
+    transport = FakeTransport(forbidden, forbidden, (403, {"error": "FORBIDDEN_HERE", "message": "ours"}))
+    api = client(transport, [])
+    with pytest.raises(ApiError) as raised:
+        api.request("GET", "/ops/workflows")
+    assert (raised.value.status, raised.value.code) == (403, "HTTP_403")
+    assert raised.value.message == "Forbidden" + OPS_FORBIDDEN_HINT
+    assert "--as operator" in raised.value.message
+    # a clients' route's 403 is left as it is, and so is a 403 the function itself wrote
+    with pytest.raises(ApiError) as raised:
+        api.request("POST", "/workflows", body={})
+    assert raised.value.message == "Forbidden"
+    with pytest.raises(ApiError) as raised:
+        api.request("GET", "/ops/overdue")
+    assert raised.value.message == "ours"

@@ -117,7 +117,8 @@ class ParentRef:
 
 
 def child_id(parent_id: str, step_index: int, index: int) -> str:
-    """The id of child ``index`` of the map step at ``step_index`` of workflow ``parent_id``: ``<parent>:<step>:<i>``.
+    """The id of child ``index`` of the map step at ``step_index`` (its place in ``definition.order``) of workflow
+    ``parent_id``: ``<parent>:<step index>:<i>``.
 
     Deterministic, so starting a child again (after a crash, or by the supervisor's check) finds the one started.
     """
