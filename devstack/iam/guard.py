@@ -4,10 +4,11 @@
 every retry loop goes through it; retries below it are not authorized again, as AWS authorizes each request but
 they are the same request). While `acting_as` names a `Principal`, each call is mapped to what IAM authorizes
 (`devstack.iam.requests.authorizations`) and evaluated (`devstack.iam.policy.evaluate`). A refused call raises the
-error AWS would (``AccessDeniedException`` from DynamoDB, Secrets Manager and Lambda; ``AccessDenied`` from SQS, S3
-and CloudWatch), inside the function, so its own error path runs; the refusal is also recorded (`refusals`) with the
-function, the action, the resource and the statement that would allow it, and appended as a JSON line to
-``$DEVSTACK_IAM_REFUSALS`` when that is set (how worker processes report to the local stack).
+error AWS would (``AccessDeniedException`` from DynamoDB and Secrets Manager; ``AccessDenied`` from SQS, S3 and
+CloudWatch; a call `devstack.iam.requests` does not map is refused as unmapped), inside the function, so its own
+error path runs; the refusal is also recorded (`refusals`) with the function, the action, the resource and the
+statement that would allow it, and appended as a JSON line to ``$DEVSTACK_IAM_REFUSALS`` when that is set (how
+worker processes report to the local stack).
 
 Calls made while no principal acts (a test's own setup, the local stack's provisioning) are not checked.
 """
@@ -126,18 +127,15 @@ EVENT_SOURCE_ACTIONS: Final = ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:G
 
 def event_source_refusals(principal: Principal, queue_arn: str) -> list[Refusal]:
     """What ``principal``'s role lacks for Lambda to poll ``queue_arn`` for it (empty when it may)."""
-    out = []
-    for action in EVENT_SOURCE_ACTIONS:
-        request = AuthRequest(action, queue_arn, {"aws:SecureTransport": ["true"]})
-        decision = evaluate(principal.statements, request)
-        if not decision.allowed:
-            missing = json.dumps({"Effect": "Allow", "Action": action, "Resource": queue_arn})
-            out.append(
-                Refusal(
-                    principal.function, "lambda:CreateEventSourceMapping", action, queue_arn, decision.reason, missing
-                )
-            )
-    return out
+    found = (
+        _refused(
+            principal,
+            "lambda:CreateEventSourceMapping",
+            AuthRequest(action, queue_arn, {"aws:SecureTransport": ["true"]}),
+        )
+        for action in EVENT_SOURCE_ACTIONS
+    )
+    return [refusal for refusal in found if refusal is not None]
 
 
 def install_for_worker() -> None:
@@ -166,16 +164,21 @@ def _check(principal: Principal, service: str, operation: str, params: dict[str,
         return Refusal(principal.function, name, "", "", str(error), "")
     except (KeyError, TypeError) as error:  # parameters botocore's validation will refuse anyway
         return Refusal(principal.function, name, "", "", f"cannot map its parameters ({error!r})", "")
-    for request in requests:
-        decision = evaluate(principal.statements, request)
-        if not decision.allowed:
-            missing = (
-                ""
-                if decision.statement
-                else json.dumps({"Effect": "Allow", "Action": request.action, "Resource": request.resource})
-            )
-            return Refusal(principal.function, name, request.action, request.resource, decision.reason, missing)
-    return None
+    return next((r for r in (_refused(principal, name, request) for request in requests) if r is not None), None)
+
+
+def _refused(principal: Principal, operation: str, request: AuthRequest) -> Refusal | None:
+    """The refusal of ``request`` (made for ``operation``) by ``principal``'s role, or None when it is allowed; a
+    request no statement allows names the statement that would (an explicit deny names none: no allow helps)."""
+    decision = evaluate(principal.statements, request)
+    if decision.allowed:
+        return None
+    missing = (
+        ""
+        if decision.statement
+        else json.dumps({"Effect": "Allow", "Action": request.action, "Resource": request.resource})
+    )
+    return Refusal(principal.function, operation, request.action, request.resource, decision.reason, missing)
 
 
 def _denied_error(client: Any, principal: Principal, operation: str, refusal: Refusal) -> Exception:

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from devstack.iam.policy import AuthRequest
 
-__all__ = ["CallContext", "UnmappedOperation", "authorizations", "mapped_operations"]
+__all__ = ["CallContext", "UnmappedOperation", "authorizations", "mapped_operations", "secret_arn"]
 
 
 class UnmappedOperation(LookupError):
@@ -235,15 +235,15 @@ def _list_objects(params: Mapping[str, Any], where: CallContext) -> list[AuthReq
 # ----------------------------------------------------------------------------------------------------- others
 
 
+def secret_arn(region: str, account: str, secret: str) -> str:
+    """The ARN of the secret ``secret`` (a name, or already an ARN) in ``region`` and ``account``. Its ARN ends with
+    a random suffix on AWS; the local stack's has none, and policies written as ``!Ref`` of the secret name it."""
+    return secret if secret.startswith("arn:") else f"arn:aws:secretsmanager:{region}:{account}:secret:{secret}"
+
+
 def _secret(action: str) -> Mapper:
     def mapper(params: Mapping[str, Any], where: CallContext) -> list[AuthRequest]:
-        secret = str(params["SecretId"])
-        arn = (
-            secret
-            if secret.startswith("arn:")
-            else f"arn:aws:secretsmanager:{where.region}:{where.account}:secret:{secret}"
-        )
-        return [_request(action, arn)]
+        return [_request(action, secret_arn(where.region, where.account, str(params["SecretId"])))]
 
     return mapper
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 from devstack.iam.policy import PolicyError, Statement, statements_of
-from devstack.iam.requests import CallContext
+from devstack.iam.requests import CallContext, secret_arn
 from devstack.sam import translate
 from devstack.template import Stack, TemplateError
 
@@ -116,7 +116,7 @@ def _secret_arns(stack: Stack) -> dict[str, str]:
     for logical_id, rtype, _condition, active in stack.template_resources():
         if active and rtype == "AWS::SecretsManager::Secret":
             name = stack.physical_id(logical_id)
-            out[name] = f"arn:aws:secretsmanager:{stack.region}:{stack.account_id}:secret:{name}"
+            out[name] = secret_arn(stack.region, stack.account_id, name)
     return out
 
 

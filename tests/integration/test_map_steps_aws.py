@@ -11,6 +11,7 @@ from devstack.iam.guard import clear_refusals
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 from sasflow.fanout import MapProgress, child_id
 from tests.integration.conftest import Deployed
+from tests.support.lambdas import load_event
 
 CHILD = {
     "name": "charge-one",
@@ -121,3 +122,49 @@ def test_without_batchgetitem_the_schedulers_role_refuses_to_collect_a_map_and_t
 
 def table(deployed: Deployed) -> str:
     return deployed.physical["StateTable"]
+
+
+def uncollected_map(deployed: Deployed) -> str:
+    """A map of three whose children all ended but whose scheduler could not collect them (its role without
+    BatchGetItem, as in the test above), then the supervisor's run past the map step's complete-by; its id."""
+    scheduler_role = deployed.roles["SchedulerFunction"]
+    deployed.roles["SchedulerFunction"] = scheduler_role.without("dynamodb:BatchGetItem")
+    status, started = deployed.api("POST", "/workflows", body([1, 2, 3], max_concurrency=3, timeout_seconds=60))
+    assert status == 201
+    wid = started["workflow_id"]
+    deployed.pump()
+    assert deployed.api("GET", f"/workflows/{wid}")[1]["status"] == "RUNNING"
+    clear_refusals()
+    deployed.fn("SchedulerFunction").principal = scheduler_role  # the scheduler's role as deployed again
+    deployed.clock.advance(60 + 31)  # past complete-by + DeadlineGraceSeconds
+    deployed.fn("SupervisorFunction").invoke(load_event("supervisor_scheduled.json"))
+    deployed.pump()
+    return wid
+
+
+def test_the_supervisor_collects_a_map_its_scheduler_could_not_under_its_own_role(deployed: Deployed) -> None:
+    # Given a map of three whose children ended but whose collection failed, When the supervisor runs past the map
+    # step's complete-by
+    wid = uncollected_map(deployed)
+    # Then it collects the children itself (BatchGetItem, which its role allows) and the parent completes
+    _, view = deployed.api("GET", f"/workflows/{wid}")
+    assert view["status"] == "COMPLETED"
+    output = view["steps"][0]["output"]
+    assert (output["total"], output["succeeded"], output["failed"]) == (3, 3, 0)
+    assert clear_refusals() == []
+    # and the children take the ended parent's retention
+    parent = store(deployed).load(wid)
+    children = store(deployed).load_many([child_id(wid, 0, i) for i in range(3)])
+    assert parent is not None and parent.workflow.expires_at is not None
+    assert {c.workflow.expires_at for c in children.values()} == {parent.workflow.expires_at}
+
+
+def test_without_batchgetitem_the_supervisors_role_refuses_to_collect_a_map(deployed: Deployed) -> None:
+    # Given the supervisor's role without dynamodb:BatchGetItem
+    deployed.roles["SupervisorFunction"] = deployed.roles["SupervisorFunction"].without("dynamodb:BatchGetItem")
+    # When it finds the uncollected map overdue
+    wid = uncollected_map(deployed)
+    # Then its read of the children is refused as on AWS, and the parent stays RUNNING
+    assert deployed.api("GET", f"/workflows/{wid}")[1]["status"] == "RUNNING"
+    refused = clear_refusals()
+    assert {(r.function, r.action) for r in refused} == {("SupervisorFunction", "dynamodb:BatchGetItem")}
