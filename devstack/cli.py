@@ -181,16 +181,24 @@ def faults_examples() -> list[str]:
 
 @app.command()
 def up(
-    port: Annotated[int, typer.Option("--port", help="Port of the HTTP API emulator (0 = any free port).")] = 3000,
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port of the HTTP API emulator (0 = any free port).")
+    ] = 3000,
     template: TemplateOption = DEFAULT_TEMPLATE,
     param: ParamOption = None,
     stack_name: StackNameOption = "sasflow",
     schedule_interval: Annotated[
-        float | None, typer.Option("--schedule-interval", help="Run every schedule this often (seconds).")
+        float | None,
+        typer.Option(
+            "--schedule-interval", min=0.1, help="Run every schedule this often (seconds; default: its own rate)."
+        ),
     ] = None,
-    sqs_concurrency: Annotated[int, typer.Option("--sqs-concurrency", help="Poll threads per SQS mapping.")] = 2,
+    sqs_concurrency: Annotated[
+        int, typer.Option("--sqs-concurrency", min=1, max=64, help="Poll threads per SQS mapping.")
+    ] = 2,
     visibility_timeout: Annotated[
-        int | None, typer.Option("--visibility-timeout", help="Visibility timeout when polling (seconds).")
+        int | None,
+        typer.Option("--visibility-timeout", min=0, max=43_200, help="Visibility timeout when polling (seconds)."),
     ] = None,
     log_dir: Annotated[Path, typer.Option("--log-dir", help="Folder of the per-function logs.")] = DEFAULT_LOG_DIR,
     verbose: Annotated[
@@ -281,6 +289,24 @@ def _up(
             server.stop()
 
 
+def batching_windows_line(local: LocalStack) -> str:
+    """The batching windows the local stack's SQS pollers run with, and the ``Profile`` that chose them:
+    ``Profile=latency: scheduler 0 s, agents 0 s`` (docs/deploy.md, "Latency and cost")."""
+    by_function = {poller.name.split(".", 1)[0]: poller.spec.batching_window_seconds for poller in local.pollers}
+    scheduler = by_function.pop("SchedulerFunction", None)
+    agents = sorted(set(by_function.values()))
+    profile = local.stack.parameters.get("Profile")
+    windows = ", ".join(
+        part
+        for part in (
+            f"scheduler {scheduler:g} s" if scheduler is not None else "",
+            f"agents {'/'.join(f'{w:g}' for w in agents)} s" if agents else "",
+        )
+        if part
+    )
+    return f"Profile={profile}: {windows}" if profile else windows
+
+
 def _request_queues(local: LocalStack) -> dict[str, dict[str, str]]:
     """Each agent's request queue (``agents.yaml``'s name -> the queue's URL and the logical name of its dead-letter
     queue, as ``sasflow dlq list`` shows it), for ``faults --poison-message``."""
@@ -326,6 +352,7 @@ def _serve_until_stopped(
                 "and its Try it out, which is taken as signed by the identity picked under Servers)",
                 soft_wrap=True,
             )
+        console.print(f"[bold]windows[/]       {batching_windows_line(local)}", highlight=False)
         console.print(f"[bold]moto endpoint[/] {local.endpoint_url}  (AWS_ENDPOINT_URL for the aws cli / boto3)")
         console.print(f"[bold]function logs[/] {log_dir.resolve()}/<LogicalId>.log")
         if local.check_roles:

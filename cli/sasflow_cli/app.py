@@ -138,6 +138,8 @@ def _json_arg(value: str, what: str) -> Any:
     if not value.lstrip().startswith(("{", "[", '"')) and path.is_file():
         try:
             return json.loads(path.read_text(encoding="utf-8"))
+        except RecursionError:
+            raise CliUsageError(f"{what} {value}: JSON nested too deeply (the API takes 64 levels)") from None
         except json.JSONDecodeError as error:
             raise CliUsageError(
                 f"{what} {value}: not JSON: line {error.lineno} column {error.colno}: {error.msg}"
@@ -150,6 +152,8 @@ def _json_arg(value: str, what: str) -> Any:
         raise CliUsageError(
             f"{what}: neither a file nor JSON ({error.msg} at line {error.lineno} column {error.colno}): {value[:80]!r}"
         ) from None
+    except RecursionError:
+        raise CliUsageError(f"{what}: JSON nested too deeply (the API takes 64 levels)") from None
 
 
 def _json_object(value: str, what: str) -> dict[str, Any]:
@@ -229,6 +233,13 @@ def start(
     """Start a workflow from a file like events/trip_booking_request.json."""
     state = _state(ctx)
     request = _json_object(str(file), "FILE")
+    if "definition" not in request and "steps" in request:
+        name = request.get("name", "<name>")
+        raise CliUsageError(
+            f"FILE {file} is a definition, not a start request ({{definition, input}}): publish it with "
+            f"`sasflow --as client-a definitions push {file}`, then start it by name with a file of "
+            f'{{"definition": {{"name": "{name}"}}, "input": {{...}}}}'
+        )
     if input_ is not None:
         request["input"] = _json_object(input_, "--input")  # the workflow input is an object (steps read input.*)
     view = state.client.start(request, idempotency_key=key or state.new_key())
@@ -377,6 +388,12 @@ def list_(
         _print_json(merged)
     else:
         _print_table(render.workflow_list_table(pages, wide=wide), wide)
+        paused = int((pages[0].get("counts") or {}).get("PAUSED") or 0)
+        if status in ("HELD", "COMPENSATION_FAILED") and paused:
+            errors.print(
+                f"note: {paused} paused workflow(s) are listed under --status PAUSED (a paused {status} one counts "
+                "there, not here); `sasflow list` shows everything that waits for a person"
+            )
 
 
 def _attention_page(per_kind: list[list[dict[str, Any]]]) -> dict[str, Any]:

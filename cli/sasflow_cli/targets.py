@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .client import SasflowClient, Signer, Transport
 
@@ -133,6 +134,11 @@ def build_client(
         raise TargetError("give the API with --url URL (local stack) or --stack NAME (deployed), exactly one")
     signer: Signer
     if url:
+        parsed = urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise TargetError(
+                f"--url {url}: expected the API's URL with its scheme, as make up prints it (http://127.0.0.1:3000)"
+            )
         if caller not in LOCAL_IDENTITIES:
             raise TargetError(f"--as {caller}: the local identities are {', '.join(LOCAL_IDENTITIES)}")
         signer = LocalSigner(caller, region or "us-east-1")

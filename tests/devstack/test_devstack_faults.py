@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,26 @@ def test_apply_resets_before_it_sets_so_reset_and_outage_leave_only_the_outage(
     [row] = apply({"hotels": servers["hotels"].base_url}, KnobChanges(outage_seconds=30, reset=True))
     assert servers["hotels"].service.knobs == FaultKnobs(outage_start=NOW, outage_end=NOW + 30)
     assert row.knobs == servers["hotels"].service.knobs.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "bound"),
+    [
+        ("--port", "99999", "less than or equal to 65535"),
+        ("--port", "-1", "greater than or equal to 0"),
+        ("--schedule-interval", "0", "greater than or equal to 0.1"),
+        ("--schedule-interval", "-1", "greater than or equal to 0.1"),
+        ("--sqs-concurrency", "0", "greater than or equal to 1"),
+        ("--visibility-timeout", "-5", "greater than or equal to 0"),
+    ],
+)
+def test_make_up_refuses_an_option_out_of_range_before_it_starts_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str, value: str, bound: str
+) -> None:
+    # From a new user's trial: --port 99999 and --schedule-interval -1 ended in tracebacks, and 0 was ignored
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["up", option, value], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())  # the words of Rich's error box
+    assert f"Invalid value for '{option}'" in text and bound in text, text
+    assert not (tmp_path / ".devstack").exists()  # refused before the lock or anything else

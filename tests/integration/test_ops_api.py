@@ -226,6 +226,11 @@ def test_a_forged_listing_cursor_is_400_like_any_bad_cursor(deployed: Deployed) 
         "status=COMPLETED": {"k": {"pk": {"N": "1"}, "sk": {"S": "#WF"}}},  # a key of the wrong type
         "status=PAUSED": {"k": "not a key"},
         "status=CANCELLING": {"s": "x", "k": None},
+        # from an on-call trial: an empty state, or one of other names, paged from the start (200)
+        "status=RUNNING&x=1": {},
+        "status=HELD&y=1": {"a": 1},
+        "status=COMPENSATION_FAILED": {"k": None},
+        "status=COMPLETED&z=1": {"k": None, "s": 0, "extra": 1},
     }
     for query, state in forged.items():
         status, body = deployed.ops("GET", "/ops/workflows", query=f"{query}&cursor={_forged(state)}")

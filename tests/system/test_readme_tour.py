@@ -38,6 +38,8 @@ def stack(tmp_path: Path) -> Iterator[RunningUp]:
 
 
 def test_the_readme_tour_runs_as_written_and_the_stack_stops_cleanly(stack: RunningUp) -> None:
+    # the banner says which batching windows run (the default Profile: no window anywhere)
+    assert "windows       Profile=latency: scheduler 0 s, agents 0 s\n" in stack.printed, stack.printed
     commands = [line for block in tour_blocks()[1:] for line in block if not line.startswith("URL=")]
     workflow_id = ""
     codes = []

@@ -443,3 +443,54 @@ def test_api_gateways_bare_403_on_an_operators_route_says_who_may_call_it() -> N
     with pytest.raises(ApiError) as raised:
         api.request("GET", "/ops/overdue")
     assert raised.value.message == "ours"
+
+
+def test_careless_targets_and_inputs_are_one_line_errors_not_tracebacks(tmp_path: Any) -> None:
+    # From a new user's trial: each of these ended in a Python traceback or an unreadable 422
+    runner = CliRunner()
+    for url in ("127.0.0.1:3000", "localhost:3000", "not a url", "ftp://127.0.0.1:3000"):
+        result = runner.invoke(app, ["--url", url, "list"])
+        assert result.exit_code == 2, url
+        assert f"error: --url {url}: expected the API's URL with its scheme" in result.stderr, url
+    transport = FakeTransport()
+    state = CliState(client_=client(transport, []))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5_000 + "]" * 5_000)
+    trip = tmp_path / "trip.json"
+    trip.write_text('{"definition": {}, "input": {}}')
+    result = runner.invoke(app, ["start", str(trip), "--input", str(deep)], obj=state)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"error: --input {deep}: JSON nested too deeply (the API takes 64 levels)\n",
+    )
+    result = runner.invoke(app, ["start", str(trip), "--input", "[" * 5_000 + "]" * 5_000], obj=state)
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: --input: JSON nested too deeply (the API takes 64 levels)\n",
+    )
+    definition = tmp_path / "trip-booking.json"
+    definition.write_text('{"name": "trip-booking", "version": 1, "steps": []}')
+    result = runner.invoke(app, ["start", str(definition)], obj=state)
+    assert result.exit_code == 2
+    assert "is a definition, not a start request" in result.stderr
+    assert f"definitions push {definition}" in result.stderr.replace("\n", "")
+    assert transport.requests == []
+
+
+def test_list_of_held_workflows_says_where_a_paused_held_one_is() -> None:
+    # From an on-call trial: a paused HELD workflow is counted and listed as PAUSED, so the alarm's own command
+    # (`list --status HELD`) showed none of it
+    counts = {"COMPENSATION_FAILED": 0, "HELD": 1, "PAUSED": 1}
+    transport = FakeTransport((200, page(row("h-1", "HELD", 1_800_000_010), counts=counts)))
+    result = CliRunner().invoke(app, ["list", "--status", "HELD"], obj=CliState(client_=client(transport, [])))
+    assert result.exit_code == 0, result.output
+    assert "h-1" in result.stdout
+    assert result.stderr == (
+        "note: 1 paused workflow(s) are listed under --status PAUSED (a paused HELD one counts there, not here); "
+        "`sasflow list` shows everything that waits for a person\n"
+    )
+    # and with nothing paused there is no note
+    counts["PAUSED"] = 0
+    transport = FakeTransport((200, page(row("h-1", "HELD", 1_800_000_010), counts=counts)))
+    result = CliRunner().invoke(app, ["list", "--status", "HELD"], obj=CliState(client_=client(transport, [])))
+    assert result.stderr == ""

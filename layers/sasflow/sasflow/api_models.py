@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import PydanticCustomError
 
 from .callbacks import task_token
 from .definition import WorkflowDefinition
@@ -46,10 +47,27 @@ _TRIP_EXAMPLE: dict[str, Any] = {
 
 
 def _inline_or_registered(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A definition with ``steps`` is inline, one without names a registered one; errors keep their own path."""
+    """A definition with ``steps`` is inline, one without names a registered one; errors keep their own path.
+    Anything but an object (a bare name, the most likely slip) is one error that shows both forms."""
     if isinstance(value, dict):
         return (WorkflowDefinition if "steps" in value else DefinitionRef).model_validate(value)
-    return handler(value)
+    if isinstance(value, WorkflowDefinition | DefinitionRef):
+        return handler(value)
+    raise PydanticCustomError(
+        "definition_not_an_object",
+        'expected an object: a registered definition as {"name": "<name>", "version": <n>} (no version: the '
+        "latest), or the definition itself with its steps; got {given}",
+        {"given": f"the string {value[:64]!r}" if isinstance(value, str) else _JSON_KINDS.get(type(value), "a value")},
+    )
+
+
+_JSON_KINDS: dict[type, str] = {
+    list: "an array",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 class StartWorkflowRequest(BaseModel):

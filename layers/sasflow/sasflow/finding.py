@@ -54,7 +54,8 @@ def _decode(cursor: str) -> dict[str, Any]:
         state = json.loads(base64.urlsafe_b64decode(padded.encode()))
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InvalidCursorError("the cursor is not one this API gave") from None
-    if not isinstance(state, dict):
+    # Every cursor this API gives holds where to go on: "k" (a key), with "s" (a shard) for the in-flight listing
+    if not isinstance(state, dict) or "k" not in state or not set(state) <= {"s", "k"}:
         raise InvalidCursorError("the cursor is not one this API gave")
     return state
 
@@ -117,6 +118,8 @@ class WorkflowFinder:
                 and (status is None or status in (summary.status, summary.attention))
             )
 
+        if cursor and status not in IN_FLIGHT and status is not None and state["k"] is None:
+            raise InvalidCursorError("the cursor is not one this API gave")  # only the in-flight one ends a shard
         if status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, state.get("k"))
             page = self._current(found, wanted, source="attention index")
