@@ -355,3 +355,17 @@ def test_each_transition_logs_one_lean_line_whose_correlation_id_is_the_workflow
         }
         assert "function_request_id" in line
         assert "Ada" not in json.dumps(line)
+
+
+def test_a_start_naming_its_definition_by_a_bare_string_is_one_error_that_shows_both_forms(deployed: Deployed) -> None:
+    # From a new user's trial: {"definition": "trip-booking"} answered pydantic's union internals
+    # (body.definition.function-after[_valid_graph_and_references(), ...]) and "a valid dictionary"
+    status, body = deployed.api("POST", "/workflows", {"definition": "trip-booking", "input": {}})
+    assert (status, body["error"]) == (422, "VALIDATION_ERROR")
+    [detail] = body["details"]
+    assert detail["loc"] == ["body", "definition"]
+    assert detail["msg"] == (
+        'expected an object: a registered definition as {"name": "<name>", "version": <n>} (no version: the latest),'
+        " or the definition itself with its steps; got the string 'trip-booking'"
+    )
+    assert deployed.items() == []
