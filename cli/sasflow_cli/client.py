@@ -182,7 +182,7 @@ class SasflowClient:
                 status, raw = self.transport(method, url, data, signed)
             except OSError as error:
                 if attempt == tries:
-                    raise ApiError(0, "UNREACHABLE", f"{method} {url}: {error}") from error
+                    raise ApiError(0, "UNREACHABLE", f"{method} {url}: {error}{UNREACHABLE_HINT}") from error
             else:
                 if status < 400:
                     return json.loads(raw) if raw else None
@@ -305,6 +305,8 @@ class SasflowClient:
         return self.request("POST", "/ops/dead-letters/redrive", body=body)
 
 
+#: Added when nothing answered, after every try.
+UNREACHABLE_HINT = " (nothing answered: is the stack up? `make up` prints its URL; a deployed stack: --stack NAME)"
 #: Added to API Gateway's bare 403 on an operators' route: who may call it, and how to sign as them.
 OPS_FORBIDDEN_HINT = (
     " (the /ops routes are the operators': IAM allows them to the operator role only. Sign as an operator: on the"

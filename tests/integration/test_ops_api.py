@@ -266,3 +266,13 @@ def test_overdue_is_sorted_oldest_first_across_shards_and_takes_older_than(deplo
     expected = [w for w in ids if int(items[w]["complete_by"]["N"]) < now - 100]
     assert [w["workflow_id"] for w in body["overdue"]] == expected and 0 < len(expected) < len(ids)
     assert body["older_than_seconds"] == 100
+
+
+def test_an_action_naming_a_step_the_workflow_does_not_have_is_422_no_such_step(deployed: Deployed) -> None:
+    # From an on-call trial: `retry ID --step nosuch` answered INVALID_DEFINITION, which reads as a broken definition
+    wid = held_at_payment(deployed)
+    status, body = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "typo", "step": "nosuch"})
+    assert (status, body["error"]) == (422, "NO_SUCH_STEP")
+    assert body["message"] == "the workflow has no step 'nosuch'; its steps: reserve_flight, book_hotel, charge_card"
+    status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert (status, view["status"]) == (200, "HELD")  # nothing changed

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from sasflow_cli import render
 from sasflow_cli.app import CliState, app
-from sasflow_cli.client import OPS_FORBIDDEN_HINT, ApiError, SasflowClient
+from sasflow_cli.client import OPS_FORBIDDEN_HINT, UNREACHABLE_HINT, ApiError, SasflowClient
 from sasflow_cli.watch import watch
 
 
@@ -72,6 +72,7 @@ def test_a_post_without_a_key_is_not_retried_and_errors_carry_the_api_code() -> 
     with pytest.raises(ApiError) as raised:
         client(transport, []).get("wf-1")
     assert (raised.value.status, raised.value.code) == (0, "UNREACHABLE")
+    assert raised.value.message.endswith(UNREACHABLE_HINT) and "make up" in UNREACHABLE_HINT
 
 
 def test_history_and_list_follow_their_cursors() -> None:

@@ -16,9 +16,9 @@ from sasflow.api_models import HistoryPage, WorkflowView, events_of
 from sasflow.errors import (
     ConditionFailedError,
     IdempotencyKeyConflictError,
-    InvalidDefinitionError,
     MissingReferenceError,
     OutputNeededError,
+    UnknownStepError,
 )
 from sasflow.finding import WorkflowFinder
 from sasflow.states import StepStatus, WorkflowStatus
@@ -140,8 +140,10 @@ def test_a_paused_held_workflow_is_listed_and_counted_as_paused_and_as_held_agai
 def test_an_unknown_step_is_refused_as_such() -> None:
     p = Pipeline()
     wid = held_at_hotel(p)
-    with pytest.raises(InvalidDefinitionError, match="the workflow has no step 'nosuch'"):
+    with pytest.raises(UnknownStepError) as raised:
         act(p, wid, "skip", "s-1", step="nosuch", output={})
+    # the message names the steps there are (a 422 NO_SUCH_STEP at the API, not INVALID_DEFINITION)
+    assert str(raised.value) == "the workflow has no step 'nosuch'; its steps: reserve_flight, book_hotel, charge_card"
 
 
 def held_at_flight(p: Pipeline) -> str:

@@ -69,6 +69,7 @@ from .errors import (
     MissingReferenceError,
     PayloadTooLargeError,
     UnauthenticatedError,
+    UnknownStepError,
     WaitNotEvaluatedError,
     WorkflowNotFoundError,
 )
@@ -147,6 +148,7 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     CallbackUsedError: _Refusal(409, "CALLBACK_ALREADY_USED", "The task token was used already"),
     CallbackExpiredError: _Refusal(410, "CALLBACK_EXPIRED", "The task token's attempt is over"),
     MissingReferenceError: _Refusal(422, "MISSING_REFERENCE", "A reference of the first step's input found nothing"),
+    UnknownStepError: _Refusal(422, "NO_SUCH_STEP", "The action names a step the workflow does not have"),
     ConditionNotEvaluatedError: _Refusal(422, "CONDITION_NOT_EVALUATED", "A first step's when could not be evaluated"),
     WaitNotEvaluatedError: _Refusal(422, "WAIT_NOT_EVALUATED", "A first step's until is not a time"),
     RequestValidationError: _Refusal(422, "VALIDATION_ERROR", "Invalid request", _validation_message),

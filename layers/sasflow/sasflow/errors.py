@@ -23,6 +23,10 @@ class InvalidDefinitionError(PermanentError):
     """A workflow definition failed validation (unknown dependency, cycle, bad JMESPath reference)."""
 
 
+class UnknownStepError(InvalidDefinitionError):
+    """An operator's action names a step the workflow's definition does not have."""
+
+
 class MissingReferenceError(InvalidDefinitionError):
     """A ``key.$`` reference of a step's input resolved to nothing, and the definition gives no default.
 

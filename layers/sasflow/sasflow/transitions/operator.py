@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..definition import AnyStep, MapStep
-from ..errors import ConditionFailedError, IdempotencyKeyConflictError, InvalidDefinitionError, OutputNeededError
+from ..errors import ConditionFailedError, IdempotencyKeyConflictError, OutputNeededError, UnknownStepError
 from ..history import decode
 from ..records import StepRecord
 from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
@@ -93,7 +93,8 @@ class OperatorTransitions(TransitionBase):
             f"workflow is {self._status().value}: only a step of a HELD workflow can be retried or skipped",
         )
         if step is not None and step not in {s.name for s in self.definition.steps}:
-            raise InvalidDefinitionError(f"the workflow has no step {step!r}")
+            names = ", ".join(s.name for s in self.definition.steps)
+            raise UnknownStepError(f"the workflow has no step {step!r}; its steps: {names}")
         failed = [r for r in self.snapshot.steps.values() if r.status is StepStatus.FAILED]
         if step is None:
             self._refuse_unless(len(failed) == 1, f"name the step: {sorted(r.step for r in failed)} failed")
