@@ -202,7 +202,12 @@ WorkflowId = Annotated[str, typer.Argument(metavar="ID", help="The workflow's id
 @app.callback()
 def target(
     ctx: typer.Context,
-    url: Annotated[str | None, typer.Option("--url", envvar="SASFLOW_URL", help="Local stack API URL.")] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", envvar="SASFLOW_URL", help="Local stack API URL [default: the make up running in this folder]."
+        ),
+    ] = None,
     stack: Annotated[
         str | None, typer.Option("--stack", envvar="SASFLOW_STACK", help="Deployed CloudFormation stack name.")
     ] = None,

@@ -6,10 +6,14 @@
   (template.yaml ``Outputs``), read with CloudFormation ``DescribeStacks``; requests are signed for
   ``execute-api`` by botocore's SigV4 signer with the standard credential chain (environment, profile, SSO, role),
   in the session's region (``--region`` or the profile's).
+- Neither: the ``make up`` running in this folder, found through its lock file ``.devstack/up.lock`` (its
+  ``api_url``; the file is emptied when that stack stops), as ``python -m devstack faults`` finds it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -114,6 +118,30 @@ def api_url_of_stack(session: boto3.Session, stack_name: str) -> str:
     raise TargetError(f"stack {stack_name} has no {API_URL_OUTPUT} output (is it a sasflow stack?)")
 
 
+#: The lock file of the ``make up`` of a checkout, relative to it (devstack.uplock writes it).
+UP_LOCK = Path(".devstack") / "up.lock"
+
+
+def running_local_url(lock: Path = UP_LOCK) -> str | None:
+    """The API URL of the ``make up`` running in this folder, or None: no lock, an emptied one (that stack stopped),
+    one still starting (no ``api_url`` yet), or one whose process is gone."""
+    try:
+        running = json.loads(lock.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(running, dict) or not isinstance(running.get("api_url"), str):
+        return None
+    pid = running.get("pid")
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # alive, another user's
+    return str(running["api_url"])
+
+
 def build_client(
     *,
     url: str | None,
@@ -130,8 +158,13 @@ def build_client(
     TargetError
         Neither or both of ``url`` and ``stack``, an unknown local identity, or a stack that cannot be read.
     """
+    if not url and not stack:
+        url = running_local_url()
     if bool(url) == bool(stack):
-        raise TargetError("give the API with --url URL (local stack) or --stack NAME (deployed), exactly one")
+        raise TargetError(
+            "give the API with --url URL (local stack) or --stack NAME (deployed), exactly one"
+            + ("" if stack else "; no `make up` is running in this folder to default to")
+        )
     signer: Signer
     if url:
         parsed = urlsplit(url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from sasflow_cli import render
 from sasflow_cli.app import CliState, app
 from sasflow_cli.client import OPS_FORBIDDEN_HINT, UNREACHABLE_HINT, ApiError, SasflowClient
+from sasflow_cli.targets import TargetError, build_client, running_local_url
 from sasflow_cli.watch import watch
 
 
@@ -495,3 +497,26 @@ def test_list_of_held_workflows_says_where_a_paused_held_one_is() -> None:
     transport = FakeTransport((200, page(row("h-1", "HELD", 1_800_000_010), counts=counts)))
     result = CliRunner().invoke(app, ["list", "--status", "HELD"], obj=CliState(client_=client(transport, [])))
     assert result.stderr == ""
+
+
+def test_without_a_target_the_cli_talks_to_the_make_up_running_in_this_folder(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From a new user's trial: `sasflow list` beside a running `make up` said to give --url, though
+    # `python -m devstack faults` finds that stack through its lock
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SASFLOW_URL", raising=False)
+    monkeypatch.delenv("SASFLOW_STACK", raising=False)
+    lock = tmp_path / ".devstack" / "up.lock"
+    lock.parent.mkdir()
+    # no lock, an emptied one (the stack stopped), one still starting, one of a process that is gone: no default
+    assert running_local_url() is None
+    for content in ("", json.dumps({"pid": os.getpid()}), json.dumps({"pid": 2**22 + 12_345, "api_url": "http://x"})):
+        lock.write_text(content)
+        assert running_local_url() is None, content
+        with pytest.raises(TargetError, match="no `make up` is running in this folder"):
+            build_client(url=None, stack=None)
+    # a live one: its URL, signed as the operator by default
+    lock.write_text(json.dumps({"pid": os.getpid(), "api_url": "http://127.0.0.1:3999"}))
+    assert running_local_url() == "http://127.0.0.1:3999"
+    assert build_client(url=None, stack=None).base_url.rstrip("/") == "http://127.0.0.1:3999"
