@@ -495,6 +495,15 @@ def _act(
     else:
         console.print(f"{action}: done")
         console.print(render.workflow_table(view, now=state.now()))
+        if view.get("paused") and action in _WAITS_FOR_RESUME:
+            errors.print(
+                f"note: the workflow is paused: what {action} starts is dispatched once you `resume` it "
+                "(replies to steps in flight are still handled)"
+            )
+
+
+#: Actions whose effect is new dispatches, which a paused workflow holds back until it is resumed.
+_WAITS_FOR_RESUME = frozenset({"cancel", "compensate", "retry", "retry-compensation"})
 
 
 # ----------------------------------------------------------------------------------------------------- callbacks

@@ -183,7 +183,8 @@ def test_skip_sends_no_output_without_the_option_and_an_explicit_null_as_null(
     assert json.loads(transport.requests[0][2]) == body
 
 
-def test_no_target_is_a_usage_error() -> None:
+def test_no_target_is_a_usage_error(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no make up here to default to
     result = CliRunner().invoke(app, ["get", "wf-1"], env={"SASFLOW_URL": "", "SASFLOW_STACK": ""})
     assert result.exit_code == 2
     assert "--url URL (local stack) or --stack NAME (deployed)" in result.stderr
@@ -520,3 +521,22 @@ def test_without_a_target_the_cli_talks_to_the_make_up_running_in_this_folder(
     lock.write_text(json.dumps({"pid": os.getpid(), "api_url": "http://127.0.0.1:3999"}))
     assert running_local_url() == "http://127.0.0.1:3999"
     assert build_client(url=None, stack=None).base_url.rstrip("/") == "http://127.0.0.1:3999"
+
+
+def test_an_action_on_a_paused_workflow_says_it_waits_for_resume() -> None:
+    # From an on-call trial: cancel of a paused HELD workflow answered "cancel: done", then stayed CANCELLING
+    view = {"workflow_id": "w", "status": "CANCELLING", "paused": True, "steps": []}
+    for action, args in (("cancel", []), ("compensate", []), ("retry", ["--step", "b"])):
+        transport = FakeTransport((200, view))
+        state = CliState(client_=client(transport, []), new_key=lambda: "key-9")
+        result = CliRunner().invoke(app, [action, "w", "--reason", "r", *args], obj=state)
+        assert result.exit_code == 0, result.output
+        assert result.stderr == (
+            f"note: the workflow is paused: what {action} starts is dispatched once you `resume` it (replies to "
+            "steps in flight are still handled)\n"
+        )
+    # and not for pause itself, nor for a workflow that is not paused
+    for action, paused in (("pause", True), ("cancel", False)):
+        transport = FakeTransport((200, {**view, "paused": paused}))
+        state = CliState(client_=client(transport, []), new_key=lambda: "key-9")
+        assert CliRunner().invoke(app, [action, "w", "--reason", "r"], obj=state).stderr == ""
