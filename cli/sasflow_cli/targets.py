@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -123,23 +124,31 @@ UP_LOCK = Path(".devstack") / "up.lock"
 
 
 def running_local_url(lock: Path = UP_LOCK) -> str | None:
-    """The API URL of the ``make up`` running in this folder, or None: no lock, an emptied one (that stack stopped),
-    one still starting (no ``api_url`` yet), or one whose process is gone."""
+    """The API URL of the ``make up`` running in this folder, or None: no lock file, one nobody holds (its stack
+    stopped, however it ended), or one still starting (no ``api_url`` yet).
+
+    Live means what ``devstack.uplock.read_running`` means (this package does not import devstack): ``make up``
+    holds an ``flock`` on the file for its life, which the kernel drops when the process ends.
+    """
     try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # held: a live stack
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
         running = json.loads(lock.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         return None
-    if not isinstance(running, dict) or not isinstance(running.get("api_url"), str):
-        return None
-    pid = running.get("pid")
-    if isinstance(pid, int):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass  # alive, another user's
-    return str(running["api_url"])
+    finally:
+        os.close(fd)
+    api_url = running.get("api_url") if isinstance(running, dict) else None
+    return api_url if isinstance(api_url, str) else None
 
 
 def build_client(

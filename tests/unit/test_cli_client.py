@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from devstack.uplock import UpLock
 from sasflow_cli import render
 from sasflow_cli.app import CliState, app
 from sasflow_cli.client import OPS_FORBIDDEN_HINT, UNREACHABLE_HINT, ApiError, SasflowClient
@@ -510,17 +510,20 @@ def test_without_a_target_the_cli_talks_to_the_make_up_running_in_this_folder(
     monkeypatch.delenv("SASFLOW_STACK", raising=False)
     lock = tmp_path / ".devstack" / "up.lock"
     lock.parent.mkdir()
-    # no lock, an emptied one (the stack stopped), one still starting, one of a process that is gone: no default
+    # no lock file, or one nobody holds (its stack stopped, even with its URL still in it): no default
     assert running_local_url() is None
-    for content in ("", json.dumps({"pid": os.getpid()}), json.dumps({"pid": 2**22 + 12_345, "api_url": "http://x"})):
-        lock.write_text(content)
-        assert running_local_url() is None, content
-        with pytest.raises(TargetError, match="no `make up` is running in this folder"):
-            build_client(url=None, stack=None)
-    # a live one: its URL, signed as the operator by default
-    lock.write_text(json.dumps({"pid": os.getpid(), "api_url": "http://127.0.0.1:3999"}))
-    assert running_local_url() == "http://127.0.0.1:3999"
-    assert build_client(url=None, stack=None).base_url.rstrip("/") == "http://127.0.0.1:3999"
+    lock.write_text(json.dumps({"pid": 2**22 + 12_345, "api_url": "http://127.0.0.1:3999"}))
+    assert running_local_url() is None
+    with pytest.raises(TargetError, match="no `make up` is running in this folder"):
+        build_client(url=None, stack=None)
+    # held by a live make up (devstack.uplock): still starting (no URL yet), then its URL
+    with UpLock(lock) as held:
+        assert running_local_url() is None
+        held.publish(api_url="http://127.0.0.1:3999")
+        assert running_local_url() == "http://127.0.0.1:3999"
+        assert build_client(url=None, stack=None).base_url.rstrip("/") == "http://127.0.0.1:3999"
+    # and an emptied one (released) is no default
+    assert lock.read_text() == "" and running_local_url() is None
 
 
 def test_an_action_on_a_paused_workflow_says_it_waits_for_resume() -> None:
