@@ -130,7 +130,7 @@ def failure_reason(error: BaseException | None) -> str:
 
 def log_failure(record: Any, reason: str, *, permanent: bool) -> None:
     """Write the ``batch item failed`` line of ``record`` (an SQS record dict or ``SQSRecord``)."""
-    raw = record.raw_event if isinstance(record, SQSRecord) else record
+    raw = _raw(record)
     attributes = raw.get("attributes") if isinstance(raw, dict) else None
     try:
         receive_count = int((attributes or {}).get("ApproximateReceiveCount", 0))
@@ -147,9 +147,14 @@ def log_failure(record: Any, reason: str, *, permanent: bool) -> None:
     )
 
 
+def _raw(record: Any) -> Any:
+    """An SQS record as Lambda passed it: powertools keeps raw dicts in some lists and data classes in others."""
+    return record.raw_event if isinstance(record, SQSRecord) else record
+
+
 def _receipt(record: Any) -> Receipt | None:
     """The queue and receipt handle of an SQS record (dict or ``SQSRecord``), or None when it lacks either."""
-    raw = record.raw_event if isinstance(record, SQSRecord) else record
+    raw = _raw(record)
     if not isinstance(raw, dict):
         return None
     queue_arn, handle = raw.get("eventSourceARN"), raw.get("receiptHandle")

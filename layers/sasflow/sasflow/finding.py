@@ -60,6 +60,14 @@ def _decode(cursor: str) -> dict[str, Any]:
     return state
 
 
+def _resume_key(state: dict[str, Any]) -> Any:
+    """The key a one-partition listing goes on from (None: from the start, no cursor given). Its cursors always hold
+    one: only the in-flight listing's may end a shard with none."""
+    if state and state["k"] is None:
+        raise InvalidCursorError("the cursor is not one this API gave")
+    return state.get("k")
+
+
 class WorkflowFinder:
     """Lists workflows for the operator routes.
 
@@ -118,14 +126,12 @@ class WorkflowFinder:
                 and (status is None or status in (summary.status, summary.attention))
             )
 
-        if cursor and status not in IN_FLIGHT and status is not None and state["k"] is None:
-            raise InvalidCursorError("the cursor is not one this API gave")  # only the in-flight one ends a shard
         if status in ATTENTION_KINDS:
-            found, next_key = self.index.attention(str(status), limit, state.get("k"))
+            found, next_key = self.index.attention(str(status), limit, _resume_key(state))
             page = self._current(found, wanted, source="attention index")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in FINISHED:
-            found, next_key = self.index.finished(str(status), limit, state.get("k"))
+            found, next_key = self.index.finished(str(status), limit, _resume_key(state))
             page = Page([s for s in found if wanted(s)], None, source="table scan")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
             page.notes.append("finished workflows are listed by a scan of the table: its cost grows with the table")
