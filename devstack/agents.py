@@ -17,12 +17,16 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+if TYPE_CHECKING:
+    from devstack.triggers import TriggerDeclaration
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 AGENTS_FILE: Final = REPO_ROOT / "agents.yaml"
@@ -436,8 +440,11 @@ def _base_url_description(agent: AgentDeclaration) -> str:
     return f"Base URL of the {agent.name} service{when}; https, or http on loopback only."
 
 
-def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
-    """The text of each generated part of ``template.yaml`` (without its markers), by part name."""
+def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDeclaration] = ()) -> dict[str, str]:
+    """The text of each generated part of ``template.yaml`` (without its markers), by part name: the agents', and
+    the triggers' of ``triggers.yaml`` (``devstack.triggers``)."""
+    from devstack.triggers import sample_parameter, trigger_resources
+
     parameters = "".join(
         f"""\
   {agent.base_url_parameter}:
@@ -447,7 +454,7 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
 """
         for agent in agents
         if agent.base_url_parameter
-    )
+    ) + sample_parameter(list(triggers))
     entries = ",\n          ".join(
         f'"{agent.name}": {{"queue_url": "${{{agent.pascal}RequestQueue}}", '
         f'"actions": {json.dumps(list(agent.actions))}}}'
@@ -458,7 +465,11 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
         AGENTS: !Sub >-
           {{{entries}}}
 """
-    dead_letter_queues = ["ResponseDeadLetterQueue"] + [f"{agent.pascal}DeadLetterQueue" for agent in agents]
+    dead_letter_queues = (
+        ["ResponseDeadLetterQueue"]
+        + [f"{agent.pascal}DeadLetterQueue" for agent in agents]
+        + [f"{trigger.pascal}TriggerDeadLetterQueue" for trigger in triggers]
+    )
     dlq_entries = ",\n            ".join(
         f'"{queue}": {{"url": "${{{queue}}}", "arn": "${{{queue}.Arn}}"}}' for queue in dead_letter_queues
     )
@@ -468,7 +479,11 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
             {{{dlq_entries}}}
 """
     dlq_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in dead_letter_queues)
-    sources = ["ResponseQueue"] + [f"{agent.pascal}RequestQueue" for agent in agents]
+    sources = (
+        ["ResponseQueue"]
+        + [f"{agent.pascal}RequestQueue" for agent in agents]
+        + [f"{trigger.pascal}TriggerQueue" for trigger in triggers]
+    )
     source_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in sources)
     queues = "\n".join(f"              - !GetAtt {agent.pascal}RequestQueue.Arn" for agent in agents)
     resources = (
@@ -524,8 +539,9 @@ def render_parts(agents: list[AgentDeclaration]) -> dict[str, str]:
 
 """
         + "\n".join(_agent_resources(agent) for agent in agents)
+        + "".join("\n" + trigger_resources(trigger) for trigger in triggers)
     )
-    dead_letters = "\n".join(f"        - !Ref {agent.pascal}DeadLetterQueue" for agent in agents)
+    dead_letters = "\n".join(f"        - !Ref {queue}" for queue in dead_letter_queues[1:])
     outputs = (
         "".join(
             f"""\
@@ -566,15 +582,17 @@ def _replacer(body: str) -> Any:
     return replace
 
 
-def render_template(template_text: str, agents: list[AgentDeclaration]) -> str:
-    """Return ``template_text`` with every generated part replaced by the one ``agents`` give.
+def render_template(
+    template_text: str, agents: list[AgentDeclaration], triggers: Sequence[TriggerDeclaration] = ()
+) -> str:
+    """Return ``template_text`` with every generated part replaced by the one ``agents`` and ``triggers`` give.
 
     Raises
     ------
     AgentsFileError
         When a part's pair of markers is missing or appears twice.
     """
-    parts = render_parts(agents)
+    parts = render_parts(agents, triggers)
     text = template_text
     for part in PARTS:
         pattern = _marker_re(part)
@@ -594,9 +612,11 @@ class TemplateCheck:
 
 
 def check_template(template: Path = TEMPLATE_FILE, agents_file: Path = AGENTS_FILE) -> TemplateCheck:
-    """Compare ``template`` with what ``agents_file`` renders, without writing."""
+    """Compare ``template`` with what ``agents_file`` and the ``triggers.yaml`` beside it render, without writing."""
+    from devstack.triggers import load_triggers, triggers_file
+
     text = template.read_text(encoding="utf-8")
-    expected = render_template(text, load_agents(agents_file))
+    expected = render_template(text, load_agents(agents_file), load_triggers(triggers_file(agents_file)))
     return TemplateCheck(current=expected == text, expected=expected)
 
 

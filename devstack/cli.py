@@ -30,6 +30,7 @@ from devstack.identities import IDENTITIES, identity
 from devstack.provision import HOW_CREATED, HOW_EMULATED, HOW_SKIPPED, describe
 from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
 from devstack.template import HttpApiEventSpec, Stack, TemplateError, remote_service_parameters
+from devstack.triggers import SAMPLE_TRIGGERS_PARAMETER
 from devstack.uplock import DEFAULT_LOCK_PATH, StackAlreadyRunningError, UpLock, read_running
 
 __all__ = ["app", "cli_examples", "example_requests", "main", "parse_parameters", "resources_table"]
@@ -258,6 +259,9 @@ def _up(
         # every agent (as Lambda workers, each would hold its own knobs).
         servers = serve_all(rng_seed=seed)
         parameters = {**parameters, **remote_service_parameters({n: s.base_url for n, s in servers.items()})}
+    if SAMPLE_TRIGGERS_PARAMETER in (stack.template.get("Parameters") or {}):
+        # The sample triggers of triggers.yaml tick locally unless told otherwise (off in a deployment).
+        parameters.setdefault(SAMPLE_TRIGGERS_PARAMETER, "ENABLED")
     local = LocalStack(
         template,
         parameters,

@@ -65,12 +65,14 @@ EMULATED_IN_PROCESS: Final = {
     "AWS::ApiGatewayV2::Integration": f"{_HTTP_API_EMULATOR}: the Lambda proxy integration of its routes",
     "AWS::ApiGatewayV2::Authorizer": f"{_HTTP_API_EMULATOR}: JWT routes are refused locally (IAM only)",
     "AWS::Lambda::EventSourceMapping": "SQS poller threads (devstack.event_sources.SqsPoller) with its settings",
+    "AWS::Scheduler::Schedule": "a thread that sends its input to its target queue at each tick (devstack.schedules)",
 }
 """Resource types that the local stack runs in-process instead of creating them, and how."""
 
 NOT_ENFORCED_OFFLINE: Final = {
     "AWS::IAM::ManagedPolicy": "IAM is not enforced offline; tests check the translated policies",
     "AWS::Lambda::Permission": "the emulators invoke functions directly",
+    "AWS::IAM::Role": "a role a service assumes (EventBridge Scheduler's); the local emulators act without it",
 }
 """Resource types that only grant permissions, which nothing checks offline (the template tests read them)."""
 

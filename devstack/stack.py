@@ -12,6 +12,7 @@ reset its state.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -29,6 +30,7 @@ from devstack.iam.guard import PRINCIPAL_FILE_VARIABLE, REFUSALS_FILE_VARIABLE, 
 from devstack.iam.roles import Principal
 from devstack.lambda_runtime import INIT_HOOK_VARIABLE, FunctionPool, InvokeResult
 from devstack.provision import provision
+from devstack.schedules import SchedulerEmulator, ScheduleTicks
 from devstack.template import FunctionSpec, ScheduleEventSpec, SqsEventSpec, Stack
 
 __all__ = ["DEFAULT_LOG_DIR", "DEFAULT_TEMPLATE", "LocalStack", "RoleRefusalError", "local_aws_environment"]
@@ -71,6 +73,11 @@ def local_aws_environment(endpoint_url: str, region: str) -> dict[str, str]:
         "AWS_REGION": region,
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+
+
+def _send_to(sqs: Any, queue_url: str, body: str) -> None:
+    """Send ``body`` to ``queue_url`` (a schedule's tick to its target queue)."""
+    sqs.send_message(QueueUrl=queue_url, MessageBody=body)
 
 
 class RoleRefusalError(RuntimeError):
@@ -175,6 +182,7 @@ class LocalStack:
         self.pools: dict[str, FunctionPool] = {}
         self.pollers: list[SqsPoller] = []
         self.schedules: dict[str, list[ScheduleEmulator]] = {}
+        self.scheduler_schedules: dict[str, SchedulerEmulator] = {}
         self.physical_ids: dict[str, str] = {}
         self._stack: Stack | None = None
         self._moto: Any = None
@@ -339,6 +347,7 @@ class LocalStack:
                     self.schedules.setdefault(spec.logical_id, []).append(schedule)
                     if self.start_schedules:
                         schedule.start()
+        self._start_scheduler_schedules()
         logger.info("local stack up: api %s, moto %s, logs %s", self.api_url, self._endpoint_url, self.log_dir)
 
     def stop(self) -> None:
@@ -346,6 +355,9 @@ class LocalStack:
         for schedules in self.schedules.values():
             for schedule in schedules:
                 schedule.stop()
+        for emulator in self.scheduler_schedules.values():
+            emulator.stop()
+        self.scheduler_schedules = {}
         for poller in self.pollers:
             poller.stop()
         if self._http is not None:
@@ -367,6 +379,24 @@ class LocalStack:
             _ACTIVE_LOCK.release()
 
     # ------------------------------------------------------------------ helpers
+
+    def _start_scheduler_schedules(self) -> None:
+        """Tick each enabled EventBridge Scheduler schedule of the template into its target queue, on the wall clock
+        (a trigger's ticks: devstack.schedules)."""
+        assert self._stack is not None
+        sqs = self.client("sqs")
+        for spec in self._stack.scheduler_schedules():
+            if not spec.enabled:
+                continue
+            emulator = SchedulerEmulator(
+                spec.logical_id,
+                ScheduleTicks(spec.expression, spec.timezone, spec.start_date, spec.end_date),
+                functools.partial(_send_to, sqs, spec.queue_url),
+                spec.input,
+            )
+            self.scheduler_schedules[spec.logical_id] = emulator
+            if self.start_schedules:
+                emulator.start()
 
     def _check_event_sources(self, functions: Sequence[FunctionSpec]) -> None:
         """Refuse to start, as CloudFormation's CreateEventSourceMapping would, an SQS event source whose function's

@@ -225,6 +225,34 @@ class ScheduleEventSpec:
 
 
 @dataclass(frozen=True)
+class SchedulerScheduleSpec:
+    """An EventBridge Scheduler schedule (``AWS::Scheduler::Schedule``) whose target is a queue of the stack.
+
+    Attributes
+    ----------
+    logical_id
+        The schedule.
+    expression, timezone, start_date, end_date
+        When it ticks (``devstack.schedules.ScheduleTicks``).
+    enabled
+        ``State`` is ``ENABLED``.
+    input
+        The target's ``Input`` (``<aws.scheduler.scheduled-time>`` is the tick's time).
+    queue_url
+        The target queue.
+    """
+
+    logical_id: str
+    expression: str
+    timezone: str
+    start_date: str | None
+    end_date: str | None
+    enabled: bool
+    input: str
+    queue_url: str
+
+
+@dataclass(frozen=True)
 class HttpApiEventSpec:
     """A route of an API Gateway HTTP API (SAM ``Type: HttpApi``), resolved.
 
@@ -840,6 +868,9 @@ class Stack:
         elif rtype == "AWS::S3::Bucket":
             bucket = self.physical_id(logical_id)
             by_attr = {"Arn": f"arn:aws:s3:::{bucket}", "DomainName": f"{bucket}.s3.amazonaws.com"}
+        elif rtype == "AWS::IAM::Role":
+            name = self._explicit_name(logical_id, "RoleName") or f"{self.stack_name}-{logical_id}"
+            by_attr = {"Arn": f"arn:aws:iam::{account}:role/{name}"}
         else:
             by_attr = {}
         if attribute not in by_attr:
@@ -1193,6 +1224,39 @@ class Stack:
             if active and rtype == "AWS::SQS::Queue" and self.get_att(logical_id, "Arn") == resolved_queue:
                 return logical_id
         raise TemplateError(f"{where}: queue {resolved_queue!r} is not an AWS::SQS::Queue of this stack")
+
+    def scheduler_schedules(self) -> list[SchedulerScheduleSpec]:
+        """The stack's EventBridge Scheduler schedules (``AWS::Scheduler::Schedule``) whose target is a queue of the
+        stack, resolved (``devstack.schedules`` ticks them).
+
+        Raises
+        ------
+        TemplateError
+            When a schedule's target is not a queue of this stack.
+        """
+        found = []
+        for logical_id, rtype, _cond, active in self.template_resources():
+            if not active or rtype != "AWS::Scheduler::Schedule":
+                continue
+            props = self.properties(logical_id)
+            target = props.get("Target") or {}
+            raw_target = self._merged_properties[logical_id].get("Target") or {}
+            queue_id = self._queue_logical_id(
+                raw_target.get("Arn"), target.get("Arn"), f"AWS::Scheduler::Schedule {logical_id}"
+            )
+            found.append(
+                SchedulerScheduleSpec(
+                    logical_id=logical_id,
+                    expression=str(props["ScheduleExpression"]),
+                    timezone=str(props.get("ScheduleExpressionTimezone") or "UTC"),
+                    start_date=props.get("StartDate"),
+                    end_date=props.get("EndDate"),
+                    enabled=str(props.get("State", "ENABLED")).upper() == "ENABLED",
+                    input=str(target.get("Input") or ""),
+                    queue_url=self.physical_id(queue_id),
+                )
+            )
+        return found
 
     def queue_logical_ids(self) -> Iterable[str]:
         """Logical ids of the stack's SQS queues (condition holds), in template order."""

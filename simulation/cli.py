@@ -77,6 +77,14 @@ def _print_tables(reports: list[RunReport]) -> None:
     outcome.add_row("total", str(sum(statuses.values())))
     console.print(outcome)
     console.print(_counts("Map steps' children by final state (workflows of their own)", "state", children))
+    triggered: Counter[str] = Counter()
+    for report in reports:
+        triggered.update(report.triggered)
+    console.print(_counts("Workflows the schedule's ticks started (triggers.yaml), by final state", "state", triggered))
+    console.print(
+        f"trigger: {sum(r.trigger_deliveries for r in reports)} messages to its queue (ticks, their duplicates, and "
+        "messages that are not ticks), one workflow per tick"
+    )
     console.print(_counts("Faults injected, by kind", "fault", faults))
     actions: Counter[str] = Counter()
     answers: Counter[str] = Counter()
@@ -99,8 +107,10 @@ def _print_tables(reports: list[RunReport]) -> None:
     console.print(violations)
     dead = sum(r.dead_letters for r in reports)
     poison = sum(r.faults.get("poison message", 0) for r in reports)
+    refused = sum(r.trigger_dead_letters for r in reports)
     console.print(
-        f"dead-letter entries: {dead} ({poison} poison messages; each other one explained by a terminal workflow)"
+        f"dead-letter entries: {dead} ({poison} poison messages, {refused} the trigger refused or could not deliver; "
+        "each other one explained by a terminal workflow)"
     )
 
 

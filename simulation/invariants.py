@@ -67,6 +67,12 @@
     queue) comes within `POISON_REDELIVERY_SECONDS` of that return. A receive whose invocation died or whose poller
     was lost is not held to it: SQS hides the message for the visibility timeout then, whatever the handler does.
     Its dead letter explains itself: it belongs to no workflow.
+20. Triggers (``simulation/triggers.py``): exactly one workflow per occurrence. No two workflows carry the same
+    trigger and occurrence; every workflow a trigger started belongs to a tick that was sent; every tick sent has
+    its workflow, or waits in the trigger's dead-letter queue (its deliveries failed five receives: an operator
+    redrives it, and it starts the same workflow). Every message that is not a tick is in that dead-letter queue,
+    refused with its code and reason (or as it was, after five failed receives), and started nothing; nothing a
+    trigger could start was refused.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ from sasflow.fanout import child_id
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
+from sasflow.triggers import TriggerRefusedError, occurrence_of
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
@@ -140,11 +147,12 @@ def check_invariants(sim: Simulation) -> list[Violation]:
             if len(effect.undone_by) > 1:
                 violations.append(Violation("effect undone twice", effect.workflow_id, effect.token))
 
-    started = sum(1 for s in snapshots.values() if s.workflow.parent is None)
+    started = sum(1 for s in snapshots.values() if s.workflow.parent is None and s.workflow.trigger is None)
     if started != sim.workflows:
         violations.append(Violation("workflow count", "-", f"{started} stored, {sim.workflows} started"))
     violations.extend(_map_violations(snapshots))
     violations.extend(_poison_violations(sim))
+    violations.extend(trigger_violations(sim, snapshots))
 
     for workflow_id, snapshot in snapshots.items():
         status = snapshot.workflow.status.value
@@ -271,7 +279,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         pending = sim.queues.messages[spec.url]
         if spec.dead_letter_url is not None and pending:
             violations.append(Violation("messages left unconsumed", "-", f"{len(pending)} in {spec.url}"))
-        if spec.dead_letter_url is None:
+        if spec.dead_letter_url is None and spec.url != sim.trigger_config.dead_letter_url:  # invariant 20's
             for message in pending:
                 if message.message_id in sim.poisoned:
                     continue  # invariant 19
@@ -279,6 +287,45 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 stored_workflow = snapshots.get(owner) if owner else None
                 if stored_workflow is None or stored_workflow.workflow.status.value not in TERMINAL:
                     violations.append(Violation("unexplained dead letter", owner or "-", message.body[:120]))
+    return violations
+
+
+def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[Violation]:
+    """Invariant 20: one workflow per occurrence; every message that is not one refused into the dead-letter queue."""
+    config, log = sim.trigger_config, sim.trigger_log
+    violations: list[Violation] = []
+    by_occurrence: dict[str, list[str]] = {}
+    for workflow_id, snapshot in snapshots.items():
+        ref = snapshot.workflow.trigger
+        if ref is not None:
+            by_occurrence.setdefault(ref.occurrence, []).append(workflow_id)
+            if ref.name != config.name:
+                violations.append(Violation("workflow of another trigger", workflow_id, ref.name))
+    for occurrence, workflow_ids in sorted(by_occurrence.items()):
+        if len(workflow_ids) > 1:
+            violations.append(Violation("two workflows for one occurrence", workflow_ids[0], occurrence))
+        if occurrence not in log.occurrences:
+            violations.append(Violation("workflow of no occurrence", workflow_ids[0], occurrence))
+    waiting: set[str] = set()  # ticks dead-lettered as they were, after five failed receives
+    refused_bad: set[str] = set()
+    for message in sim.queues.messages[config.dead_letter_url]:
+        document = json.loads(message.body)
+        refused = document.get("refused") if isinstance(document, dict) else None
+        body = document["body"] if isinstance(refused, dict) else message.body
+        try:
+            occurrence = occurrence_of(config, body).identity
+        except TriggerRefusedError:
+            if isinstance(refused, dict) and not (refused.get("code") and refused.get("reason")):
+                violations.append(Violation("refused without its reason", "-", message.body[:120]))
+            refused_bad.add(body)
+            continue
+        if isinstance(refused, dict):
+            violations.append(Violation("a startable occurrence refused", "-", f"{occurrence}: {refused}"))
+        waiting.add(occurrence)
+    for occurrence in sorted(log.occurrences - set(by_occurrence) - waiting):
+        violations.append(Violation("occurrence started no workflow", "-", occurrence))
+    for body in sorted(log.bad - refused_bad):
+        violations.append(Violation("bad message not in the dead-letter queue", "-", body))
     return violations
 
 

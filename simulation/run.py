@@ -46,11 +46,15 @@ from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStor
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
+from sasflow.definition import parse_definition
 from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
+from sasflow.registry import DefinitionRegistry
 from sasflow.states import Outcome
+from sasflow.triggers import TriggerConfig, TriggerService
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
+from simulation.triggers import Delivery, TriggerLog, plan_deliveries
 from simulation.world import (
     CrashInjector,
     FaultLog,
@@ -152,6 +156,11 @@ class RunReport:
     #: Claim-checked payload objects left in the bucket at the end, and the reads of them during the run.
     payload_objects: int = 0
     payload_reads: int = 0
+    #: The workflows the schedule's ticks started, by final state (``statuses`` counts the API's starts), and the
+    #: messages sent to the trigger's queue (ticks with their duplicates, and bad ones).
+    triggered: Counter[str] = field(default_factory=Counter)
+    trigger_deliveries: int = 0
+    trigger_dead_letters: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
     #: either world, in any process, end with the same digest or they did not replay.
     state_digest: str = ""
@@ -210,6 +219,17 @@ class Simulation:
         #: from a generator of their own, so runs without them replay as before.
         self.poisoned: dict[str, str] = {}
         self.poison_rng = random.Random(seed * 104_729 + 29)
+        #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
+        self.trigger_rng = random.Random(seed * 6_113 + 31)
+        self.trigger_log = TriggerLog()
+        self.deliveries: list[Delivery] = plan_deliveries(
+            self.trigger_rng,
+            START,
+            max(30.0, workflows * 1.0),
+            round(workflows * self.faults.triggered),
+            duplicate=self.faults.trigger_duplicate,
+            bad=self.faults.trigger_bad,
+        )
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> None:
@@ -250,6 +270,16 @@ class Simulation:
         self.modules["OpsFunction"] = self._load_ops_function(specs["OpsFunction"])
         for agent, logical_id in AGENT_FUNCTIONS.items():
             self.modules[logical_id] = self._load_agent_function(specs[logical_id], agent)
+        # The trigger of triggers.yaml, and the definition it starts, published as an operator would.
+        self.trigger_id = next(logical_id for logical_id, spec in specs.items() if "TRIGGER" in spec.environment)
+        self.trigger_config = TriggerConfig.from_env(function_environment(specs[self.trigger_id])["TRIGGER"])
+        self.modules[self.trigger_id] = self._load_trigger_function(specs[self.trigger_id])
+        [trigger_event] = [e for e in specs[self.trigger_id].events if isinstance(e, SqsEventSpec)]
+        self.trigger_queue_url = trigger_event.queue_url
+        definition = {**trip_definition("chain"), "name": self.trigger_config.definition, "version": 1}
+        DefinitionRegistry(self.state_store()).publish(
+            definition["name"], 1, parse_definition(definition), owner="sim-operator", now=int(START)
+        )
         self.consumers: list[tuple[str, SqsEventSpec]] = [
             (spec.logical_id, event)
             for spec in specs.values()
@@ -310,6 +340,22 @@ class Simulation:
                 )
             )
         )
+        return module
+
+    def _load_trigger_function(self, spec: FunctionSpec) -> Any:
+        """The real trigger handler (functions/trigger) over the simulated world."""
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        rng = random.Random(self.rng.random())
+
+        def build() -> TriggerService:
+            engine = build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
+            config = TriggerConfig.from_env(env["TRIGGER"])
+            return TriggerService(
+                config, engine.scheduler, engine.bus, principal=env["TRIGGER_PRINCIPAL"], clock=self.clock
+            )
+
+        module.service = Lazy(build)
         return module
 
     def _load_ops_function(self, spec: FunctionSpec) -> Any:
@@ -567,7 +613,12 @@ class Simulation:
         if key not in self.modules:
             spec = self.specs[logical_id]
             agent = next((a for a, f in AGENT_FUNCTIONS.items() if f == logical_id), None)
-            self.modules[key] = self._load_agent_function(spec, agent) if agent else self._load_engine_function(spec)
+            if agent:
+                self.modules[key] = self._load_agent_function(spec, agent)
+            elif logical_id == self.trigger_id:
+                self.modules[key] = self._load_trigger_function(spec)
+            else:
+                self.modules[key] = self._load_engine_function(spec)
         return self.modules[key]
 
     def _maybe_interleave(self, logical_id: str, event: Any) -> None:
@@ -935,11 +986,21 @@ class Simulation:
                 self._start(started)
                 started += 1
                 continue
-            if started == self.workflows and self.queues.pending(urls) == 0 and self._all_terminal():
+            if self.deliveries and self.deliveries[0].at <= self.clock.now():
+                self._send_tick(self.deliveries.pop(0))
+                continue
+            if (
+                started == self.workflows
+                and not self.deliveries
+                and self.queues.pending(urls) == 0
+                and self._all_terminal()
+            ):
                 return
             candidates = [next_tick]
             if started < self.workflows:
                 candidates.append(start_times[started])
+            if self.deliveries:
+                candidates.append(self.deliveries[0].at)
             visible = self.queues.next_visible_at(urls)
             if visible is not None:
                 candidates.append(visible)
@@ -948,14 +1009,24 @@ class Simulation:
             if self.clock.now() >= next_tick:
                 self._tick()
                 next_tick += TICK_SECONDS
-                if started == self.workflows:
+                if started == self.workflows and not self.deliveries:
                     ticks_after_last_start += 1
                     if ticks_after_last_start > MAX_TICKS_AFTER_LAST_START:
                         return  # the invariants will report what did not finish
 
+    def _send_tick(self, delivery: Delivery) -> None:
+        """EventBridge Scheduler (or a hand-written send) puts one message on the trigger's queue."""
+        self.queues.send(self.trigger_queue_url, delivery.body)
+        self.trigger_log.deliveries += 1
+        if delivery.identity is None:
+            self.trigger_log.bad.add(delivery.body)
+        else:
+            self.trigger_log.occurrences.add(delivery.identity)
+
     def _all_terminal(self) -> bool:
         snapshots = self.stored_workflows()
-        started = sum(1 for s in snapshots if s.workflow.parent is None)  # map steps' children are workflows too
+        # map steps' children are workflows too, and so are the ones the trigger started
+        started = sum(1 for s in snapshots if s.workflow.parent is None and s.workflow.trigger is None)
         return started == self.workflows and all(s.workflow.status.value in _TERMINAL for s in snapshots)
 
     def _dynamodb_client(self) -> Any:
@@ -970,7 +1041,12 @@ class Simulation:
 
     def _collect(self) -> None:
         stored = self.stored_workflows()
-        self.report.statuses = Counter(s.workflow.status.value for s in stored if s.workflow.parent is None)
+        self.report.statuses = Counter(
+            s.workflow.status.value for s in stored if s.workflow.parent is None and s.workflow.trigger is None
+        )
+        self.report.triggered = Counter(s.workflow.status.value for s in stored if s.workflow.trigger is not None)
+        self.report.trigger_deliveries = self.trigger_log.deliveries
+        self.report.trigger_dead_letters = len(self.queues.messages[self.trigger_config.dead_letter_url])
         self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions

@@ -87,6 +87,11 @@ class Faults:
     #: Chance per started workflow that a poison message (a body no handler can read: not JSON, or JSON that is not
     #: a step request or reply) is put on one of the consumers' queues, drawn from a generator of its own.
     poison_message: float = 0.05
+    #: Ticks of the trigger (simulation/triggers.py) as a share of the workflows, sent besides the API's starts; the
+    #: chance a tick is delivered again (and, squared, a third time), and that a message is not a tick at all.
+    triggered: float = 0.05
+    trigger_duplicate: float = 0.35
+    trigger_bad: float = 0.1
 
     @classmethod
     def none(cls) -> Faults:

@@ -126,6 +126,8 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
         notes.append(f"reason: {view['reason']}")
     if view.get("owner"):
         notes.append(f"owner: {view['owner']}")
+    if view.get("trigger"):
+        notes.append(f"started by trigger {view['trigger']['name']}: {view['trigger']['occurrence']}")
     if view.get("paused"):
         notes.append("PAUSED by an operator")
     if view.get("hold_until"):
@@ -214,7 +216,9 @@ def _event_detail(event: Mapping[str, Any], *, wide: bool = False) -> str:
     if event.get("status"):
         parts.append(str(event["status"]))
     detail = event.get("detail")
-    if detail:
+    if detail and detail.get("trigger"):  # a start by a trigger: which, and for which occurrence
+        parts.append(f"trigger {detail['trigger']}, {detail.get('occurrence')}")
+    elif detail:
         parts.append(
             f"{detail.get('action')} by "
             f"{_principal(detail.get('principal'), wide)}: {detail.get('reason')!r}"
@@ -359,6 +363,7 @@ DEAD_LETTER_COLUMNS = (
     Col("age s", "whole", justify="right"),
     Col("receives", drop=4, justify="right"),
     Col("bytes", drop=2, justify="right"),
+    Col("reason", "wrap"),
 )
 
 
@@ -383,6 +388,7 @@ def dead_letters_table(body: Mapping[str, Any], *, wide: bool = False) -> Render
                     "age s": Text(str(message.get("age_seconds"))),
                     "receives": Text(str(message.get("receive_count"))),
                     "bytes": Text(str(message.get("body_bytes"))),
+                    "reason": Text(str(message.get("reason") or "")),
                 }
                 for message in queue["messages"]
             ]

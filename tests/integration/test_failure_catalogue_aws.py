@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 from devstack.agents import load_agents
 from devstack.inprocess import environment, function_environment
 from devstack.template import SqsEventSpec, Stack
+from devstack.triggers import load_triggers
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import ROOT, load_event
 
@@ -64,14 +65,18 @@ def test_template_queues_are_sane_for_their_consumers() -> None:
         for event in function.events
         if isinstance(event, SqsEventSpec)
     }
-    assert set(consumers) == {"ResponseQueue"} | {f"{agent.pascal}RequestQueue" for agent in load_agents()}
+    triggers = {f"{trigger.pascal}TriggerQueue" for trigger in load_triggers(ROOT / "triggers.yaml")}
+    assert triggers
+    assert set(consumers) == {"ResponseQueue"} | {f"{agent.pascal}RequestQueue" for agent in load_agents()} | triggers
     for queue, function in consumers.items():
         properties = stack.properties(queue)
         assert int(properties["VisibilityTimeout"]) >= 6 * function.timeout_seconds, queue
         redrive = properties["RedrivePolicy"]
         assert int(redrive["maxReceiveCount"]) > 1, queue
         assert redrive["deadLetterTargetArn"].endswith(
-            queue.replace("RequestQueue", "DeadLetterQueue").replace("ResponseQueue", "ResponseDeadLetterQueue")
+            queue.replace("RequestQueue", "DeadLetterQueue")
+            .replace("ResponseQueue", "ResponseDeadLetterQueue")
+            .replace("TriggerQueue", "TriggerDeadLetterQueue")
         )
     for event in (e for f in stack.functions() for e in f.events if isinstance(e, SqsEventSpec)):
         assert event.report_batch_item_failures, event.queue_logical_id

@@ -24,6 +24,7 @@ import pytest
 from devstack.agents import load_agents
 from devstack.sam import translate
 from devstack.template import Stack, load_template
+from devstack.triggers import load_triggers
 from tests.support.lambdas import ROOT
 
 #: AWS managed policies SAM attaches to the roles it makes, and why they are allowed (their wildcards are AWS's).
@@ -217,8 +218,9 @@ def test_payload_objects_are_granted_per_role_exactly_and_the_bucket_is_private_
         if logical_id in (*ENGINE, "OpsFunction"):
             # write and read payloads, and list one workflow's prefix to re-stamp its objects when it ends
             assert on_s3 == engine | {("s3:ListBucket", bucket)}, logical_id
-        elif logical_id.endswith("AgentFunction"):
-            assert on_s3 == engine, logical_id  # read its inputs, write its outputs; no listing, no copy of others'
+        elif logical_id.endswith(("AgentFunction", "TriggerFunction")):
+            # an agent reads its inputs and writes its outputs, a trigger writes a large input; no listing
+            assert on_s3 == engine, logical_id
         else:
             assert on_s3 == set(), logical_id
     props = resources["PayloadBucket"]["Properties"]
@@ -245,7 +247,8 @@ def test_each_function_polls_only_its_own_queue_through_its_own_event_source_map
     resources = resolved(CASES[case])
     roles = of_type(resources, "AWS::IAM::Role")
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
-    assert len(mappings) == 1 + len(load_agents())  # the scheduler and every agent of agents.yaml
+    # the scheduler, every agent of agents.yaml and every trigger of triggers.yaml
+    assert len(mappings) == 1 + len(load_agents()) + len(load_triggers(ROOT / "triggers.yaml"))
     for logical_id, mapping in mappings.items():
         function = mapping["Properties"]["FunctionName"]["Ref"]
         queue = mapping["Properties"]["EventSourceArn"]

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from boto3.dynamodb.types import TypeSerializer
 
 import sasflow.batch
+import sasflow.triggers
 import simulation.run
 from devstack.inprocess import offline_aws
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
@@ -26,7 +27,7 @@ from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
-from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY, PLAIN_STEPS, POISONED
+from tests.support.sim_faults import LARGE_PAYLOADS, OPERATOR_HEAVY, PLAIN_STEPS, POISONED, TRIGGER_HEAVY
 
 pytestmark = pytest.mark.integration
 TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
@@ -459,3 +460,37 @@ def test_a_poison_message_left_hidden_for_its_visibility_timeout_is_caught(monke
     monkeypatch.setattr(sasflow.batch, "_receipt", lambda record: None)
     kinds = {v.kind for v in run_one(61, 30, POISONED).violations}
     assert kinds == {"poison message hidden after a failed receive"}
+
+
+# ------------------------------------------------------------------ triggers (simulation/triggers.py, invariant 20)
+def test_ticks_delivered_again_out_of_order_and_under_every_fault_start_one_workflow_each() -> None:
+    """Invariant 20: duplicated and reordered ticks, crashes between the start's write and the acknowledgement, and
+    messages that are not ticks: one workflow per tick, each bad message refused into the dead-letter queue."""
+    report = run_one(71, 30, TRIGGER_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert sum(report.statuses.values()) == 30  # the API's starts, as ever
+    # 30 occurrences, some not ticks: each tick a workflow, every message delivered (duplicates among them)
+    assert 15 <= sum(report.triggered.values()) < 30
+    assert report.trigger_deliveries > 30
+    assert set(report.triggered) <= TERMINAL_STATES
+    assert report.trigger_dead_letters >= 30 - sum(report.triggered.values())
+    assert {"crash before DynamoDB call", "crash after DynamoDB call"} <= set(report.faults)
+
+
+def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a trigger's key derives from the delivery"): a key that
+    changes with every delivery starts a workflow per copy of a tick."""
+    keys = iter(range(1_000_000))
+    monkeypatch.setattr(
+        sasflow.triggers.Occurrence, "idempotency_key", lambda self, trigger: f"trigger:{trigger}:{next(keys)}"
+    )
+    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    assert "two workflows for one occurrence" in kinds
+
+
+def test_a_refusal_that_is_not_written_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a refused occurrence is dropped"): a message that is not
+    a tick, acknowledged without its dead-letter record, leaves no trace."""
+    monkeypatch.setattr(sasflow.triggers.TriggerService, "refuse", lambda self, body, error, message_id: None)
+    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    assert kinds == {"bad message not in the dead-letter queue"}

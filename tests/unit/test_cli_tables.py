@@ -408,3 +408,47 @@ def test_the_cli_prints_words_between_colons_as_typed_never_as_emoji(capsys: pyt
     # and so do the tables, whose titles name a workflow id
     cli_app.console.print(render.history_table({"workflow_id": "wf:fire:1", "status": "RUNNING", "events": []}))
     assert "wf:fire:1" in capsys.readouterr().out
+
+
+def test_a_start_by_a_trigger_names_the_trigger_and_the_tick_and_a_refused_tick_its_reason() -> None:
+    started = {
+        "kind": "started",
+        "time": 0,
+        "detail": {"trigger": "nightly", "occurrence": "tick 2027-01-02T01:00:00Z"},
+    }
+    assert render._event_detail(started) == "trigger nightly, tick 2027-01-02T01:00:00Z"
+    assert render._event_detail({"kind": "started", "time": 0}) == ""
+    letter = {
+        "message_id": "m-1",
+        "kind": "trigger.refused",
+        "sent_at": 0,
+        "age_seconds": 3,
+        "receive_count": 1,
+        "body_bytes": 90,
+        "reason": "DEFINITION_NOT_REGISTERED: publish it (sasflow definitions push FILE)",
+    }
+    console = Console(width=200, record=True)
+    console.print(
+        render.dead_letters_table({"queues": [{"queue": "NightlyTriggerDeadLetterQueue", "messages": [letter]}]})
+    )
+    text = console.export_text()
+    assert "trigger.refused" in text and "DEFINITION_NOT_REGISTERED: publish it (sasflow definitions push FILE)" in text
+
+
+def test_get_says_which_trigger_started_a_workflow_and_for_which_tick() -> None:
+    view = {
+        "workflow_id": "w-1",
+        "status": "COMPLETED",
+        "definition_name": "trip-booking",
+        "definition_version": 1,
+        "created_at": 0,
+        "updated_at": 0,
+        "owner": "trigger:every-minute-trip",
+        "trigger": {"name": "every-minute-trip", "occurrence": "tick 2026-12-06T08:57:26Z"},
+        "steps": [],
+    }
+    console = Console(width=120, record=True)
+    console.print(render.workflow_table(view))
+    text = console.export_text()
+    assert "owner: trigger:every-minute-trip" in text
+    assert "started by trigger every-minute-trip: tick 2026-12-06T08:57:26Z" in text

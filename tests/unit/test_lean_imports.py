@@ -83,6 +83,13 @@ _LEFT_OUT_AT_COLD_START: dict[str, tuple[str, ...]] = {
         "aws_lambda_powertools.utilities.data_classes.kinesis_firehose_event",
         "aws_lambda_powertools.utilities.data_classes.appsync_resolver_event",
     ),
+    # a trigger starts workflows: the engine, never the agent's runtime; the batch utility as the scheduler's
+    "trigger_handler": (
+        "sasflow.agent",
+        "tenacity",
+        "aws_lambda_powertools.utilities.data_classes.kinesis_firehose_event",
+        "aws_lambda_powertools.utilities.data_classes.appsync_resolver_event",
+    ),
     # powertools' batch utility without the 40 event classes of the data classes' __init__
     "scheduler_handler": (
         "aws_lambda_powertools.utilities.data_classes.kinesis_firehose_event",
@@ -97,6 +104,7 @@ _LEFT_OUT_AT_COLD_START: dict[str, tuple[str, ...]] = {
 _LOADED_AT_COLD_START: dict[str, tuple[str, ...]] = {
     "agent_handler": ("sasflow.messages", "sasflow.batch", "sasflow.settings"),
     "scheduler_handler": ("sasflow.scheduler", "sasflow.supervisor", "sasflow.batch"),
+    "trigger_handler": ("sasflow.scheduler", "sasflow.triggers", "sasflow.registry"),
     "supervisor_handler": ("sasflow.scheduler", "sasflow.supervisor"),
     "api_handler": ("sasflow.scheduler", "sasflow.supervisor", "sasflow.api"),
     "ops_handler": ("sasflow.scheduler", "sasflow.supervisor", "sasflow.ops_api"),
@@ -106,6 +114,7 @@ _ROOT = Path(__file__).resolve().parents[2]
 _FUNCTION_DIRS = {
     "agent_handler": "agent",
     "scheduler_handler": "scheduler",
+    "trigger_handler": "trigger",
     "supervisor_handler": "supervisor",
     "api_handler": "api",
     "ops_handler": "ops",

@@ -133,6 +133,13 @@ class StepView(BaseModel):
     )
 
 
+class TriggerView(BaseModel):
+    """The trigger (triggers.yaml) that started a workflow, and the occurrence it started it for."""
+
+    name: str
+    occurrence: str = Field(description="What made it this occurrence: a schedule's tick (tick <ISO time>).")
+
+
 class WorkflowView(BaseModel):
     """A workflow and its steps, in definition order."""
 
@@ -144,6 +151,7 @@ class WorkflowView(BaseModel):
     updated_at: int = Field(description="Epoch seconds.")
     reason: str | None = None
     owner: str | None = Field(default=None, description="The principal that started it.")
+    trigger: TriggerView | None = Field(default=None, description="The trigger that started it, if one did.")
     paused: bool = Field(default=False, description="An operator paused it: nothing new is dispatched.")
     hold_until: int | None = Field(
         default=None, description="HELD under a hold timeout: when it is compensated (epoch seconds)."
@@ -198,6 +206,9 @@ class WorkflowView(BaseModel):
             updated_at=workflow.updated_at,
             reason=workflow.reason,
             owner=workflow.owner,
+            trigger=TriggerView(name=workflow.trigger.name, occurrence=workflow.trigger.occurrence)
+            if workflow.trigger is not None
+            else None,
             paused=workflow.paused,
             hold_until=workflow.hold_until,
             events=len(snapshot.history),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     # at import: copy_config_to_registered_loggers only finds loggers that exist by then).
     from .scheduler import SchedulerService
     from .supervisor import SupervisorService
+    from .triggers import TriggerService
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,42 @@ def build_engine(
     )
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
+
+
+def build_trigger(
+    environ: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    metrics: Counter = no_metrics,
+    bus: MessageBus | None = None,
+    dynamodb: Any = None,
+    correlate: Callable[[str], None] | None = None,
+    s3: Any = None,
+) -> TriggerService:
+    """Build a trigger function's service (``triggers.py``): the engine, and the trigger of ``TRIGGER`` (JSON,
+    rendered from triggers.yaml), starting workflows as ``TRIGGER_PRINCIPAL`` (its role).
+
+    Raises
+    ------
+    ConfigurationError
+        When an environment variable is missing or invalid.
+    """
+    from .triggers import TriggerConfig, TriggerService
+
+    env = os.environ if environ is None else environ
+    missing = [name for name in ("TRIGGER", "TRIGGER_PRINCIPAL") if not env.get(name)]
+    if missing:
+        raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
+    config = TriggerConfig.from_env(env["TRIGGER"])
+    engine = build_engine(env, clock=clock, metrics=metrics, bus=bus, dynamodb=dynamodb, correlate=correlate, s3=s3)
+    return TriggerService(
+        config,
+        engine.scheduler,
+        engine.bus,
+        principal=env["TRIGGER_PRINCIPAL"],
+        clock=engine.scheduler.clock,
+        metrics=metrics,
+    )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ into `HistoryEvent` records for the API and the CLI.
 
 Line format (fields separated by one space; ``i`` step index, ``a`` attempt, ``b`` complete-by offset)::
 
-    <dt> S                      started
+    <dt> S [{json}]             started (by a trigger: {"trigger": name, "occurrence": identity})
     <dt> D i a b                the action dispatched (attempt a, complete-by created_at + b)
     <dt> C i a b                the compensation dispatched
     <dt> R i a o n [code]       a reply of the action applied: outcome o (s r f d), n calls, error code
@@ -37,9 +37,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .states import Outcome, Phase
+
+if TYPE_CHECKING:
+    from .records import TriggerRef
 
 _OUTCOMES = {
     Outcome.SUCCEEDED: "s",
@@ -94,7 +97,8 @@ class HistoryEvent:
     status:
         For ``finished``: the terminal status.
     detail:
-        For an operator action: ``action``, ``principal``, ``reason`` and ``id``; for others, empty.
+        For an operator action: ``action``, ``principal``, ``reason`` and ``id``; for a start by a trigger:
+        ``trigger`` and ``occurrence``; for others, empty.
     """
 
     seq: int
@@ -127,9 +131,13 @@ class HistoryWriter:
     def _add(self, *fields: object) -> None:
         self.emit(" ".join([self.dt, *(str(f) for f in fields if f is not None and f != "")]))
 
-    def started(self) -> None:
-        """The workflow was created."""
-        self._add("S")
+    def started(self, trigger: TriggerRef | None = None) -> None:
+        """The workflow was created (by ``trigger``'s occurrence, when a trigger started it)."""
+        if trigger is None:
+            self._add("S")
+            return
+        document = {"trigger": trigger.name, "occurrence": trigger.occurrence}
+        self._add("S", json.dumps(document, separators=(",", ":"), ensure_ascii=False))
 
     def dispatched(self, step: str, phase: Phase, attempt: int, complete_by: int) -> None:
         """An attempt of ``phase`` was put in flight, due by ``complete_by`` (epoch seconds)."""
@@ -227,6 +235,9 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
         fields = tail.split(" ") if tail else []
         if code == "P":
             events.append(HistoryEvent(seq, time, kind, step=json.loads(tail).get("step"), detail=json.loads(tail)))
+            continue
+        if code == "S" and tail.startswith("{"):
+            events.append(HistoryEvent(seq, time, kind, detail=json.loads(tail)))
             continue
         if code in "SUHX":
             events.append(HistoryEvent(seq, time, kind, error_code=fields[0] if fields else None))

@@ -144,6 +144,7 @@ class DeadLetterView(BaseModel):
     age_seconds: int
     receive_count: int
     body_bytes: int
+    reason: str | None = Field(default=None, description="Why a trigger refused the occurrence, when it did.")
 
 
 class DeadLetterQueueView(BaseModel):

@@ -29,6 +29,26 @@ from .states import (
 
 
 @dataclass(frozen=True)
+class TriggerRef:
+    """What started a workflow besides ``POST /workflows``: a trigger of triggers.yaml and its occurrence
+    (``tick 2026-12-04T10:00:00Z``), from which the start's Idempotency-Key derives (``triggers.py``)."""
+
+    name: str
+    occurrence: str
+
+    def doc(self) -> dict[str, Any]:
+        """The stored form."""
+        return {"n": self.name, "o": self.occurrence}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any] | None) -> TriggerRef | None:
+        """Read the stored form back (None stays None)."""
+        if doc is None:
+            return None
+        return cls(name=str(doc["n"]), occurrence=str(doc["o"]))
+
+
+@dataclass(frozen=True)
 class WorkflowRecord:
     """One workflow, without its steps.
 
@@ -61,6 +81,8 @@ class WorkflowRecord:
     claim_checked:
         Some payload of it was written to the payload store (``claim_check.py``): its objects are re-stamped when
         it ends, so their retention starts then. A reference in its input or outputs says so too.
+    trigger:
+        The trigger and occurrence that started it (``triggers.py``); None for a start through the API.
     """
 
     workflow_id: str
@@ -80,6 +102,7 @@ class WorkflowRecord:
     attention_since: int | None = None
     parent: ParentRef | None = None
     claim_checked: bool = False
+    trigger: TriggerRef | None = None
 
     @property
     def needs_attention(self) -> str | None:

@@ -49,7 +49,7 @@ from .errors import (
 from .fanout import ChildCommand, child_id
 from .messages import StepError, StepReply, canonical_hash, encode
 from .ports import Counter, Outgoing, StateStore, no_metrics
-from .records import Snapshot, StepRecord, WorkflowRecord, index_key_for
+from .records import Snapshot, StepRecord, TriggerRef, WorkflowRecord, index_key_for
 from .settings import EngineConfig
 from .states import TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
@@ -172,12 +172,14 @@ class SchedulerService:
         request_hash: str,
         owner: str,
         idempotency_key: str | None = None,
+        trigger: TriggerRef | None = None,
     ) -> StartResult:
         """Record a new workflow of ``owner`` and dispatch its first steps.
 
         The workflow and its first steps, PROCESSING with attempt 1 and their complete-by, are written with one
         conditional write before any message is sent (write-ahead). A repeated start with the same
-        Idempotency-Key by the same owner returns the existing workflow and writes nothing.
+        Idempotency-Key by the same owner returns the existing workflow and writes nothing. A start by a trigger
+        (``triggers.py``) names it and its occurrence (``trigger``), in the record and the first history event.
 
         Returns
         -------
@@ -219,10 +221,11 @@ class SchedulerService:
             updated_at=now,
             idempotency_key=idempotency_key,
             owner=owner,
+            trigger=trigger,
         )
         self.correlate(workflow.workflow_id)
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
-        transition.history.started()
+        transition.history.started(trigger)
         transition.advance()
         if transition.refusals:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.

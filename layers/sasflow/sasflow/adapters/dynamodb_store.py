@@ -41,6 +41,7 @@ from ..records import (
     DeadlineEntry,
     Snapshot,
     StepRecord,
+    TriggerRef,
     WorkflowRecord,
     check_deadlines,
     check_snapshot_transition,
@@ -294,6 +295,7 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "attn_since": workflow.attention_since,
         "expires_at": workflow.expires_at,
         "parent": workflow.parent.doc() if workflow.parent is not None else None,
+        "trigger": workflow.trigger.doc() if workflow.trigger is not None else None,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -325,6 +327,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         attention_since=item.get("attn_since"),
         expires_at=item.get("expires_at"),
         parent=ParentRef.from_doc(_plain(item.get("parent"))),
+        trigger=TriggerRef.from_doc(_plain(item.get("trigger"))),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()

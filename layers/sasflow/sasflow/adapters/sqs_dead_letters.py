@@ -45,7 +45,9 @@ class DeadLetter:
     message_id:
         The SQS message id.
     kind:
-        ``step.request`` (to an agent) or ``step.reply`` (to the scheduler), or ``unreadable``.
+        ``step.request`` (to an agent), ``step.reply`` (to the scheduler), ``trigger.refused`` (an occurrence a
+        trigger could not start: ``reason`` says why), ``trigger.tick`` (a schedule's tick that failed five times),
+        or ``unreadable``.
     workflow_id, step, phase, attempt:
         What the message is about (None when the body is not a sasflow message).
     sent_at:
@@ -56,6 +58,8 @@ class DeadLetter:
         ``ApproximateReceiveCount`` (the receives that dead-lettered it, and the listings since).
     body_bytes:
         Size of its body (bytes).
+    reason:
+        Why a trigger refused the occurrence (``CODE: what to do``), when it did.
     """
 
     queue: str
@@ -69,6 +73,7 @@ class DeadLetter:
     age_seconds: int
     receive_count: int
     body_bytes: int
+    reason: str | None = None
 
 
 @dataclass
@@ -218,10 +223,16 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
     if not isinstance(document, dict):
         document = {}
     attempt = document.get("attempt")
+    kind, reason = str(document.get("kind", "unreadable")), None
+    refused = document.get("refused")
+    if isinstance(refused, dict):  # sasflow.triggers.TriggerService.refuse
+        kind, reason = "trigger.refused", _text(f"{refused.get('code')}: {refused.get('reason')}", 1024)
+    elif "scheduled_time" in document:
+        kind = "trigger.tick"
     return DeadLetter(
         queue=queue,
         message_id=message["MessageId"],
-        kind=str(document.get("kind", "unreadable")),
+        kind=kind,
         workflow_id=_text(document.get("workflow_id")),
         step=_text(document.get("step")),
         phase=_text(document.get("phase")),
@@ -230,8 +241,9 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
         age_seconds=max(0, now - sent_at),
         receive_count=int(attributes.get("ApproximateReceiveCount", 0)),
         body_bytes=len(body.encode("utf-8", "surrogatepass")),
+        reason=reason,
     )
 
 
-def _text(value: Any) -> str | None:
-    return value[:128] if isinstance(value, str) else None
+def _text(value: Any, limit: int = 128) -> str | None:
+    return value[:limit] if isinstance(value, str) else None

@@ -1,0 +1,363 @@
+"""The triggers of a deployment, declared once in ``triggers.yaml`` beside ``agents.yaml``, and the resources of
+``template.yaml`` made from them (rendered with the agents' parts by ``python -m devstack template``).
+
+A trigger starts workflows of one registered definition (``sasflow.triggers``). Its occurrences land in a queue of
+the trigger's own, read by the trigger's own function under its own role, which starts workflows as the principal
+``trigger:<name>`` (so ownership, the listing and the history say which trigger started what):
+
+- ``schedule``: an EventBridge Scheduler schedule (cron, rate or at; a time zone; start and end dates; flexible time
+  window off) whose target is the queue, with a retry policy and the trigger's dead-letter queue, and a role that may
+  send to those two queues only.
+
+Removing a trigger from the file removes all of it from the template.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from devstack.agents import _ENV_KEY, _NO_VPC, _SSE_SQS, _TRACING, _alarm
+
+_NAME: Final = r"^[a-z][a-z0-9-]*$"
+_SCHEDULE: Final = re.compile(
+    r"^(cron\([^()]+\)|rate\([1-9]\d* (minute|minutes|hour|hours|day|days)\)|at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\))$"
+)
+#: EventBridge Scheduler retries a target for up to 24 hours (MaximumEventAgeInSeconds 60..86400) and 185 times.
+_MAX_EVENT_AGE: Final = 86_400
+_MAX_RETRIES: Final = 185
+#: The parameter that turns the sample triggers (``sample: true``) on; off by default in a deployment.
+SAMPLE_TRIGGERS_PARAMETER: Final = "SampleTriggersState"
+#: The principal a trigger starts its workflows as (never an IAM ARN nor ``jwt:``: no caller of the API can be it).
+PRINCIPAL_PREFIX: Final = "trigger:"
+
+
+class TriggersFileError(ValueError):
+    """``triggers.yaml`` is malformed (the message names the trigger and the field)."""
+
+
+class TriggerDeclaration(BaseModel):
+    """One entry of ``triggers.yaml`` (the comments at the top of that file describe each field)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME, max_length=40)
+    kind: Literal["schedule"]
+    definition: str = Field(min_length=1, max_length=64)
+    version: int | None = Field(default=None, ge=1)
+    description: str = Field(default="", max_length=200)
+    input: dict[str, Any] | str | None = None
+    sample: bool = False
+    expression: str
+    timezone: str = Field(default="UTC", pattern=r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*$")
+    start_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
+    end_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TriggerDeclaration:
+        if not _SCHEDULE.match(self.expression):
+            raise ValueError(
+                "expression: cron(minutes hours day-of-month month day-of-week year), rate(N minute|minutes|hour|"
+                "hours|day|days) or at(yyyy-mm-ddThh:mm:ss)"
+            )
+        return self
+
+    @property
+    def pascal(self) -> str:
+        """The name as it starts logical ids: ``nightly-report`` → ``NightlyReport``."""
+        return "".join(part[:1].upper() + part[1:] for part in self.name.split("-"))
+
+    @property
+    def principal(self) -> str:
+        """Who its workflows belong to."""
+        return f"{PRINCIPAL_PREFIX}{self.name}"
+
+    def config(self) -> dict[str, Any]:
+        """The trigger function's ``TRIGGER`` configuration (``sasflow.triggers.TriggerConfig``), without the
+        dead-letter queue's URL, which the template fills in."""
+        document: dict[str, Any] = {"name": self.name, "kind": self.kind, "definition": self.definition}
+        if self.version is not None:
+            document["version"] = self.version
+        if self.input is not None:
+            document["input"] = self.input
+        return document
+
+
+def triggers_file(agents_file: Path) -> Path:
+    """Where the triggers of the deployment whose agents are in ``agents_file`` are declared: beside it."""
+    return agents_file.parent / "triggers.yaml"
+
+
+def load_triggers(path: Path) -> list[TriggerDeclaration]:
+    """Read ``triggers.yaml``: its ``triggers``, a mapping of name to declaration, in file order. A missing file
+    declares none.
+
+    Raises
+    ------
+    TriggersFileError
+        When the file is malformed or an entry is invalid.
+    """
+    if not path.exists():
+        return []
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict) or set(data) - {"triggers"}:
+        raise TriggersFileError(f"{path.name}: expected a mapping with triggers")
+    entries = data.get("triggers") or {}
+    if not isinstance(entries, dict):
+        raise TriggersFileError(f"{path.name}: triggers must be a mapping of name to declaration")
+    triggers = []
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise TriggersFileError(f"{path.name}: trigger {name!r} must be a mapping")
+        try:
+            triggers.append(TriggerDeclaration.model_validate({"name": name, **entry}))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in error.errors())
+            raise TriggersFileError(f"{path.name}: trigger {name!r}: {problems}") from None
+    return triggers
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def _schedule(trigger: TriggerDeclaration) -> str:
+    p = trigger.pascal
+    dates = "".join(
+        f"      {key}: {json.dumps(value)}\n"
+        for key, value in (("StartDate", trigger.start_date), ("EndDate", trigger.end_date))
+        if value
+    )
+    state = f"!Ref {SAMPLE_TRIGGERS_PARAMETER}" if trigger.sample else "ENABLED"
+    description = f"Ticks of trigger {trigger.name}: {trigger.expression} ({trigger.timezone})"
+    return f"""\
+  {p}Schedule:
+    Type: AWS::Scheduler::Schedule
+    Properties:
+      Description: {json.dumps(description)}
+      ScheduleExpression: {json.dumps(trigger.expression)}
+      ScheduleExpressionTimezone: {trigger.timezone}
+{dates}      FlexibleTimeWindow:
+        Mode: "OFF"
+      State: {state}
+      Target:
+        Arn: !GetAtt {p}TriggerQueue.Arn
+        RoleArn: !GetAtt {p}ScheduleRole.Arn
+        # The tick's time, from which the trigger derives its Idempotency-Key (a retried tick starts nothing new).
+        Input: '{{"scheduled_time": "<aws.scheduler.scheduled-time>"}}'
+        RetryPolicy:
+          MaximumEventAgeInSeconds: {_MAX_EVENT_AGE}
+          MaximumRetryAttempts: {_MAX_RETRIES}
+        DeadLetterConfig:
+          Arn: !GetAtt {p}TriggerDeadLetterQueue.Arn
+
+  # EventBridge Scheduler sends the ticks as this role: to the trigger's queue, and to its dead-letter queue.
+  {p}ScheduleRole:
+    Type: AWS::IAM::Role
+    Properties:
+      AssumeRolePolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Effect: Allow
+            Principal:
+              Service: scheduler.amazonaws.com
+            Action: sts:AssumeRole
+            Condition:
+              StringEquals:
+                aws:SourceAccount: !Ref AWS::AccountId
+      Policies:
+        - PolicyName: SendTicks
+          PolicyDocument:
+            Version: "2012-10-17"
+            Statement:
+              - Effect: Allow
+                Action: sqs:SendMessage
+                Resource:
+                  - !GetAtt {p}TriggerQueue.Arn
+                  - !GetAtt {p}TriggerDeadLetterQueue.Arn
+
+"""
+
+
+def trigger_resources(trigger: TriggerDeclaration) -> str:
+    """The template text of one trigger: its queues, source, function, event source mapping, log group, alarms."""
+    p, name = trigger.pascal, trigger.name
+    function = f"{p}TriggerFunction"
+    description = trigger.description or f"Starts {trigger.definition} workflows: trigger {name} ({trigger.kind})."
+    config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
+    config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
+    config = config.replace("'", "''")
+    return (
+        f"""\
+  # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
+  {p}TriggerQueue:
+    Type: AWS::SQS::Queue
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_27
+            comment: {_SSE_SQS}
+    Properties:
+      VisibilityTimeout: 180 # >= 6 x {function} timeout (30 s)
+      MessageRetentionPeriod: 345600
+      SqsManagedSseEnabled: true
+      RedrivePolicy:
+        deadLetterTargetArn: !GetAtt {p}TriggerDeadLetterQueue.Arn
+        maxReceiveCount: 5
+
+  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and ticks that
+  # EventBridge Scheduler could not deliver.
+  {p}TriggerDeadLetterQueue:
+    Type: AWS::SQS::Queue
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_27
+            comment: {_SSE_SQS}
+      cfn-lint:
+        config:
+          ignore_checks:
+            - ES6000 # the end of the line: messages stay 14 days and {p}TriggerDeadLetterAlarm notifies
+    Properties:
+      MessageRetentionPeriod: 1209600
+      SqsManagedSseEnabled: true
+
+{_schedule(trigger)}  {function}:
+    Type: AWS::Serverless::Function
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_115
+            comment: Its event source mapping's MaximumConcurrency bounds it; reserved concurrency takes from the pool.
+          - id: CKV_AWS_116
+            comment: Not invoked asynchronously; a failed occurrence returns to its queue, then its dead-letter queue.
+          - id: CKV_AWS_117
+            comment: {_NO_VPC}
+          - id: CKV_AWS_173
+            comment: {_ENV_KEY}
+      cfn-lint:
+        config:
+          ignore_checks:
+            - WS1000 # {_TRACING}
+            - WS1004 # false positive: LoggingConfig sends its logs to {p}TriggerLogGroup, which has RetentionInDays
+    Properties:
+      Description: {json.dumps(description)}
+      CodeUri: functions/trigger/
+      Handler: trigger_handler.handler
+      Environment:
+        Variables:
+          TRIGGER: !Sub '{config}'
+          # Its workflows belong to this principal (no caller of the API can be it).
+          TRIGGER_PRINCIPAL: {trigger.principal}
+          WORKFLOW_ID_SECRET: !Ref WorkflowIdSecret
+      LoggingConfig:
+        LogGroup: !Ref {p}TriggerLogGroup
+      Policies:
+        - Statement:
+            # A start is a conditional PutItem (a repeat reads the workflow it finds); the definitions it resolves.
+            - Sid: WorkflowItems
+              Effect: Allow
+              Action: [dynamodb:GetItem, dynamodb:PutItem]
+              Resource: !GetAtt StateTable.Arn
+            - Sid: RegisteredDefinitions
+              Effect: Allow
+              Action: dynamodb:Query
+              Resource: !GetAtt StateTable.Arn
+              Condition:
+                ForAllValues:StringLike:
+                  dynamodb:LeadingKeys: ["DEFNAME#*"]
+            - Sid: Occurrences
+              Effect: Allow
+              Action: [sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility, sqs:GetQueueAttributes]
+              Resource: !GetAtt {p}TriggerQueue.Arn
+            # A refused occurrence goes to its dead-letter queue with its reason.
+            - Sid: RefusedOccurrences
+              Effect: Allow
+              Action: sqs:SendMessage
+              Resource: !GetAtt {p}TriggerDeadLetterQueue.Arn
+            # Its workflows' ids derive from the occurrence under this key (scheduler.workflow_id_for).
+            - Sid: WorkflowIdKey
+              Effect: Allow
+              Action: [secretsmanager:GetSecretValue]
+              Resource: !Ref WorkflowIdSecret
+        # The first steps' requests; a claim-checked input (written, never listed: it ends no workflow).
+        - !Ref AgentRequestQueuesSendPolicy
+        - !Ref PayloadObjectsAgentPolicy
+
+  # Its own event source mapping (not a SAM SQS event, whose managed policy allows every queue).
+  {p}TriggerOccurrences:
+    Type: AWS::Lambda::EventSourceMapping
+    DependsOn: {function}Role
+    Metadata:
+      cfn-lint:
+        config:
+          ignore_checks:
+            - ES1001 # SQS sources take no OnFailure destination: the queue's RedrivePolicy moves it to the DLQ
+    Properties:
+      EventSourceArn: !GetAtt {p}TriggerQueue.Arn
+      FunctionName: !Ref {function}
+      BatchSize: 10
+      MaximumBatchingWindowInSeconds: 0
+      FunctionResponseTypes: [ReportBatchItemFailures]
+      ScalingConfig:
+        MaximumConcurrency: 2
+
+  {p}TriggerLogGroup:
+    Type: AWS::Logs::LogGroup
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_158
+            comment: CloudWatch Logs encrypts every log group at rest; workflow inputs are never logged.
+    Properties:
+      LogGroupName: !Sub "/sasflow/${{AWS::StackName}}/{function}"
+      RetentionInDays: !Ref LogRetentionDays
+
+"""
+        + _alarm(
+            f"{function}ErrorsAlarm",
+            f"{function} invocations failed (its log group has the errors); its occurrences are delivered again, then "
+            f"go to {p}TriggerDeadLetterQueue.",
+            "AWS/Lambda",
+            "Errors",
+            "FunctionName",
+            f"!Ref {function}",
+        )
+        + "\n"
+        + _alarm(
+            f"{function}ThrottlesAlarm",
+            f"{function} invocations were throttled (its occurrences wait in {p}TriggerQueue).",
+            "AWS/Lambda",
+            "Throttles",
+            "FunctionName",
+            f"!Ref {function}",
+        )
+        + "\n"
+        + _alarm(
+            f"{p}TriggerDeadLetterAlarm",
+            f"Occurrences of trigger {name} were refused (each message says why) or failed five times. List them: "
+            f"sasflow --stack ${{AWS::StackName}} dlq list {p}TriggerDeadLetterQueue; once fixed, start them: sasflow "
+            f"--stack ${{AWS::StackName}} dlq redrive {p}TriggerDeadLetterQueue --reason WHY (docs/triggers.md).",
+            "AWS/SQS",
+            "ApproximateNumberOfMessagesVisible",
+            "QueueName",
+            f"!GetAtt {p}TriggerDeadLetterQueue.QueueName",
+        )
+    )
+
+
+def sample_parameter(triggers: list[TriggerDeclaration]) -> str:
+    """The parameter that turns the sample triggers on (none when no trigger is a sample)."""
+    if not any(trigger.sample for trigger in triggers):
+        return ""
+    return f"""\
+  {SAMPLE_TRIGGERS_PARAMETER}:
+    Type: String
+    Default: DISABLED
+    AllowedValues: [ENABLED, DISABLED]
+    Description: The sample triggers of triggers.yaml (sample true) tick when ENABLED (the local stack's make up).
+"""

@@ -1,0 +1,79 @@
+"""Trigger Lambda: starts one workflow per occurrence that reaches the trigger's queue (sasflow.triggers).
+
+One function (and role) per trigger of triggers.yaml; its ``TRIGGER`` variable says which. Every occurrence is an
+SQS message (a schedule's tick). A refused occurrence goes to the trigger's dead-letter queue with its reason and is
+acknowledged; any other failure is a batch-item failure, so SQS delivers it again and, after five receives, moves it
+to that dead-letter queue as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from sasflow.lean_imports import defer_package_init
+
+# As the scheduler's handler: the batch utility needs the SQS record class only (sasflow.lean_imports).
+defer_package_init("aws_lambda_powertools.utilities.data_classes")
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response  # noqa: E402
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # noqa: E402
+
+import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the engine)
+from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
+from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
+from sasflow.triggers import TriggerRefusedError, occurrence_of  # noqa: E402
+
+logger = Logger()
+tracer = build_tracer()
+metrics = Metrics()
+copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
+
+
+def _count(name: str, value: int = 1) -> None:
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
+service = Lazy(lambda: build_trigger(metrics=_count, correlate=logger.set_correlation_id))
+processor = BatchProcessor(event_type=EventType.SQS)
+
+
+def handle_record(record: SQSRecord) -> dict[str, Any]:
+    """Start the workflow of one occurrence; a refused one goes to the dead-letter queue with its reason."""
+    trigger = service()
+    try:
+        occurrence = occurrence_of(trigger.config, record.body)
+        outcome = trigger.handle(occurrence)
+    except TriggerRefusedError as error:
+        logger.warning(
+            "occurrence refused",
+            extra={"trigger": trigger.config.name, "code": error.code, "reason": str(error), "id": record.message_id},
+        )
+        trigger.refuse(record.body, error, record.message_id)
+        return {"refused": error.code}
+    logger.info(
+        "occurrence handled",
+        extra={
+            "trigger": trigger.config.name,
+            "occurrence": occurrence.identity,
+            "workflow_id": outcome.workflow_id,
+            # not "created": a LogRecord attribute, which logging refuses to overwrite (KeyError)
+            "workflow_created": outcome.created,
+        },
+    )
+    return {"workflow_id": outcome.workflow_id, "created": outcome.created}
+
+
+@logger.inject_lambda_context
+@lean_log_keys(logger)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Handle a batch of occurrences and report the ones that failed (``ReportBatchItemFailures``)."""
+    return dict(
+        process_partial_response(event=event, record_handler=handle_record, processor=processor, context=context)
+    )

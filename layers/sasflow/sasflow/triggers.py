@@ -1,0 +1,348 @@
+"""Triggers: workflows started by a schedule's ticks, exactly one per occurrence (docs/triggers.md).
+
+A trigger is declared once in ``triggers.yaml`` and rendered into template.yaml (``devstack/triggers.py``): its own
+queue and dead-letter queue, its own function and role, and its source. EventBridge Scheduler sends each tick of a
+schedule to the trigger's queue (``{"scheduled_time": "<aws.scheduler.scheduled-time>"}``), so every occurrence is
+one SQS message, and a failure is a batch-item failure that SQS delivers again and, after five receives, moves to
+the trigger's dead-letter queue.
+
+One occurrence, one workflow: the Idempotency-Key of the start derives from the occurrence, never from its delivery
+(a schedule's tick time). A redelivered message or a retried tick asks for the same workflow id, and the start's
+conditional create answers the existing workflow (``scheduler.workflow_id_for``). The workflow's owner is the
+trigger's principal (its role), and its record and history name the trigger and the occurrence.
+
+An occurrence that cannot start a workflow (no such definition, an input the definition refuses) is refused: it goes
+to the trigger's dead-letter queue with its reason (`TriggerService.refuse`), where ``sasflow dlq list`` shows it and
+an alarm says so. Nothing is dropped without a trace, and nothing was written for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .clock import Clock
+from .definition import render
+from .errors import (
+    ConfigurationError,
+    IdempotencyKeyConflictError,
+    InvalidDefinitionError,
+    PayloadTooLargeError,
+    PermanentError,
+    RetryableError,
+    SasflowError,
+)
+from .messages import canonical_hash
+from .ports import MessageBus, Outgoing
+from .records import TriggerRef
+from .registry import DefinitionNotRegisteredError, DefinitionRef, DefinitionRegistry
+
+__all__ = [
+    "Occurrence",
+    "TriggerConfig",
+    "TriggerKind",
+    "TriggerOutcome",
+    "TriggerRefusedError",
+    "TriggerService",
+    "occurrence_of",
+    "trigger_input",
+]
+
+#: A trigger's name, as in triggers.yaml: lower case, digits and '-' (it names AWS resources too).
+TriggerName = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9-]*$")]
+#: How long a trigger keeps the latest version of its definition before it asks again (seconds); a pinned version
+#: is kept for the sandbox's life (versions are immutable).
+LATEST_VERSION_SECONDS = 60
+
+
+class TriggerKind(StrEnum):
+    """What starts the workflows of a trigger."""
+
+    SCHEDULE = "schedule"
+
+
+class TriggerConfig(BaseModel):
+    """A trigger function's configuration (its ``TRIGGER`` variable, rendered from triggers.yaml).
+
+    Attributes
+    ----------
+    name, kind
+        The trigger.
+    definition, version
+        The registered definition it starts (version null: the latest at each start).
+    input
+        The workflow input: an object whose ``key.$`` entries are JMESPath expressions over the occurrence's
+        document (as a step's input is rendered), or one expression whose value (an object) is the input; null
+        takes the document itself. A schedule's document is ``{trigger, scheduled_time, at}``.
+    dead_letter_url
+        The trigger's dead-letter queue, where a refused occurrence goes with its reason.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: TriggerName
+    kind: TriggerKind
+    definition: str = Field(min_length=1, max_length=64)
+    version: int | None = Field(default=None, ge=1)
+    input: dict[str, Any] | str | None = None
+    dead_letter_url: str = Field(min_length=1)
+
+    @classmethod
+    def from_env(cls, text: str) -> TriggerConfig:
+        """Parse the ``TRIGGER`` variable (JSON).
+
+        Raises
+        ------
+        errors.ConfigurationError
+            When it is not a valid configuration.
+        """
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise ConfigurationError(f"TRIGGER is not a trigger configuration: {exc}") from exc
+
+
+class TriggerRefusedError(PermanentError):
+    """An occurrence cannot start a workflow; ``code`` says why (``DEFINITION_NOT_REGISTERED``, ``INVALID_INPUT``,
+    ``PAYLOAD_TOO_LARGE``, ``MALFORMED_OCCURRENCE``). It goes to the trigger's dead-letter queue with its reason."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence of a trigger.
+
+    Attributes
+    ----------
+    identity
+        What makes it this occurrence and no other (``tick 2026-12-04T10:00:00Z``): the workflow's record and
+        history name it, and its Idempotency-Key derives from it.
+    document
+        What the trigger's input expressions read.
+    at
+        When it happened (epoch seconds).
+    """
+
+    identity: str
+    document: dict[str, Any]
+    at: int
+
+    def idempotency_key(self, trigger: str) -> str:
+        """The start's Idempotency-Key: ``trigger:<name>:<SHA-256 of the identity, 32 hex>``."""
+        digest = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
+        return f"trigger:{trigger}:{digest}"
+
+
+def _iso_seconds(text: str) -> int:
+    """Epoch seconds of an ISO-8601 time (``2026-12-04T10:00:00Z``); a time without a zone is UTC."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
+def iso_utc(at: int) -> str:
+    """An epoch time as the canonical ISO-8601 text of a tick (``2026-12-04T10:00:00Z``)."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
+    return TriggerRefusedError("MALFORMED_OCCURRENCE", f"trigger {config.name}: {why}")
+
+
+def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
+    """Read the occurrence a message of the trigger's queue carries.
+
+    Parameters
+    ----------
+    config
+        The trigger.
+    body
+        The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), or
+        a refused occurrence redriven from the dead-letter queue (``{"refused": ..., "body": ...}``: read as its
+        original body, so its identity and Idempotency-Key are the original's).
+
+    Raises
+    ------
+    TriggerRefusedError
+        ``MALFORMED_OCCURRENCE``: the body is not what the trigger's source sends.
+    """
+    try:
+        document: Any = json.loads(body)
+    except ValueError:
+        raise _malformed(config, "the message is not JSON") from None
+    if not isinstance(document, dict):
+        raise _malformed(config, "the message is not a JSON object")
+    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
+        return occurrence_of(config, document["body"])
+    tick = document.get("scheduled_time")
+    if not isinstance(tick, str):
+        raise _malformed(config, "a schedule's message names no scheduled_time")
+    try:
+        at = _iso_seconds(tick)
+    except ValueError:
+        raise _malformed(config, f"scheduled_time {tick!r} is not an ISO-8601 time") from None
+    canonical = iso_utc(at)
+    return Occurrence(f"tick {canonical}", {"trigger": config.name, "scheduled_time": canonical, "at": at}, at)
+
+
+def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, Any]:
+    """The workflow input of an occurrence (see `TriggerConfig.input`).
+
+    Raises
+    ------
+    TriggerRefusedError
+        ``INVALID_INPUT``: an expression finds nothing (without a default), fails, or the input is not an object.
+    """
+    where = f"triggers[{config.name}].input"
+    try:
+        if config.input is None:
+            value: Any = occurrence.document
+        elif isinstance(config.input, str):
+            value = render({"input.$": config.input}, occurrence.document, where=where)["input"]
+        else:
+            value = render(config.input, occurrence.document, where=where)
+    except SasflowError as exc:  # MissingReferenceError, and render's own errors for a bad expression
+        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {exc}") from exc
+    except Exception as exc:  # jmespath raises its own errors for a wrong type, not ValueError
+        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(value, dict):
+        raise TriggerRefusedError(
+            "INVALID_INPUT", f"{where}: the input must be a JSON object, got {type(value).__name__}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class TriggerOutcome:
+    """What one occurrence did: the workflow it started (``created``) or found started by an earlier delivery."""
+
+    workflow_id: str
+    created: bool
+
+
+class TriggerService:
+    """Starts the workflow of an occurrence, once.
+
+    Parameters
+    ----------
+    config
+        The trigger.
+    scheduler
+        The engine's ``SchedulerService`` (its ``start_workflow`` and ``store``).
+    bus
+        Sends the first steps' requests, and refused occurrences to the dead-letter queue.
+    principal
+        Who the trigger starts workflows as (its role's ARN): their owner.
+    clock
+        Time (injected, DESIGN Rule 7).
+    metrics
+        Counts ``TriggerWorkflowsStarted``, ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
+    """
+
+    def __init__(
+        self,
+        config: TriggerConfig,
+        scheduler: Any,
+        bus: MessageBus,
+        *,
+        principal: str,
+        clock: Clock,
+        metrics: Callable[..., None] | None = None,
+    ) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.bus = bus
+        self.principal = principal
+        self.clock = clock
+        self.metrics = metrics or (lambda name, value=1: None)
+        self._cached: tuple[float, Any] | None = None
+
+    def handle(self, occurrence: Occurrence) -> TriggerOutcome:
+        """Start the occurrence's workflow and send its first requests; a repeat finds the one it started.
+
+        Raises
+        ------
+        TriggerRefusedError
+            The occurrence cannot start a workflow (the caller sends it to the dead-letter queue, `refuse`).
+        ContentionError, and the store's and the bus's errors
+            Retryable: the message fails and SQS delivers it again.
+        """
+        config = self.config
+        definition = self._definition()
+        workflow_input = trigger_input(config, occurrence)
+        request_hash = canonical_hash({"trigger": config.name, "occurrence": occurrence.identity})
+        try:
+            result = self.scheduler.start_workflow(
+                definition,
+                workflow_input,
+                request_hash=request_hash,
+                owner=self.principal,
+                idempotency_key=occurrence.idempotency_key(config.name),
+                trigger=TriggerRef(config.name, occurrence.identity),
+            )
+        except (InvalidDefinitionError, PayloadTooLargeError, IdempotencyKeyConflictError) as exc:
+            # Refused before anything was written (DESIGN Rule 9): a first step's reference finds nothing in the
+            # input, a payload over its limit.
+            code = "PAYLOAD_TOO_LARGE" if isinstance(exc, PayloadTooLargeError) else "INVALID_INPUT"
+            raise TriggerRefusedError(code, f"trigger {config.name}: the definition refused the input: {exc}") from exc
+        if result.messages:
+            failed = self.bus.send(result.messages)
+            if failed:  # the steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1)
+                self.metrics("TriggerStartMessagesNotSent")
+        if result.created:
+            self.metrics("TriggerWorkflowsStarted")
+        return TriggerOutcome(result.workflow.workflow_id, created=result.created)
+
+    def _definition(self) -> Any:
+        """The definition it starts: a pinned version once per sandbox, the latest again after
+        `LATEST_VERSION_SECONDS` (two reads saved per occurrence)."""
+        now = self.clock.now()
+        if self._cached is not None and (self.config.version is not None or now < self._cached[0]):
+            return self._cached[1]
+        try:
+            definition = DefinitionRegistry(self.scheduler.store).resolve(
+                DefinitionRef(name=self.config.definition, version=self.config.version)
+            )
+        except DefinitionNotRegisteredError as exc:
+            raise TriggerRefusedError(
+                "DEFINITION_NOT_REGISTERED",
+                f"trigger {self.config.name}: {exc}; publish it (sasflow definitions push FILE), then redrive the "
+                "trigger's dead-letter queue",
+            ) from exc
+        self._cached = (now + LATEST_VERSION_SECONDS, definition)
+        return definition
+
+    def refuse(self, body: str, error: TriggerRefusedError, message_id: str) -> None:
+        """Send a refused occurrence to the trigger's dead-letter queue with its reason, and count it.
+
+        Raises
+        ------
+        errors.RetryableError
+            When the dead-letter queue could not be written (the message then fails, and SQS retries it).
+        """
+        record = {
+            "refused": {
+                "code": error.code,
+                "reason": str(error),
+                "trigger": self.config.name,
+                "message_id": message_id,
+            },
+            "body": body,
+        }
+        failed = self.bus.send([Outgoing(self.config.dead_letter_url, json.dumps(record, separators=(",", ":")))])
+        if failed:
+            raise RetryableError(
+                f"the refused occurrence could not be written to {self.config.name}'s dead-letter queue"
+            )
+        self.metrics("TriggerOccurrencesRefused")

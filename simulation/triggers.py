@@ -1,0 +1,67 @@
+"""Triggers in the simulation: workflows started by a schedule's ticks through the real trigger function.
+
+Besides the API's starts, the template's trigger function (triggers.yaml's ``every-minute-trip``, its ``TRIGGER`` as
+the template renders it) receives ticks on its own queue, as EventBridge Scheduler sends them: at least once, and
+out of order. Each tick comes once, twice or three times (a retried delivery), each copy a message of its own at a
+random delay, so a later tick often arrives first; every fault of the world hits these deliveries as it hits the
+engine's (crashes around every DynamoDB call and send, so between the start's write and the acknowledgement;
+consumers lost after a receive; a concurrent instance running a batch inside another). Some messages are not ticks
+at all (a hand-written send with a time that is not one): those must be refused into the trigger's dead-letter
+queue with their reason, and start nothing.
+
+The ground truth (`TriggerLog`) is what was sent; ``invariants.trigger_violations`` (invariant 20) checks the
+workflows and the dead-letter queue against it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message sent to the trigger's queue at ``at`` (epoch seconds): a tick's (its ``identity``), or a bad one
+    (``identity`` None) that must be refused."""
+
+    at: float
+    body: str
+    identity: str | None
+
+
+@dataclass
+class TriggerLog:
+    """What was sent to the trigger's queue in one run."""
+
+    #: Every occurrence sent (``tick <ISO time>``), the bodies of the bad messages, and the messages sent.
+    occurrences: set[str] = field(default_factory=set)
+    bad: set[str] = field(default_factory=set)
+    deliveries: int = 0
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_deliveries(
+    rng: random.Random, start: float, window: float, ticks: int, *, duplicate: float, bad: float
+) -> list[Delivery]:
+    """The messages of one run: ``ticks`` ticks within ``window`` seconds of ``start`` (whole seconds apart), each
+    delivered again with probability ``duplicate`` (twice more with its square), each late by up to 45 s; and a bad
+    message in place of a tick with probability ``bad``. Sorted by time."""
+    deliveries: list[Delivery] = []
+    interval = max(1.0, window / (ticks + 1))
+    for i in range(ticks):
+        at = float(int(start + interval * (i + 1)))
+        if rng.random() < bad:
+            body = json.dumps({"scheduled_time": f"not-a-time-{i}"})
+            deliveries.append(Delivery(at + rng.uniform(0, 45), body, None))
+            continue
+        tick = _iso(at)
+        copies = 1 + (rng.random() < duplicate) + (rng.random() < duplicate * duplicate)
+        for _ in range(copies):
+            deliveries.append(Delivery(at + rng.uniform(0, 45), json.dumps({"scheduled_time": tick}), f"tick {tick}"))
+    deliveries.sort(key=lambda delivery: delivery.at)
+    return deliveries

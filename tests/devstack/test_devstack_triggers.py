@@ -1,0 +1,150 @@
+"""triggers.yaml is the one place a trigger is declared: each gets its schedule, queues, function, least-privilege
+roles and alarms in template.yaml (as SAM translates it), and removing it removes all of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from devstack.agents import AGENTS_FILE, TEMPLATE_FILE, load_agents, render_template
+from devstack.sam import translate
+from devstack.template import SqsEventSpec, Stack, load_template
+from devstack.triggers import TriggersFileError, load_triggers, triggers_file
+
+NIGHTLY = """\
+triggers:
+  nightly-report:
+    kind: schedule
+    definition: report
+    version: 3
+    expression: cron(0 2 * * ? *)
+    timezone: Europe/Paris
+    start_date: "2027-01-01T00:00:00Z"
+    input:
+      day.$: scheduled_time
+"""
+
+
+def rendered(tmp_path: Path, triggers_text: str | None) -> Path:
+    """template.yaml rendered with the repository's agents and ``triggers_text`` as triggers.yaml."""
+    declared = tmp_path / "triggers.yaml"
+    if triggers_text is not None:
+        declared.write_text(triggers_text)
+    template = tmp_path / "template.yaml"
+    template.write_text(render_template(TEMPLATE_FILE.read_text(), load_agents(), load_triggers(declared)))
+    return template
+
+
+def test_one_entry_gives_a_schedule_its_queues_function_roles_and_alarms_and_removing_it_removes_them(
+    tmp_path: Path,
+) -> None:
+    with_it = translate(load_template(rendered(tmp_path, NIGHTLY)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith("NightlyReport")}
+    assert mine == {
+        "NightlyReportTriggerQueue",
+        "NightlyReportTriggerDeadLetterQueue",
+        "NightlyReportSchedule",
+        "NightlyReportScheduleRole",
+        "NightlyReportTriggerFunction",
+        "NightlyReportTriggerFunctionRole",
+        "NightlyReportTriggerOccurrences",
+        "NightlyReportTriggerLogGroup",
+        "NightlyReportTriggerFunctionErrorsAlarm",
+        "NightlyReportTriggerFunctionThrottlesAlarm",
+        "NightlyReportTriggerDeadLetterAlarm",
+    }
+    assert not any("NightlyReport" in json.dumps(resource) for resource in without.values())
+    assert set(with_it) - mine == set(without)
+    # the schedule: its time zone and start, no flexible window, retried, undeliverable ticks to the DLQ
+    schedule = with_it["NightlyReportSchedule"]["Properties"]
+    assert schedule["ScheduleExpression"] == "cron(0 2 * * ? *)"
+    assert (schedule["ScheduleExpressionTimezone"], schedule["StartDate"]) == ("Europe/Paris", "2027-01-01T00:00:00Z")
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    assert schedule["State"] == "ENABLED"  # not a sample: it ticks once deployed
+    target = schedule["Target"]
+    assert target["Arn"] == {"Fn::GetAtt": ["NightlyReportTriggerQueue", "Arn"]}
+    assert json.loads(target["Input"]) == {"scheduled_time": "<aws.scheduler.scheduled-time>"}
+    assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 185}
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["NightlyReportTriggerDeadLetterQueue", "Arn"]}}
+    # the scheduler's role: assumed by EventBridge Scheduler of this account only, sends to the two queues only
+    role = with_it["NightlyReportScheduleRole"]["Properties"]
+    [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    [[send]] = [policy["PolicyDocument"]["Statement"] for policy in role["Policies"]]
+    assert (send["Action"], send["Resource"]) == (
+        "sqs:SendMessage",
+        [
+            {"Fn::GetAtt": ["NightlyReportTriggerQueue", "Arn"]},
+            {"Fn::GetAtt": ["NightlyReportTriggerDeadLetterQueue", "Arn"]},
+        ],
+    )
+    # the operators list and redrive its dead letters like every other
+    redrive = with_it["DeadLetterRedrivePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert {"Fn::GetAtt": ["NightlyReportTriggerDeadLetterQueue", "Arn"]} in redrive[0]["Resource"]
+    assert {"Fn::GetAtt": ["NightlyReportTriggerQueue", "Arn"]} in redrive[1]["Resource"]
+
+
+def test_the_trigger_function_reads_its_own_queue_and_starts_as_its_own_principal(tmp_path: Path) -> None:
+    stack = Stack(
+        load_template(rendered(tmp_path, NIGHTLY)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    function = stack.function("NightlyReportTriggerFunction")
+    assert function.environment["TRIGGER_PRINCIPAL"] == "trigger:nightly-report"
+    assert json.loads(function.environment["TRIGGER"]) == {
+        "name": "nightly-report",
+        "kind": "schedule",
+        "definition": "report",
+        "version": 3,
+        "input": {"day.$": "scheduled_time"},
+        "dead_letter_url": stack.physical_id("NightlyReportTriggerDeadLetterQueue"),
+    }
+    [mapping] = [event for event in function.events if isinstance(event, SqsEventSpec)]
+    assert (mapping.queue_logical_id, mapping.report_batch_item_failures) == ("NightlyReportTriggerQueue", True)
+    assert "NightlyReportTriggerDeadLetterQueue" in stack.function("OpsFunction").environment["DEAD_LETTER_QUEUES"]
+    [schedule] = stack.scheduler_schedules()
+    assert (schedule.queue_url, schedule.enabled) == (stack.physical_id("NightlyReportTriggerQueue"), True)
+
+
+def test_a_sample_trigger_ticks_only_when_the_parameter_enables_it() -> None:
+    def state(parameters: dict[str, str]) -> bool:
+        stack = Stack.from_file(TEMPLATE_FILE, parameters={"DeploySampleServices": "false", **parameters})
+        [schedule] = [s for s in stack.scheduler_schedules() if s.logical_id == "EveryMinuteTripSchedule"]
+        return schedule.enabled
+
+    assert state({}) is False  # a deployment does not book a trip a minute unless asked
+    assert state({"SampleTriggersState": "ENABLED"}) is True
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ("  x:\n    kind: schedule\n    definition: d\n    expression: rate(0 minutes)\n", "expression"),
+        ("  x:\n    kind: schedule\n    definition: d\n    expression: every day\n", "expression"),
+        ("  x:\n    kind: schedule\n    definition: d\n", "expression"),
+        ("  X:\n    kind: schedule\n    definition: d\n    expression: rate(1 day)\n", "should match pattern"),
+        ("  x:\n    kind: mqtt\n    definition: d\n    expression: rate(1 day)\n", "kind"),
+        ("  x:\n    kind: schedule\n    definition: d\n    expression: rate(1 day)\n    colour: red\n", "colour"),
+        (
+            "  x:\n    kind: schedule\n    definition: d\n    expression: rate(1 day)\n    start_date: soon\n",
+            "start_date",
+        ),
+    ],
+)
+def test_a_bad_entry_is_refused_with_the_trigger_and_the_reason(tmp_path: Path, entry: str, reason: str) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text("triggers:\n" + entry)
+    with pytest.raises(TriggersFileError, match=reason) as refused:
+        load_triggers(declared)
+    assert "trigger" in str(refused.value)
+
+
+def test_no_triggers_file_declares_none_and_the_repositorys_sits_beside_agents_yaml(tmp_path: Path) -> None:
+    assert load_triggers(tmp_path / "triggers.yaml") == []
+    assert triggers_file(AGENTS_FILE) == AGENTS_FILE.parent / "triggers.yaml"
+    assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == ["every-minute-trip"]

@@ -1,0 +1,222 @@
+"""sasflow.triggers: one workflow per occurrence of a schedule's tick, owned by the trigger, named in its history;
+an occurrence it cannot start goes to the trigger's dead-letter queue with its reason."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from sasflow.definition import parse_definition
+from sasflow.history import decode
+from sasflow.registry import DefinitionRegistry
+from sasflow.states import WorkflowStatus
+from sasflow.triggers import (
+    TriggerConfig,
+    TriggerRefusedError,
+    TriggerService,
+    occurrence_of,
+    trigger_input,
+)
+from tests.support.pipeline import OWNER, Pipeline, trip_definition
+
+DEAD_LETTERS = "queue/every-minute-trip-dlq"
+PRINCIPAL = "trigger:every-minute-trip"
+
+
+def config(**changes: Any) -> TriggerConfig:
+    document: dict[str, Any] = {
+        "name": "every-minute-trip",
+        "kind": "schedule",
+        "definition": "trip",
+        "input": {"traveller": "Scheduled", "route": "LHR-JFK", "amount": 100, "booked_for.$": "scheduled_time"},
+        "dead_letter_url": DEAD_LETTERS,
+    }
+    return TriggerConfig.model_validate({**document, **changes})
+
+
+def tick(at: str) -> str:
+    return json.dumps({"scheduled_time": at})
+
+
+@pytest.fixture
+def pipeline() -> Pipeline:
+    pipeline = Pipeline()
+    definition = parse_definition({**trip_definition(), "name": "trip", "version": 1})
+    DefinitionRegistry(pipeline.store).publish("trip", 1, definition, owner=OWNER, now=0)
+    return pipeline
+
+
+def service(pipeline: Pipeline, **changes: Any) -> TriggerService:
+    return TriggerService(
+        config(**changes), pipeline.scheduler, pipeline.bus, principal=PRINCIPAL, clock=pipeline.clock,
+        metrics=pipeline.count,
+    )  # fmt: skip
+
+
+def test_a_tick_starts_one_workflow_owned_by_the_trigger_whose_history_names_the_occurrence(
+    pipeline: Pipeline,
+) -> None:
+    trigger = service(pipeline)
+    outcome = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
+    assert outcome.created
+    snapshot = pipeline.snapshot(outcome.workflow_id)
+    workflow = snapshot.workflow
+    assert workflow.owner == PRINCIPAL
+    assert (workflow.trigger.name, workflow.trigger.occurrence) == ("every-minute-trip", "tick 2026-12-06T09:00:00Z")
+    assert workflow.input == {
+        "traveller": "Scheduled",
+        "route": "LHR-JFK",
+        "amount": 100,
+        "booked_for": "2026-12-06T09:00:00Z",
+    }
+    first = decode(snapshot.history, workflow.created_at, workflow.definition.order)[0]
+    assert (first.kind, first.detail) == (
+        "started",
+        {"trigger": "every-minute-trip", "occurrence": "tick 2026-12-06T09:00:00Z"},
+    )
+    # its first step was sent, and the trip completes as any other
+    assert [r.step for r in pipeline.requests("flights")] == ["reserve_flight"]
+    pipeline.settle(outcome.workflow_id)
+    assert pipeline.snapshot(outcome.workflow_id).workflow.status is WorkflowStatus.COMPLETED
+    assert pipeline.metrics["TriggerWorkflowsStarted"] == 1
+
+
+def test_the_same_tick_delivered_again_starts_nothing_new_and_another_tick_does(pipeline: Pipeline) -> None:
+    trigger = service(pipeline)
+    first = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
+    # the same tick: redelivered by SQS, retried by EventBridge Scheduler, or written another way
+    again = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
+    same = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T10:00:00+01:00")))
+    later = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:01:00Z")))
+    assert (again.workflow_id, again.created) == (first.workflow_id, False)
+    assert (same.workflow_id, same.created) == (first.workflow_id, False)
+    assert later.created and later.workflow_id != first.workflow_id
+    assert len(pipeline.store.workflows) == 2
+    assert pipeline.metrics["TriggerWorkflowsStarted"] == 2
+    assert len(pipeline.requests("flights")) == 2  # a repeat sends nothing
+
+
+def test_a_crash_between_the_start_write_and_the_send_leaves_one_workflow_that_the_supervisor_completes(
+    pipeline: Pipeline,
+) -> None:
+    trigger = service(pipeline)
+    occurrence = occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z"))
+    # the first delivery writes the workflow and dies before its send (nothing acknowledged)
+    lost = TriggerService(config(), pipeline.scheduler, _DeadBus(), principal=PRINCIPAL, clock=pipeline.clock)
+    with pytest.raises(ConnectionError):
+        lost.handle(occurrence)
+    # the redelivery finds it: no second workflow, no second send
+    again = trigger.handle(occurrence)
+    assert not again.created and len(pipeline.store.workflows) == 1
+    assert pipeline.requests("flights") == []
+    # the first step is PROCESSING with its complete-by: the supervisor resends it (Rule 1)
+    pipeline.settle(again.workflow_id)
+    assert pipeline.snapshot(again.workflow_id).workflow.status is WorkflowStatus.COMPLETED
+
+
+class _DeadBus:
+    def send(self, messages: Any) -> list[int]:
+        raise ConnectionError("the function died before its send")
+
+
+def test_a_trigger_and_a_client_with_the_same_key_get_different_workflows(pipeline: Pipeline) -> None:
+    trigger = service(pipeline)
+    occurrence = occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z"))
+    started = trigger.handle(occurrence)
+    key = occurrence.idempotency_key("every-minute-trip")
+    assert key.startswith("trigger:every-minute-trip:") and len(key) == len("trigger:every-minute-trip:") + 32
+    client = pipeline.start(key=key)
+    assert client != started.workflow_id
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("not json", "not JSON"),
+        ("[1]", "not a JSON object"),
+        ("{}", "names no scheduled_time"),
+        ('{"scheduled_time": 7}', "names no scheduled_time"),
+        ('{"scheduled_time": "yesterday"}', "is not an ISO-8601 time"),
+    ],
+)
+def test_a_message_that_is_not_a_tick_is_refused_as_malformed(body: str, why: str) -> None:
+    with pytest.raises(TriggerRefusedError, match=why) as refused:
+        occurrence_of(config(), body)
+    assert refused.value.code == "MALFORMED_OCCURRENCE"
+
+
+def test_a_refused_occurrence_redriven_from_the_dead_letter_queue_is_the_same_occurrence() -> None:
+    original = tick("2026-12-06T09:00:00Z")
+    redriven = json.dumps({"refused": {"code": "DEFINITION_NOT_REGISTERED"}, "body": original})
+    assert occurrence_of(config(), redriven) == occurrence_of(config(), original)
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        (None, {"trigger": "every-minute-trip", "scheduled_time": "2026-12-06T09:00:00Z", "at": 1796547600}),
+        ({"day.$": "scheduled_time", "fixed": 1}, {"day": "2026-12-06T09:00:00Z", "fixed": 1}),
+        ("{when: at, who: trigger}", {"when": 1796547600, "who": "every-minute-trip"}),
+    ],
+)
+def test_the_input_renders_from_the_tick(template: Any, expected: dict[str, Any]) -> None:
+    trigger = config(input=template)
+    assert trigger_input(trigger, occurrence_of(trigger, tick("2026-12-06T09:00:00Z"))) == expected
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ({"x.$": "nothing_here"}, "nothing_here"),
+        ("at", "must be a JSON object, got int"),
+        ({"x.$": "length(at)"}, "triggers\\[every-minute-trip\\].input"),
+    ],
+)
+def test_an_input_that_cannot_render_is_refused_as_invalid_input(template: Any, why: str) -> None:
+    trigger = config(input=template)
+    with pytest.raises(TriggerRefusedError, match=why) as refused:
+        trigger_input(trigger, occurrence_of(trigger, tick("2026-12-06T09:00:00Z")))
+    assert refused.value.code == "INVALID_INPUT"
+
+
+def test_an_occurrence_the_definition_refuses_goes_to_the_dead_letter_queue_with_its_reason(
+    pipeline: Pipeline,
+) -> None:
+    # no such definition; then an input without the route the first step reads
+    for changes, code in (({"definition": "nowhere"}, "DEFINITION_NOT_REGISTERED"), ({"input": {}}, "INVALID_INPUT")):
+        trigger = service(pipeline, **changes)
+        body = tick("2026-12-06T09:00:00Z")
+        with pytest.raises(TriggerRefusedError) as refused:
+            trigger.handle(occurrence_of(trigger.config, body))
+        assert refused.value.code == code
+        trigger.refuse(body, refused.value, "message-1")
+        [dead] = pipeline.bus.peek(DEAD_LETTERS)[-1:]
+        record = json.loads(dead.body)
+        assert record["refused"]["code"] == code and record["body"] == body
+        assert record["refused"]["trigger"] == "every-minute-trip"
+    assert "sasflow definitions push" in json.loads(pipeline.bus.peek(DEAD_LETTERS)[0].body)["refused"]["reason"]
+    assert "input" in json.loads(pipeline.bus.peek(DEAD_LETTERS)[1].body)["refused"]["reason"]
+    assert pipeline.store.workflows == {}  # nothing half-started
+    assert pipeline.metrics["TriggerOccurrencesRefused"] == 2
+
+
+def test_a_pinned_version_is_read_once_and_the_latest_again_after_a_minute(pipeline: Pipeline) -> None:
+    latest = service(pipeline)
+    latest.handle(occurrence_of(latest.config, tick("2026-12-06T09:00:00Z")))
+    v2 = parse_definition({**trip_definition(), "name": "trip", "version": 2})
+    DefinitionRegistry(pipeline.store).publish("trip", 2, v2, owner=OWNER, now=0)
+    within = latest.handle(occurrence_of(latest.config, tick("2026-12-06T09:01:00Z")))
+    pipeline.clock.advance(61)
+    after = latest.handle(occurrence_of(latest.config, tick("2026-12-06T09:02:00Z")))
+    pinned = service(pipeline, version=1).handle(occurrence_of(latest.config, tick("2026-12-06T09:03:00Z")))
+    versions = [pipeline.snapshot(o.workflow_id).workflow.definition.version for o in (within, after, pinned)]
+    assert versions == [1, 2, 1]
+
+
+def test_a_configuration_that_is_not_one_is_a_configuration_error() -> None:
+    from sasflow.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="TRIGGER is not a trigger configuration"):
+        TriggerConfig.from_env('{"name": "Bad Name", "kind": "schedule"}')
