@@ -473,10 +473,17 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
     dlq_entries = ",\n            ".join(
         f'"{queue}": {{"url": "${{{queue}}}", "arn": "${{{queue}.Arn}}"}}' for queue in dead_letter_queues
     )
+    trigger_entries = ",\n            ".join(
+        f'"{trigger.name}": {json.dumps(trigger.route())[:-1]}, "queue_url": "${{{trigger.pascal}TriggerQueue}}"}}'
+        for trigger in triggers
+    )
     ops_part = f"""\
           # Every dead-letter queue, for the operators' listing and redrive (/ops/dead-letters).
           DEAD_LETTER_QUEUES: !Sub >-
             {{{dlq_entries}}}
+          # Every trigger of triggers.yaml, for sasflow triggers list, pause, resume and run-now (/ops/triggers).
+          TRIGGERS: !Sub >-
+            {{{trigger_entries}}}
 """
     dlq_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in dead_letter_queues)
     sources = (

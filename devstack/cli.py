@@ -293,6 +293,16 @@ def _up(
             server.stop()
 
 
+def trigger_lines(local: LocalStack) -> list[str]:
+    """One line per schedule of the template's triggers: what it ticks at, whether it ticks here, its next tick."""
+    lines = []
+    for spec in local.stack.scheduler_schedules():
+        emulator = local.scheduler_schedules.get(spec.logical_id)
+        ticking = "ticks here" if emulator is not None else "DISABLED (its State)"
+        lines.append(f"{spec.logical_id}: {spec.expression} {spec.timezone}, {ticking}")
+    return lines
+
+
 def batching_windows_line(local: LocalStack) -> str:
     """The batching windows the local stack's SQS pollers run with, and the ``Profile`` that chose them:
     ``Profile=latency: scheduler 0 s, agents 0 s`` (docs/deploy.md, "Latency and cost")."""
@@ -381,6 +391,11 @@ def _serve_until_stopped(
                 "version with sasflow --as client-a)"
             )
             for line in published:
+                console.print(f"  {line}", highlight=False)
+        ticking = trigger_lines(local)
+        if ticking:
+            console.print("\n[bold]triggers[/] (triggers.yaml; sasflow triggers list, sasflow list --trigger NAME)")
+            for line in ticking:
                 console.print(f"  {line}", highlight=False)
         if verbose:
             console.print()

@@ -77,6 +77,15 @@ class TriggerDeclaration(BaseModel):
         """Who its workflows belong to."""
         return f"{PRINCIPAL_PREFIX}{self.name}"
 
+    def route(self) -> dict[str, Any]:
+        """The trigger in the operators' ``TRIGGERS`` (``sasflow.settings.TriggerRoute``), without its queue URL."""
+        return {
+            "principal": self.principal,
+            "kind": self.kind,
+            "definition": self.definition,
+            "source": f"{self.expression} {self.timezone}",
+        }
+
     def config(self) -> dict[str, Any]:
         """The trigger function's ``TRIGGER`` configuration (``sasflow.triggers.TriggerConfig``), without the
         dead-letter queue's URL, which the template fills in."""
@@ -263,6 +272,14 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
               Effect: Allow
               Action: [dynamodb:GetItem, dynamodb:PutItem]
               Resource: !GetAtt StateTable.Arn
+            # Its own item: a tick skipped while an operator paused it is counted there.
+            - Sid: OwnTriggerItem
+              Effect: Allow
+              Action: dynamodb:UpdateItem
+              Resource: !GetAtt StateTable.Arn
+              Condition:
+                ForAllValues:StringEquals:
+                  dynamodb:LeadingKeys: ["TRIGGER#{name}"]
             - Sid: RegisteredDefinitions
               Effect: Allow
               Action: dynamodb:Query

@@ -70,7 +70,10 @@
 20. Triggers (``simulation/triggers.py``): exactly one workflow per occurrence. No two workflows carry the same
     trigger and occurrence; every workflow a trigger started belongs to a tick that was sent; every tick sent has
     its workflow, or waits in the trigger's dead-letter queue (its deliveries failed five receives: an operator
-    redrives it, and it starts the same workflow). Every message that is not a tick is in that dead-letter queue,
+    redrives it, and it starts the same workflow), or was skipped because an operator had paused the trigger; a tick
+    handled while the trigger was paused starts nothing (checked at every handler call); an operator's run-now is an
+    occurrence of its own, one workflow however often it is sent with its Idempotency-Key. Every message that is
+    not a tick is in that dead-letter queue,
     refused with its code and reason (or as it was, after five failed receives), and started nothing; nothing a
     trigger could start was refused.
 """
@@ -293,7 +296,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
 def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[Violation]:
     """Invariant 20: one workflow per occurrence; every message that is not one refused into the dead-letter queue."""
     config, log = sim.trigger_config, sim.trigger_log
-    violations: list[Violation] = []
+    violations: list[Violation] = list(log.seen)
     by_occurrence: dict[str, list[str]] = {}
     for workflow_id, snapshot in snapshots.items():
         ref = snapshot.workflow.trigger
@@ -322,7 +325,7 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         if isinstance(refused, dict):
             violations.append(Violation("a startable occurrence refused", "-", f"{occurrence}: {refused}"))
         waiting.add(occurrence)
-    for occurrence in sorted(log.occurrences - set(by_occurrence) - waiting):
+    for occurrence in sorted(log.occurrences - set(by_occurrence) - waiting - log.skipped):
         violations.append(Violation("occurrence started no workflow", "-", occurrence))
     for body in sorted(log.bad - refused_bad):
         violations.append(Violation("bad message not in the dead-letter queue", "-", body))

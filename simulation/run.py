@@ -43,6 +43,7 @@ from devstack.inprocess import (
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStore
+from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore, trigger_key
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
@@ -161,6 +162,9 @@ class RunReport:
     triggered: Counter[str] = field(default_factory=Counter)
     trigger_deliveries: int = 0
     trigger_dead_letters: int = 0
+    #: Ticks skipped while the operator had paused the trigger, and the distinct run-now occurrences it asked for.
+    trigger_skipped: int = 0
+    trigger_run_nows: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
     #: either world, in any process, end with the same digest or they did not replay.
     state_digest: str = ""
@@ -222,10 +226,13 @@ class Simulation:
         #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
         self.trigger_rng = random.Random(seed * 6_113 + 31)
         self.trigger_log = TriggerLog()
+        self.trigger_paused = False
+        self.run_now_keys: list[str] = []
         self.deliveries: list[Delivery] = plan_deliveries(
             self.trigger_rng,
             START,
-            max(30.0, workflows * 1.0),
+            # over ten minutes at least: the operator (at supervisor ticks) pauses and resumes between the ticks
+            max(600.0, workflows * 6.0),
             round(workflows * self.faults.triggered),
             duplicate=self.faults.trigger_duplicate,
             bad=self.faults.trigger_bad,
@@ -351,12 +358,23 @@ class Simulation:
         def build() -> TriggerService:
             engine = build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng)
             config = TriggerConfig.from_env(env["TRIGGER"])
-            return TriggerService(
-                config, engine.scheduler, engine.bus, principal=env["TRIGGER_PRINCIPAL"], clock=self.clock
+            return self._watch_trigger(
+                TriggerService(
+                    config,
+                    engine.scheduler,
+                    engine.bus,
+                    self._trigger_store(),
+                    principal=env["TRIGGER_PRINCIPAL"],
+                    clock=self.clock,
+                )
             )
 
         module.service = Lazy(build)
         return module
+
+    def _trigger_store(self) -> DynamoDBTriggerStore:
+        """The triggers' items, on the crash-armed client the functions use."""
+        return DynamoDBTriggerStore(self.physical["StateTable"], self.dynamodb)
 
     def _load_ops_function(self, spec: FunctionSpec) -> Any:
         module: Any = load_function_module(spec)
@@ -368,7 +386,7 @@ class Simulation:
                 build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng),
                 lambda built: built.scheduler.claims,
             )
-            return OpsServices(engine, engine.store, dead_letters=None)
+            return OpsServices(engine, engine.store, dead_letters=None, triggers=self._trigger_store())
 
         module.ops = Lazy(build)
         return module
@@ -798,6 +816,7 @@ class Simulation:
         self._invoke("SupervisorFunction", event)
         self.crashes.on_call = None
         self._operate()
+        self._operate_trigger()
         self._approve()
 
     # ------------------------------------------------------------------ the approver
@@ -929,6 +948,54 @@ class Simulation:
         self.operator_failed.append(Violation("operator action failed", workflow_id, action))
         return 500
 
+    def _operate_trigger(self) -> None:
+        """The person on call and the trigger: pauses it (its ticks are then skipped), resumes it, or runs it now,
+        sometimes twice with one Idempotency-Key (one occurrence, one workflow), through the operators' function."""
+        if not self.trigger_log.occurrences or self.trigger_rng.random() >= self.faults.trigger_operator:
+            return
+        name = self.trigger_config.name
+        action = self.trigger_rng.choice(["resume" if self.trigger_paused else "pause", "run-now"])
+        if action == "run-now" and self.run_now_keys and self.trigger_rng.random() < 0.3:
+            key = self.run_now_keys[-1]  # the same request again: a double click, a retried command
+        else:
+            key = f"trigger-op-{self.seed}-{self.report.ticks}-{action}"
+        event = ops_event(f"/ops/triggers/{name}/{action}", {"reason": f"sim operator: {action}"}, key=key)
+        for _ in range(20):
+            ok, response = self._invoke("OpsFunction", event)
+            if ok and response["statusCode"] < 500:
+                break
+            self.clock.advance(1)
+        else:
+            self.operator_failed.append(Violation("operator action failed", name, action))
+            return
+        self.operator_actions[f"trigger {action} {response['statusCode']}"] += 1
+        if action == "run-now":
+            self.run_now_keys.append(key)
+            self.trigger_log.occurrences.add(json.loads(response["body"])["occurrence"])
+        else:
+            self.trigger_paused = action == "pause"
+
+    def _watch_trigger(self, service: TriggerService) -> TriggerService:
+        """Record what each occurrence did, and whether its trigger was paused when it was handled (invariant 20)."""
+        original = service.handle
+        checker = self.dynamodb_checker()
+        table = self.physical["StateTable"]
+
+        def handle(occurrence: Any) -> Any:
+            item = checker.get_item(TableName=table, Key=trigger_key(service.config.name), ConsistentRead=True)
+            paused = "paused_by" in item.get("Item", {})
+            outcome = original(occurrence)
+            if outcome.skipped is not None:
+                self.trigger_log.skipped.add(occurrence.identity)
+            if paused and not occurrence.run_now and outcome.created:
+                self.trigger_log.seen.append(
+                    Violation("a paused trigger started a tick", outcome.workflow_id or "-", occurrence.identity)
+                )
+            return outcome
+
+        service.handle = handle  # type: ignore[method-assign]
+        return service
+
     def _second_supervisor(self) -> None:
         engine = self.modules["SupervisorFunction"].engine()
         with contextlib.suppress(SimCrash):  # an injected crash ends the second supervisor's run
@@ -1047,6 +1114,8 @@ class Simulation:
         self.report.triggered = Counter(s.workflow.status.value for s in stored if s.workflow.trigger is not None)
         self.report.trigger_deliveries = self.trigger_log.deliveries
         self.report.trigger_dead_letters = len(self.queues.messages[self.trigger_config.dead_letter_url])
+        self.report.trigger_skipped = len(self.trigger_log.skipped)
+        self.report.trigger_run_nows = len(set(self.run_now_keys))
         self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
@@ -1235,10 +1304,17 @@ def callback_event(token: str, body: Any, *, request_id: str) -> dict[str, Any]:
 
 
 def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
-    """An HTTP API (payload 2.0) ``POST /ops/...`` event of the local operator, with an ``Idempotency-Key``."""
+    """An HTTP API (payload 2.0) ``POST /ops/...`` event of the local operator, with an ``Idempotency-Key``: an action
+    on a workflow (``/ops/workflows/{workflow_id}/{action}``) or on a trigger (``/ops/triggers/{name}/{action}``)."""
+    parts = path.split("/")
+    route, name = (
+        ("POST /ops/triggers/{name}/{action}", "name")
+        if parts[2] == "triggers"
+        else ("POST /ops/workflows/{workflow_id}/{action}", "workflow_id")
+    )
     return {
         "version": "2.0",
-        "routeKey": "POST /ops/workflows/{workflow_id}/{action}",
+        "routeKey": route,
         "rawPath": path,
         "rawQueryString": "",
         "headers": {"content-type": "application/json", "idempotency-key": key},
@@ -1246,10 +1322,10 @@ def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
             "authorizer": request_context_authorizer(identity("operator")),
             "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
             "requestId": key,
-            "routeKey": "POST /ops/workflows/{workflow_id}/{action}",
+            "routeKey": route,
             "stage": "$default",
         },
-        "pathParameters": {"workflow_id": path.split("/")[3], "action": path.split("/")[4]},
+        "pathParameters": {name: parts[3], "action": parts[4]},
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }

@@ -5,9 +5,10 @@ the template renders it) receives ticks on its own queue, as EventBridge Schedul
 out of order. Each tick comes once, twice or three times (a retried delivery), each copy a message of its own at a
 random delay, so a later tick often arrives first; every fault of the world hits these deliveries as it hits the
 engine's (crashes around every DynamoDB call and send, so between the start's write and the acknowledgement;
-consumers lost after a receive; a concurrent instance running a batch inside another). Some messages are not ticks
-at all (a hand-written send with a time that is not one): those must be refused into the trigger's dead-letter
-queue with their reason, and start nothing.
+consumers lost after a receive; a concurrent instance running a batch inside another). An operator pauses the
+trigger (its ticks are then skipped), resumes it, and runs it now (sometimes twice with one Idempotency-Key). Some
+messages are not ticks at all (a hand-written send with a time that is not one): those must be refused into the
+trigger's dead-letter queue with their reason, and start nothing.
 
 The ground truth (`TriggerLog`) is what was sent; ``invariants.trigger_violations`` (invariant 20) checks the
 workflows and the dead-letter queue against it.
@@ -19,6 +20,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,14 @@ class Delivery:
 class TriggerLog:
     """What was sent to the trigger's queue in one run."""
 
-    #: Every occurrence sent (``tick <ISO time>``), the bodies of the bad messages, and the messages sent.
+    #: Every occurrence sent (``tick <ISO time>``, and the operator's ``run-now <key> by <principal>``), the bodies of
+    #: the bad messages, and the messages sent.
     occurrences: set[str] = field(default_factory=set)
     bad: set[str] = field(default_factory=set)
     deliveries: int = 0
+    #: Ticks a handler call skipped (the trigger was paused), and violations seen as they happened.
+    skipped: set[str] = field(default_factory=set)
+    seen: list[Any] = field(default_factory=list)
 
 
 def _iso(epoch: float) -> str:

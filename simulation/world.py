@@ -92,6 +92,8 @@ class Faults:
     triggered: float = 0.05
     trigger_duplicate: float = 0.35
     trigger_bad: float = 0.1
+    #: Chance per supervisor tick that the operator pauses, resumes or runs the trigger now (while it has ticks).
+    trigger_operator: float = 0.2
 
     @classmethod
     def none(cls) -> Faults:

@@ -49,6 +49,8 @@ dlq_app = typer.Typer(help="Dead-letter queues: depths, messages, redrive.", no_
 app.add_typer(dlq_app, name="dlq")
 definitions_app = typer.Typer(help="Definitions registered by name and version.", no_args_is_help=True)
 app.add_typer(definitions_app, name="definitions")
+triggers_app = typer.Typer(help="Triggers (triggers.yaml): list, pause, resume, run now.", no_args_is_help=True)
+app.add_typer(triggers_app, name="triggers")
 
 #: Ids, names and messages are printed as they are: a map child's id ``wf:fire:1`` never becomes an emoji.
 console = Console(highlight=False, emoji=False)
@@ -366,23 +368,35 @@ def list_(
     ] = False,
     definition: Annotated[str | None, typer.Option("--definition", help="Definition name.")] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
+    trigger: Annotated[
+        str | None, typer.Option("--trigger", help="Only what this trigger started, newest first, in any status.")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
     wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Find workflows. Without --status or --in-flight: what waits for a person (HELD, COMPENSATION_FAILED,
-    PAUSED), newest first; with counts of everything in flight or waiting."""
+    """Find workflows. Without --status, --in-flight or --trigger: what waits for a person (HELD,
+    COMPENSATION_FAILED, PAUSED), newest first; with counts of everything in flight or waiting."""
     if status is not None and in_flight:
         raise CliUsageError("give --status or --in-flight, not both")
+    if trigger is not None and in_flight:
+        raise CliUsageError("give --trigger (any status, or one with --status) or --in-flight, not both")
     client = _state(ctx).client
 
     def pages_of(one: str | None) -> list[dict[str, Any]]:
         return list(
-            client.list_pages(status=one, definition=definition, started_after=started_after, limit=limit, follow=all_)
+            client.list_pages(
+                status=one,
+                definition=definition,
+                started_after=started_after,
+                trigger=trigger,
+                limit=limit,
+                follow=all_,
+            )
         )
 
-    if status is not None or in_flight:
+    if status is not None or in_flight or trigger is not None:
         pages = pages_of(status)
     else:
         pages = [_attention_page([pages_of(kind) for kind in ATTENTION_KINDS])]
@@ -746,6 +760,69 @@ def definitions_list(
         _print_json(body)
     else:
         _print_table(render.definitions_table(body, wide=wide), wide)
+
+
+# ----------------------------------------------------------------------------------------------------- triggers
+@triggers_app.command("list")
+@_handled
+def triggers_list(ctx: typer.Context, wide: WideOption = False, as_json: JsonOption = False) -> None:
+    """Every trigger of triggers.yaml: what it starts, what makes it tick, whether it is paused, what it skipped."""
+    body = _state(ctx).client.triggers()
+    if as_json:
+        _print_json(body)
+    else:
+        _print_table(render.triggers_table(body, wide=wide), wide)
+
+
+def _trigger_action(ctx: typer.Context, name: str, action: str, reason: str, key: str | None, as_json: bool) -> None:
+    state = _state(ctx)
+    body = state.client.trigger_action(name, action, reason=reason, idempotency_key=key or state.new_key())
+    if as_json:
+        _print_json(body)
+    elif action == "run-now":
+        console.print(f"{body['trigger']}: {body['occurrence']} sent; it starts workflow {body['workflow_id']}")
+        console.print(f"  sasflow get {body['workflow_id']}", style="dim")
+    else:
+        _print_table(render.triggers_table({"triggers": [body]}), False)
+
+
+@triggers_app.command("pause")
+@_handled
+def triggers_pause(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Pause a trigger: its ticks are skipped (and counted) until it is resumed; who and why are kept."""
+    _trigger_action(ctx, name, "pause", reason, key, as_json)
+
+
+@triggers_app.command("resume")
+@_handled
+def triggers_resume(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resume a paused trigger: its next tick starts a workflow again (the ticks skipped meanwhile do not)."""
+    _trigger_action(ctx, name, "resume", reason, key, as_json)
+
+
+@triggers_app.command("run-now")
+@_handled
+def triggers_run_now(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
+    reason: ReasonOption,
+    key: KeyOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Start one occurrence now, as if the tick had come (paused or not); the same --idempotency-key starts one."""
+    _trigger_action(ctx, name, "run-now", reason, key, as_json)
 
 
 # ----------------------------------------------------------------------------------------------------- dead letters

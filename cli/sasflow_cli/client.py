@@ -239,6 +239,7 @@ class SasflowClient:
         status: str | None = None,
         definition: str | None = None,
         started_after: int | None = None,
+        trigger: str | None = None,
         limit: int | None = None,
         follow: bool = False,
     ) -> Iterator[dict[str, Any]]:
@@ -252,6 +253,7 @@ class SasflowClient:
                     "status": status,
                     "definition": definition,
                     "started_after": started_after,
+                    "trigger": trigger,
                     "limit": limit,
                     "cursor": cursor,
                 },
@@ -296,6 +298,15 @@ class SasflowClient:
         """``GET /ops/dead-letters``: every queue's depth, or one queue's messages (``limit`` 0: only its depth and
         move tasks, no message received)."""
         return self.request("GET", "/ops/dead-letters", query={"queue": queue, "limit": limit if queue else None})
+
+    def triggers(self) -> Any:
+        """``GET /ops/triggers``: every trigger, paused or not, and what it skipped."""
+        return self.request("GET", "/ops/triggers")
+
+    def trigger_action(self, name: str, action: str, *, reason: str, idempotency_key: str) -> Any:
+        """``POST /ops/triggers/{name}/{action}`` (pause, resume, run-now): the trigger, or the run-now sent."""
+        path = api_path("ops", "triggers", name, action)
+        return self.request("POST", path, body={"reason": reason}, idempotency_key=idempotency_key)
 
     def redrive(self, queue: str, *, reason: str, max_per_second: int | None = None) -> Any:
         """``POST /ops/dead-letters/redrive`` (not retried: a second move of the same queue is not a no-op)."""

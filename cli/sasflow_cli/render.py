@@ -350,6 +350,37 @@ def overdue_tables(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
     )
 
 
+#: A trigger's columns: its name, state and what it starts are kept; the principal and the count give way first.
+TRIGGER_COLUMNS = (
+    Col("trigger", "whole"),
+    Col("state", "whole"),
+    Col("definition", "whole"),
+    Col("source", "wrap", minimum=14),
+    Col("skipped", drop=2, justify="right"),
+    Col("paused by", drop=1),
+    Col("reason", "wrap", minimum=12),
+)
+
+
+def triggers_table(body: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
+    """The triggers (``GET /ops/triggers``): paused ones say by whom, since when and why."""
+    rows = [
+        {
+            "trigger": Text(str(t["name"])),
+            "state": Text("PAUSED", style="yellow") if t.get("paused") else Text("active", style="green"),
+            "definition": Text(str(t.get("definition"))),
+            "source": Text(str(t.get("source"))),
+            "skipped": Text(str(t.get("skipped", 0))),
+            "paused by": Text(
+                _principal(t.get("paused_by"), wide) + f" {when(t['paused_at'])}" if t.get("paused") else ""
+            ),
+            "reason": Text(str(t.get("pause_reason") or "")),
+        }
+        for t in body.get("triggers", [])
+    ]
+    return FitTable(TRIGGER_COLUMNS, rows, title="triggers", wide=wide)
+
+
 DEPTH_COLUMNS = (Col("queue", "whole"), Col("messages", "whole", justify="right"))
 #: A dead-letter message's columns: its workflow, step, kind and age are kept; phase and attempt fold into the step.
 DEAD_LETTER_COLUMNS = (

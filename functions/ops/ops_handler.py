@@ -35,7 +35,9 @@ def _count(name: str, value: int = 1) -> None:
 
 
 ops = Lazy(lambda: build_ops(metrics=_count, correlate=logger.set_correlation_id))
-app = build_ops_app(lambda: (ops().engine.scheduler, ops().engine.bus, ops().index, ops().dead_letters))
+app = build_ops_app(
+    lambda: (ops().engine.scheduler, ops().engine.bus, ops().index, ops().dead_letters), lambda: ops().triggers
+)
 
 
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")

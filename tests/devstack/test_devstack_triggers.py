@@ -148,3 +148,15 @@ def test_no_triggers_file_declares_none_and_the_repositorys_sits_beside_agents_y
     assert load_triggers(tmp_path / "triggers.yaml") == []
     assert triggers_file(AGENTS_FILE) == AGENTS_FILE.parent / "triggers.yaml"
     assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == ["every-minute-trip"]
+
+
+def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
+    from types import SimpleNamespace
+
+    from devstack.cli import trigger_lines
+
+    stack = Stack.from_file(TEMPLATE_FILE, parameters={"DeploySampleServices": "false"})
+    quiet = SimpleNamespace(stack=stack, scheduler_schedules={})
+    assert trigger_lines(quiet) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)"]
+    ticking = SimpleNamespace(stack=stack, scheduler_schedules={"EveryMinuteTripSchedule": object()})
+    assert trigger_lines(ticking) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here"]

@@ -175,15 +175,35 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
     # queries both indexes, and scans only to list finished workflows (an operator's occasional request,
     # docs/operate.md, "Finding workflows").
     attention = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/attention-index"})
+    by_trigger = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/trigger-index"})
     on_state = {(a, r) for a, r in granted["OpsFunction"] if "StateTable" in r}
     assert on_state == {
         ("dynamodb:GetItem", table),
         ("dynamodb:PutItem", table),
         ("dynamodb:BatchGetItem", table),  # a listing's page re-read from the items
+        ("dynamodb:UpdateItem", table),  # the triggers' items only (below)
         ("dynamodb:Query", index),
         ("dynamodb:Query", attention),
+        ("dynamodb:Query", by_trigger),
         ("dynamodb:Scan", table),
     }
+    ops = roles["OpsFunctionRole"]
+    [trigger_items] = [s for s in statements(ops, resources) if s.get("Sid") == "TriggerItems"]
+    assert trigger_items["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TRIGGER#*"]}}
+    # A trigger's function starts workflows (a conditional PutItem, a repeat's GetItem), reads the definitions' keys
+    # and updates its own item only (a tick skipped while paused)
+    for trigger in load_triggers(ROOT / "triggers.yaml"):
+        function = f"{trigger.pascal}TriggerFunction"
+        on_table = {action for action, resource in granted[function] if resource == table}
+        assert on_table == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+        role = roles[f"{function}Role"]
+        by_sid = {s.get("Sid"): s for s in statements(role, resources)}
+        assert by_sid["OwnTriggerItem"]["Condition"] == {
+            "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [f"TRIGGER#{trigger.name}"]}
+        }
+        assert by_sid["RegisteredDefinitions"]["Condition"] == {
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["DEFNAME#*"]}
+        }
     for logical_id, pairs in granted.items():
         assert not any(action == "dynamodb:BatchWriteItem" for action, _ in pairs), logical_id
         if logical_id != "OpsFunction":

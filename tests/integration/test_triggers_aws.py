@@ -100,3 +100,77 @@ def _event(driver: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     from tests.support.lambdas import sqs_event
 
     return sqs_event(messages, driver.event.queue_arn)
+
+
+def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_started(deployed: Deployed) -> None:
+    publish(deployed)
+    driver = deployed.driver(FUNCTION)
+    status, listing = deployed.ops("GET", "/ops/triggers")
+    assert status == 200
+    [trigger] = listing["triggers"]
+    assert trigger == {
+        "name": "every-minute-trip",
+        "kind": "schedule",
+        "definition": "trip-booking",
+        "source": "rate(1 minute) UTC",
+        "principal": "trigger:every-minute-trip",
+        "paused": False,
+        "paused_by": None,
+        "paused_at": None,
+        "pause_reason": None,
+        "skipped": 0,
+    }
+    # paused: who and why are kept, and a tick is skipped and counted
+    status, paused = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "flights migration"})
+    assert status == 200 and paused["paused"] and paused["pause_reason"] == "flights migration"
+    assert paused["paused_by"].startswith("arn:aws:")
+    tick(deployed, "2026-12-06T09:00:00Z")
+    driver.deliver()
+    assert started(deployed) == [] and deployed.depth(QUEUE) == 0
+    assert deployed.ops("GET", "/ops/triggers")[1]["triggers"][0]["skipped"] == 1
+    # run now, twice with one Idempotency-Key: one occurrence, its workflow id known at once, started while paused
+    key = {"Idempotency-Key": "run-now-1"}
+    status, ran = deployed.ops("POST", "/ops/triggers/every-minute-trip/run-now", {"reason": "test"}, headers=key)
+    assert status == 202 and ran["occurrence"].startswith("run-now run-now-1 by arn:aws:")
+    again = deployed.ops("POST", "/ops/triggers/every-minute-trip/run-now", {"reason": "test"}, headers=key)[1]
+    assert again["workflow_id"] == ran["workflow_id"]
+    driver.deliver()
+    deployed.pump()
+    [workflow] = started(deployed)
+    assert workflow["workflow_id"] == ran["workflow_id"] and workflow["status"] == "COMPLETED"
+    # resumed: the next tick starts
+    status, resumed = deployed.ops("POST", "/ops/triggers/every-minute-trip/resume", {"reason": "done"})
+    assert status == 200 and not resumed["paused"] and resumed["skipped"] == 1
+    deployed.clock.advance(5)
+    tick(deployed, "2026-12-06T09:02:00Z")
+    driver.deliver()
+    # the trigger index lists both, newest first, in any status
+    status, page = deployed.ops("GET", "/ops/workflows", query="trigger=every-minute-trip")
+    assert status == 200 and page["source"] == "trigger index"
+    ids = [w["workflow_id"] for w in page["workflows"]]
+    assert len(ids) == 2 and ids[1] == ran["workflow_id"]
+    assert [w["trigger"] for w in page["workflows"]] == ["every-minute-trip"] * 2
+    status, page = deployed.ops("GET", "/ops/workflows", query="trigger=every-minute-trip&status=COMPLETED")
+    assert [w["workflow_id"] for w in page["workflows"]] == [ran["workflow_id"]]
+    # an unknown trigger, an unknown action, no reason
+    status, body = deployed.ops("POST", "/ops/triggers/nightly/pause", {"reason": "x"})
+    assert (status, body["error"]) == (404, "TRIGGER_NOT_FOUND") and "every-minute-trip" in body["message"]
+    assert deployed.ops("POST", "/ops/triggers/every-minute-trip/stop", {"reason": "x"})[0] == 422
+    assert deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {})[0] == 422
+
+
+def test_the_cli_lists_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_started(deployed: Deployed) -> None:
+    from tests.integration.test_cli import cli
+
+    publish(deployed)
+    [listed] = cli(deployed, "triggers", "list")["triggers"]
+    assert (listed["name"], listed["paused"], listed["source"]) == ("every-minute-trip", False, "rate(1 minute) UTC")
+    paused = cli(deployed, "triggers", "pause", "every-minute-trip", "--reason", "migration")
+    assert paused["paused"] and paused["pause_reason"] == "migration"
+    ran = cli(deployed, "triggers", "run-now", "every-minute-trip", "--reason", "check", "--idempotency-key", "k1")
+    deployed.driver(FUNCTION).deliver()
+    resumed = cli(deployed, "triggers", "resume", "every-minute-trip", "--reason", "done")
+    assert not resumed["paused"]
+    page = cli(deployed, "list", "--trigger", "every-minute-trip")
+    assert [w["workflow_id"] for w in page["workflows"]] == [ran["workflow_id"]]
+    assert page["source"] == "trigger index"

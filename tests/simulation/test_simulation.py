@@ -113,7 +113,7 @@ def test_an_agent_whose_in_progress_record_never_expires_is_an_unexplained_unwin
     progress, and the step runs out of attempts although its service is healthy. The workflow ends COMPENSATED,
     which the safety invariants accept; invariant 10 finds attempts that failed with no fault of their own."""
     monkeypatch.setattr(IdempotencyConfig, "register_lambda_context", lambda self, context: None)
-    report = run_one(1, 40, Faults(agent_killed_after_effect=0.05))
+    report = run_one(1, 40, Faults(agent_killed_after_effect=0.05, triggered=0.0))  # as before the triggers
     assert report.faults["agent killed after its remote effect"] >= 1
     kinds = {v.kind for v in report.violations}
     assert kinds == {"unexplained unwind"}
@@ -464,16 +464,19 @@ def test_a_poison_message_left_hidden_for_its_visibility_timeout_is_caught(monke
 
 # ------------------------------------------------------------------ triggers (simulation/triggers.py, invariant 20)
 def test_ticks_delivered_again_out_of_order_and_under_every_fault_start_one_workflow_each() -> None:
-    """Invariant 20: duplicated and reordered ticks, crashes between the start's write and the acknowledgement, and
-    messages that are not ticks: one workflow per tick, each bad message refused into the dead-letter queue."""
+    """Invariant 20: duplicated and reordered ticks, crashes between the start's write and the acknowledgement,
+    pauses, resumes and run-nows (some sent twice), and messages that are not ticks: one workflow per occurrence, no
+    tick started while paused, each bad message refused into the dead-letter queue."""
     report = run_one(71, 30, TRIGGER_HEAVY)
     assert report.violations == [], report.replay_command()
     assert sum(report.statuses.values()) == 30  # the API's starts, as ever
-    # 30 occurrences, some not ticks: each tick a workflow, every message delivered (duplicates among them)
-    assert 15 <= sum(report.triggered.values()) < 30
+    # every kind of occurrence happened: duplicates, skips while paused, run-nows (one repeated), refusals
     assert report.trigger_deliveries > 30
-    assert set(report.triggered) <= TERMINAL_STATES
-    assert report.trigger_dead_letters >= 30 - sum(report.triggered.values())
+    assert report.trigger_skipped >= 1 and report.trigger_run_nows >= 1
+    assert report.operator_actions["trigger run-now 202"] > report.trigger_run_nows
+    assert {"trigger pause 200", "trigger resume 200"} <= set(report.operator_actions)
+    assert report.trigger_dead_letters >= 1
+    assert sum(report.triggered.values()) >= 10 and set(report.triggered) <= TERMINAL_STATES
     assert {"crash before DynamoDB call", "crash after DynamoDB call"} <= set(report.faults)
 
 
@@ -494,3 +497,11 @@ def test_a_refusal_that_is_not_written_is_caught(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(sasflow.triggers.TriggerService, "refuse", lambda self, body, error, message_id: None)
     kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
     assert kinds == {"bad message not in the dead-letter queue"}
+
+
+def test_a_pause_that_is_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a paused trigger's ticks start"): the trigger reads no
+    pause, so a tick handled while an operator had paused it starts a workflow."""
+    monkeypatch.setattr(sasflow.triggers.TriggerState, "paused", property(lambda self: False))
+    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    assert kinds == {"a paused trigger started a tick"}

@@ -13,5 +13,6 @@ OPERATOR_HEAVY = Faults(hold_policy=1.0, remote_reject=0.15, operator_action=1.0
 LARGE_PAYLOADS = Faults(large_payload=1.0, operator_action=0.0, hold_policy=0.0, **PLAIN_STEPS)
 #: A poison message on some consumer's queue for every other workflow started, under every other fault.
 POISONED = Faults(poison_message=0.5, **PLAIN_STEPS)
-#: As many ticks of the trigger as workflows started, each delivered twice half the time, a fifth of them not ticks.
-TRIGGER_HEAVY = Faults(triggered=1.0, trigger_duplicate=0.5, trigger_bad=0.2, **PLAIN_STEPS)
+#: As many ticks of the trigger as workflows started, each delivered twice half the time, a fifth of them not ticks,
+#: and the operator pausing, resuming or running the trigger now at most supervisor ticks.
+TRIGGER_HEAVY = Faults(triggered=1.0, trigger_duplicate=0.5, trigger_bad=0.2, trigger_operator=0.6, **PLAIN_STEPS)

@@ -204,6 +204,8 @@ def test_swagger_serves_one_document_of_both_apis_routes(on_call: OnCall) -> Non
         "GET /ops/overdue",
         "GET /ops/dead-letters",
         "POST /ops/dead-letters/redrive",
+        "GET /ops/triggers",
+        "POST /ops/triggers/{name}/{action}",
     }
     # And Try it out as the operator reaches the operators' routes unsigned
     status, body = api.get("/swagger/as/operator/ops/dead-letters", signed=False)

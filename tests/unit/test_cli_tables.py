@@ -452,3 +452,23 @@ def test_get_says_which_trigger_started_a_workflow_and_for_which_tick() -> None:
     text = console.export_text()
     assert "owner: trigger:every-minute-trip" in text
     assert "started by trigger every-minute-trip: tick 2026-12-06T08:57:26Z" in text
+
+
+def test_triggers_list_says_who_paused_a_trigger_and_why() -> None:
+    body = {
+        "triggers": [
+            {"name": "nightly", "definition": "report", "source": "cron(0 2 * * ? *) Europe/Paris", "paused": False,
+             "skipped": 0},
+            {"name": "every-minute-trip", "definition": "trip-booking", "source": "rate(1 minute) UTC", "paused": True,
+             "paused_by": "arn:aws:iam::123456789012:user/ada", "paused_at": 0, "pause_reason": "migration",
+             "skipped": 3},
+        ]
+    }  # fmt: skip
+    console = Console(width=160, record=True)
+    console.print(render.triggers_table(body))
+    lines = console.export_text().splitlines()
+    [paused] = [line for line in lines if line.startswith("every-minute-trip")]
+    assert paused.split()[:3] == ["every-minute-trip", "PAUSED", "trip-booking"]
+    assert "3" in paused.split() and "ada" in paused and "migration" in paused
+    [active] = [line for line in lines if line.startswith("nightly")]
+    assert active.split()[:2] == ["nightly", "active"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sasflow.adapters.memory import InMemoryTriggerStore
 from sasflow.definition import parse_definition
 from sasflow.history import decode
 from sasflow.registry import DefinitionRegistry
@@ -17,6 +18,7 @@ from sasflow.triggers import (
     TriggerRefusedError,
     TriggerService,
     occurrence_of,
+    run_now_body,
     trigger_input,
 )
 from tests.support.pipeline import OWNER, Pipeline, trip_definition
@@ -48,10 +50,10 @@ def pipeline() -> Pipeline:
     return pipeline
 
 
-def service(pipeline: Pipeline, **changes: Any) -> TriggerService:
+def service(pipeline: Pipeline, items: InMemoryTriggerStore | None = None, **changes: Any) -> TriggerService:
     return TriggerService(
-        config(**changes), pipeline.scheduler, pipeline.bus, principal=PRINCIPAL, clock=pipeline.clock,
-        metrics=pipeline.count,
+        config(**changes), pipeline.scheduler, pipeline.bus, items or InMemoryTriggerStore(), principal=PRINCIPAL,
+        clock=pipeline.clock, metrics=pipeline.count,
     )  # fmt: skip
 
 
@@ -104,7 +106,9 @@ def test_a_crash_between_the_start_write_and_the_send_leaves_one_workflow_that_t
     trigger = service(pipeline)
     occurrence = occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z"))
     # the first delivery writes the workflow and dies before its send (nothing acknowledged)
-    lost = TriggerService(config(), pipeline.scheduler, _DeadBus(), principal=PRINCIPAL, clock=pipeline.clock)
+    lost = TriggerService(
+        config(), pipeline.scheduler, _DeadBus(), InMemoryTriggerStore(), principal=PRINCIPAL, clock=pipeline.clock
+    )
     with pytest.raises(ConnectionError):
         lost.handle(occurrence)
     # the redelivery finds it: no second workflow, no second send
@@ -220,3 +224,36 @@ def test_a_configuration_that_is_not_one_is_a_configuration_error() -> None:
 
     with pytest.raises(ConfigurationError, match="TRIGGER is not a trigger configuration"):
         TriggerConfig.from_env('{"name": "Bad Name", "kind": "schedule"}')
+
+
+def test_a_paused_trigger_skips_and_counts_its_ticks_and_a_run_now_starts_all_the_same(pipeline: Pipeline) -> None:
+    items = InMemoryTriggerStore()
+    trigger = service(pipeline, items)
+    items.pause("every-minute-trip", "arn:aws:sts::123456789012:assumed-role/oncall/ada", "flights migration", 100)
+    skipped = trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
+    assert (skipped.workflow_id, skipped.created) == (None, False)
+    assert skipped.skipped == "paused by arn:aws:sts::123456789012:assumed-role/oncall/ada: flights migration"
+    assert items.state("every-minute-trip").skipped == 1 and pipeline.store.workflows == {}
+    assert pipeline.metrics["TriggerTicksSkipped"] == 1
+    # an operator's run-now starts while paused; the same request again starts nothing new
+    body = run_now_body("key-1", 1796547630, "arn:aws:sts::123456789012:assumed-role/oncall/ada")
+    ran = trigger.handle(occurrence_of(trigger.config, body))
+    again = trigger.handle(occurrence_of(trigger.config, body))
+    assert ran.created and (again.workflow_id, again.created) == (ran.workflow_id, False)
+    workflow = pipeline.snapshot(ran.workflow_id).workflow
+    assert workflow.trigger.occurrence == "run-now key-1 by arn:aws:sts::123456789012:assumed-role/oncall/ada"
+    assert workflow.input["booked_for"] == "2026-12-06T09:00:30Z"  # the tick of its time, as if it had come
+    # resumed: ticks start again
+    items.resume("every-minute-trip")
+    assert trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:01:00Z"))).created
+    assert items.state("every-minute-trip").paused is False
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [{}, {"key": "", "at": 1, "by": "x"}, {"key": "k", "at": -1, "by": "x"}, {"key": "k", "at": 1}, "now"],
+)
+def test_a_run_now_without_its_key_time_and_principal_is_refused_as_malformed(request_: Any) -> None:
+    with pytest.raises(TriggerRefusedError, match="run-now names no key") as refused:
+        occurrence_of(config(), json.dumps({"run_now": request_}))
+    assert refused.value.code == "MALFORMED_OCCURRENCE"

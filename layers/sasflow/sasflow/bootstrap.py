@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .clock import Clock, SystemClock
 from .errors import ConfigurationError
-from .ports import Counter, MessageBus, StateStore, WorkflowIndex, no_metrics
+from .ports import Counter, MessageBus, StateStore, TriggerStore, WorkflowIndex, no_metrics
 from .settings import AgentConfig, EngineConfig
 
 if TYPE_CHECKING:
@@ -123,12 +123,16 @@ def build_trigger(
     missing = [name for name in ("TRIGGER", "TRIGGER_PRINCIPAL") if not env.get(name)]
     if missing:
         raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
+    from .adapters.trigger_dynamodb import DynamoDBTriggerStore
+
     config = TriggerConfig.from_env(env["TRIGGER"])
     engine = build_engine(env, clock=clock, metrics=metrics, bus=bus, dynamodb=dynamodb, correlate=correlate, s3=s3)
+    triggers = DynamoDBTriggerStore(engine.config.state_table, engine.store.client)  # type: ignore[attr-defined]
     return TriggerService(
         config,
         engine.scheduler,
         engine.bus,
+        triggers,
         principal=env["TRIGGER_PRINCIPAL"],
         clock=engine.scheduler.clock,
         metrics=metrics,
@@ -142,6 +146,7 @@ class OpsServices:
     engine: EngineServices
     index: WorkflowIndex
     dead_letters: Any  # adapters.sqs_dead_letters.DeadLetterQueues
+    triggers: TriggerStore
 
 
 def build_ops(
@@ -162,13 +167,15 @@ def build_ops(
     """
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
     from .adapters.sqs_dead_letters import DeadLetterQueues
+    from .adapters.trigger_dynamodb import DynamoDBTriggerStore
 
     client = sqs or sqs_client()
     engine = build_engine(
         environ, clock=clock, metrics=metrics, bus=SqsMessageBus(client), dynamodb=dynamodb, correlate=correlate
     )
     index: WorkflowIndex = engine.store  # type: ignore[assignment]
-    return OpsServices(engine, index, DeadLetterQueues(client, engine.config.dead_letter_queues))
+    triggers = DynamoDBTriggerStore(engine.config.state_table, engine.store.client)  # type: ignore[attr-defined]
+    return OpsServices(engine, index, DeadLetterQueues(client, engine.config.dead_letter_queues), triggers)
 
 
 def _workflow_id_key(secret_id: str) -> Callable[[], bytes]:

@@ -104,6 +104,10 @@ class DeadLetterQueueNotFoundError(PermanentError):
     """No dead-letter queue of that name in this stack (template ``DEAD_LETTER_QUEUES``; HTTP 404)."""
 
 
+class TriggerNotFoundError(PermanentError):
+    """No trigger of that name in this stack (template ``TRIGGERS``, from triggers.yaml; HTTP 404)."""
+
+
 class UnauthenticatedError(PermanentError):
     """The request carries no verified identity (HTTP 403, as API Gateway answers an unsigned request)."""
 

@@ -8,7 +8,9 @@ Each question is answered from the cheapest place that holds the answer at any t
   that is not terminal and projects its status, definition, start and trouble (resends and deferrals); projecting
   them costs no write on the happy path, where they do not change while the entry exists;
 - finished (``COMPLETED``, ``COMPENSATED``, ``CANCELLED``): a scan of the table, whose cost grows with the table.
-  That listing is for occasional use; a finished workflow is found by its id, and the metrics count them.
+  That listing is for occasional use; a finished workflow is found by its id, and the metrics count them;
+- started by a trigger (``--trigger``), in any status: the sparse *trigger index*, which holds the keys of exactly
+  those workflows, newest first (written once, by the start).
 
 Pages are bounded; a ``cursor`` (opaque to callers) continues where a page stopped.
 """
@@ -89,6 +91,7 @@ class WorkflowFinder:
         status: str | None = None,
         definition: str | None = None,
         started_after: int | None = None,
+        trigger: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
@@ -102,6 +105,8 @@ class WorkflowFinder:
             Only workflows of this definition name.
         started_after:
             Only workflows created after this time (epoch seconds).
+        trigger:
+            Only workflows this trigger started, in any status unless ``status`` is given (the trigger index).
         limit:
             Workflows per page, at most `MAX_PAGE`.
         cursor:
@@ -124,9 +129,14 @@ class WorkflowFinder:
                 (definition is None or summary.definition_name == definition)
                 and (started_after is None or summary.created_at > started_after)
                 and (status is None or status in (summary.status, summary.attention))
+                and (trigger is None or summary.trigger == trigger)
             )
 
-        if status in ATTENTION_KINDS:
+        if trigger is not None:
+            found, next_key = self.index.by_trigger(trigger, limit, _resume_key(state))
+            page = self._current(found, wanted, source="trigger index")
+            page.cursor = _encode({"k": next_key}) if next_key is not None else None
+        elif status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, _resume_key(state))
             page = self._current(found, wanted, source="attention index")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None

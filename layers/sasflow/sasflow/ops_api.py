@@ -11,6 +11,10 @@ Routes
 - ``GET /ops/overdue``: the steps overdue now (the supervisor's own query) and the workflows that look stuck.
 - ``GET /ops/dead-letters``: the depth of every dead-letter queue, or one queue's messages (``queue``).
 - ``POST /ops/dead-letters/redrive``: move a dead-letter queue's messages back where they came from.
+- ``GET /ops/triggers``: every trigger of triggers.yaml, whether it is paused (who, when, why) and what it skipped.
+- ``POST /ops/triggers/{name}/{action}``: ``pause`` or ``resume`` it, or ``run-now``: one occurrence as if the tick
+  had come (``triggers.py``); the body's ``reason`` is audited, an ``Idempotency-Key`` makes a retried run-now
+  start one workflow.
 
 Who may call: API Gateway authorizes the routes like the clients' (IAM or JWT), and IAM grants ``/ops/*`` to
 operators only (docs/security.md). This function reads and writes any workflow; the clients' function does not
@@ -42,12 +46,14 @@ from .api import (
 )
 from .api_models import HistoryPage, WorkflowView
 from .clock import epoch_seconds
-from .errors import WorkflowNotFoundError
+from .errors import RetryableError, TriggerNotFoundError, WorkflowNotFoundError
 from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
 from .identity import principal_of
-from .ports import MessageBus, WorkflowIndex
+from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
 from .scheduler import SchedulerService
+from .settings import TriggerRoute
 from .transitions import NO_OUTPUT
+from .triggers import Occurrence, TriggerState, run_now_body, run_now_occurrence
 from .types import IdempotencyKey, WorkflowId
 
 if TYPE_CHECKING:
@@ -56,6 +62,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sasflow.ops")
 
+#: What ``POST /ops/triggers/{name}/{action}`` takes.
+TriggerAction = Literal["pause", "resume", "run-now"]
 #: What ``GET /ops/workflows?status=`` takes: every status, and PAUSED (``finding``: the index each is read from).
 StatusFilter = Literal[
     "CANCELLED",
@@ -103,6 +111,7 @@ class WorkflowSummaryView(BaseModel):
     attention: str | None = Field(default=None, description="HELD, COMPENSATION_FAILED or PAUSED: waits for a person.")
     attention_since: int | None = None
     reason: str | None = None
+    trigger: str | None = Field(default=None, description="The trigger that started it, if one did.")
 
 
 class WorkflowListPage(BaseModel):
@@ -113,7 +122,9 @@ class WorkflowListPage(BaseModel):
     counts: dict[str, int] | None = Field(
         default=None, description="First page only: workflows in flight or waiting, by status (finished: metrics)."
     )
-    source: str = Field(description="Where the listing came from: attention index, deadline index or table scan.")
+    source: str = Field(
+        description="Where the listing came from: attention index, deadline index, trigger index or table scan."
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -174,6 +185,43 @@ class RedriveRequest(BaseModel):
     max_per_second: int | None = Field(default=None, ge=1, le=500, description="SQS's move rate; default: as fast.")
 
 
+class TriggerStateView(BaseModel):
+    """A trigger of triggers.yaml as the operators see it."""
+
+    name: str
+    kind: str
+    definition: str
+    source: str = Field(description="What makes it tick: the schedule's expression and time zone.")
+    principal: str = Field(description="Who its workflows belong to.")
+    paused: bool
+    paused_by: str | None = None
+    paused_at: int | None = Field(default=None, description="Epoch seconds.")
+    pause_reason: str | None = None
+    skipped: int = Field(description="Ticks skipped while it was paused, in all.")
+
+
+class TriggerList(BaseModel):
+    """``GET /ops/triggers``."""
+
+    triggers: list[TriggerStateView]
+
+
+class TriggerActionRequest(BaseModel):
+    """Body of ``POST /ops/triggers/{name}/{action}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1, max_length=500, description="Why: kept with a pause, logged for every action.")
+
+
+class RunNowResult(BaseModel):
+    """A run-now sent: the occurrence and the workflow it starts (its id is known before it starts)."""
+
+    trigger: str
+    occurrence: str
+    workflow_id: str
+
+
 class RedriveResult(BaseModel):
     """The move that started: SQS's task handle, and the queue's depth when it started."""
 
@@ -184,9 +232,10 @@ class RedriveResult(BaseModel):
 
 def build_ops_app(
     services: Callable[[], tuple[SchedulerService, MessageBus, WorkflowIndex, DeadLetterQueues]],
+    triggers: Callable[[], TriggerStore],
 ) -> APIGatewayHttpResolver:
     """Create the operators' resolver; ``services`` returns the scheduler, the bus, the store's indexes and the
-    dead-letter queues, built lazily on first request.
+    dead-letter queues, and ``triggers`` the triggers' items, built lazily on first request.
 
     Returns
     -------
@@ -216,6 +265,9 @@ def build_ops_app(
         status: Annotated[StatusFilter | None, Query(description="A status, or PAUSED")] = None,
         definition: Annotated[str | None, Query(max_length=80)] = None,
         started_after: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
+        trigger: Annotated[
+            str | None, Query(max_length=40, description="Only the workflows this trigger started (any status)")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> WorkflowListPage:
@@ -223,7 +275,12 @@ def build_ops_app(
         scheduler, _, index, _ = services()
         finder = WorkflowFinder(index, scheduler.config.deadline_shards)
         page = finder.find(
-            status=status, definition=definition, started_after=started_after, limit=limit, cursor=cursor
+            status=status,
+            definition=definition,
+            started_after=started_after,
+            trigger=trigger,
+            limit=limit,
+            cursor=cursor,
         )
         return WorkflowListPage(
             workflows=[WorkflowSummaryView.model_validate(asdict(s)) for s in page.workflows],
@@ -373,6 +430,76 @@ def build_ops_app(
             },
         )
         return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=body)
+
+    def trigger_route(name: str) -> TriggerRoute:
+        route = services()[0].config.triggers.get(name)
+        if route is None:
+            known = ", ".join(sorted(services()[0].config.triggers)) or "none"
+            raise TriggerNotFoundError(f"no trigger {name!r} in this stack (triggers.yaml); its triggers: {known}")
+        return route
+
+    def trigger_view(name: str, state: TriggerState) -> TriggerStateView:
+        route = trigger_route(name)
+        return TriggerStateView(
+            name=name,
+            kind=route.kind,
+            definition=route.definition,
+            source=route.source,
+            principal=route.principal,
+            paused=state.paused,
+            paused_by=state.paused_by,
+            paused_at=state.paused_at,
+            pause_reason=state.pause_reason,
+            skipped=state.skipped,
+        )
+
+    @app.get(
+        "/ops/triggers",
+        summary="The triggers: what each starts, whether it is paused, what it skipped",
+        responses={200: doc(TriggerList, "Every trigger of triggers.yaml"), **ERROR_RESPONSES},
+    )
+    def list_triggers() -> TriggerList:
+        caller()
+        names = sorted(services()[0].config.triggers)
+        states = triggers().states(names)
+        return TriggerList(triggers=[trigger_view(n, state) for n, state in zip(names, states, strict=True)])
+
+    @app.post(
+        "/ops/triggers/<name>/<action>",
+        summary="Pause or resume a trigger, or run it now (one occurrence as if its tick had come)",
+        responses={
+            200: doc(TriggerStateView, "Paused or resumed"),
+            202: doc(RunNowResult, "The occurrence was sent to the trigger's queue"),
+            **ERROR_RESPONSES,
+        },
+    )
+    def act_on_trigger(
+        name: Annotated[str, Path(max_length=40)],
+        action: Annotated[TriggerAction, Path()],
+        request: TriggerActionRequest,
+        idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,
+    ) -> Response[Any]:
+        principal = caller()
+        scheduler, bus, _, _ = services()
+        route = trigger_route(name)
+        now = epoch_seconds(scheduler.clock)
+        audit = {"action": f"trigger-{action}", "trigger": name, "principal": principal, "reason": request.reason}
+        if action == "run-now":
+            key = idempotency_key or str(uuid.uuid4())
+            occurrence = run_now_occurrence(key, principal)
+            failed = bus.send([Outgoing(route.queue_url, run_now_body(key, now, principal))])
+            if failed:
+                raise RetryableError(f"the run-now of trigger {name} was not sent; send it again")
+            owner_key = Occurrence(occurrence, {}, now).idempotency_key(name)
+            result = RunNowResult(
+                trigger=name, occurrence=occurrence, workflow_id=scheduler.workflow_id(route.principal, owner_key)
+            )
+            logger.info("operator action", extra={**audit, "occurrence": occurrence})
+            return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
+        store = triggers()
+        state = store.pause(name, principal, request.reason, now) if action == "pause" else store.resume(name)
+        logger.info("operator action", extra=audit)
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=trigger_view(name, state))
 
     @app.get("/ops/openapi.json", summary="OpenAPI document of the operator routes", include_in_schema=False)
     def openapi() -> Response[str]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     # Annotations only: an agent imports the ports for the bus, and must not load the workflow records and the
     # definitions' pydantic models with them (its cold start; tests/unit/test_lean_imports.py).
     from .records import DeadlineEntry, Snapshot
+    from .triggers import TriggerState
 
 
 class StateStore(Protocol):
@@ -109,6 +110,8 @@ class WorkflowSummary:
         What a person is to act on (HELD, COMPENSATION_FAILED, PAUSED) and since when, for those that wait.
     reason:
         Why it unwinds or waits, when the index projects it.
+    trigger:
+        The trigger that started it (``triggers.py``), if one did.
     """
 
     workflow_id: str
@@ -120,6 +123,7 @@ class WorkflowSummary:
     attention: str | None = None
     attention_since: int | None = None
     reason: str | None = None
+    trigger: str | None = None
 
 
 class WorkflowIndex(Protocol):
@@ -147,12 +151,40 @@ class WorkflowIndex(Protocol):
         """Workflows of a finished ``status`` (a scan: its cost grows with the table)."""
         ...
 
+    def by_trigger(self, trigger: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """The workflows ``trigger`` started, newest first, in any status (the index holds their keys only)."""
+        ...
+
     def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
         """The summaries of ``workflow_ids`` read from their items, strongly consistent; a missing id is left out.
 
         The indexes are global secondary indexes, whose entries lag the item (eventually consistent): a listing
         re-reads its page here before it answers (``finding.WorkflowFinder``).
         """
+        ...
+
+
+class TriggerStore(Protocol):
+    """The triggers' items (``triggers.py``): one per trigger, beside the workflows."""
+
+    def state(self, name: str) -> TriggerState:
+        """The trigger's item (a trigger never paused has none: not paused, nothing skipped)."""
+        ...
+
+    def states(self, names: Sequence[str]) -> list[TriggerState]:
+        """The items of ``names``, in that order."""
+        ...
+
+    def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
+        """Record that ``principal`` paused the trigger at ``now`` for ``reason`` (a pause again replaces it)."""
+        ...
+
+    def resume(self, name: str) -> TriggerState:
+        """Remove the pause (resuming one that runs changes nothing)."""
+        ...
+
+    def count_skipped(self, name: str) -> None:
+        """Count one tick skipped while paused."""
         ...
 
 

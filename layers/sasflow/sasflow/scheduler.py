@@ -252,6 +252,10 @@ class SchedulerService:
         messages = transition.messages + self._run_children(stored, transition.children)
         return StartResult(stored, created=True, messages=messages)
 
+    def workflow_id(self, owner: str, idempotency_key: str) -> str:
+        """The id a start of ``owner`` with ``idempotency_key`` gets (`workflow_id_for`), known before it starts."""
+        return workflow_id_for(owner, idempotency_key, self.id_secret)
+
     def check_agents(self, definition: WorkflowDefinition) -> None:
         """Refuse a definition that names an agent, or an action of one, this deployment does not have.
 

@@ -20,6 +20,19 @@ M = TypeVar("M", bound=BaseModel)
 _LOOPBACK_URL = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
 
 
+class TriggerRoute(BaseModel):
+    """A trigger as the operators see it (template ``TRIGGERS``, rendered from triggers.yaml): its queue (where a
+    run-now goes), the principal its workflows belong to, and what ``sasflow triggers list`` shows of it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue_url: str = Field(min_length=1)
+    principal: str = Field(min_length=1)
+    kind: Literal["schedule"]
+    definition: str = Field(min_length=1)
+    source: str = Field(default="", description="The schedule's expression and time zone.")
+
+
 class DeadLetterQueue(BaseModel):
     """A dead-letter queue of the stack (template ``DEAD_LETTER_QUEUES``, for the operators' redrive)."""
 
@@ -66,6 +79,8 @@ class EngineConfig(BaseModel):
         The Secrets Manager secret (ARN or name) whose value keys the workflow ids of Idempotency-Key starts.
     dead_letter_queues:
         Logical name → URL and ARN of every dead-letter queue (the operators' function only).
+    triggers:
+        Trigger name → its queue, principal and what it is (the operators' function only; ``triggers.py``).
     stuck_after:
         Resends and deferrals of a workflow's steps, in all, from which ``/ops/overdue`` calls it stuck.
     payload_bucket:
@@ -92,6 +107,7 @@ class EngineConfig(BaseModel):
     api_authorizer: Literal["AWS_IAM", "JWT"] = "AWS_IAM"
     workflow_id_secret: str = ""
     dead_letter_queues: dict[str, DeadLetterQueue] = Field(default_factory=dict)
+    triggers: dict[str, TriggerRoute] = Field(default_factory=dict)
     stuck_after: int = Field(default=5, ge=1)
     payload_bucket: str = ""
     claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
@@ -139,13 +155,14 @@ class EngineConfig(BaseModel):
                 "api_authorizer": "API_AUTHORIZER",
                 "workflow_id_secret": "WORKFLOW_ID_SECRET",  # nosec B105 # the variable's name; it holds the secret's ARN
                 "dead_letter_queues": "DEAD_LETTER_QUEUES",
+                "triggers": "TRIGGERS",
                 "stuck_after": "STUCK_AFTER",
                 "payload_bucket": "PAYLOAD_BUCKET",
                 "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
                 "max_payload_bytes": "MAX_PAYLOAD_BYTES",
             },
             required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
-            json_fields=("agents", "dead_letter_queues"),
+            json_fields=("agents", "dead_letter_queues", "triggers"),
         )
 
 

@@ -14,6 +14,12 @@ trigger's principal (its role), and its record and history name the trigger and 
 An occurrence that cannot start a workflow (no such definition, an input the definition refuses) is refused: it goes
 to the trigger's dead-letter queue with its reason (`TriggerService.refuse`), where ``sasflow dlq list`` shows it and
 an alarm says so. Nothing is dropped without a trace, and nothing was written for it.
+
+Operated like the rest (``ops_api``): an operator pauses a trigger (who, when and why are kept in its item, ``ports.
+TriggerStore``), and its ticks are then skipped and counted, as a paused Temporal schedule takes no action; resumes
+it; or runs it now: one occurrence as if the tick had come, named by the request's Idempotency-Key and its
+principal (``run-now <key> by <principal>``), so a repeated request starts one workflow. A run-now starts even while
+the trigger is paused: an operator asked for it.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from .errors import (
     SasflowError,
 )
 from .messages import canonical_hash
-from .ports import MessageBus, Outgoing
+from .ports import MessageBus, Outgoing, TriggerStore
 from .records import TriggerRef
 from .registry import DefinitionNotRegisteredError, DefinitionRef, DefinitionRegistry
 
@@ -51,7 +57,10 @@ __all__ = [
     "TriggerOutcome",
     "TriggerRefusedError",
     "TriggerService",
+    "TriggerState",
     "occurrence_of",
+    "run_now_body",
+    "run_now_occurrence",
     "trigger_input",
 ]
 
@@ -119,6 +128,22 @@ class TriggerRefusedError(PermanentError):
 
 
 @dataclass(frozen=True)
+class TriggerState:
+    """A trigger's item: whether an operator paused it (who, when, why), and the ticks it skipped while paused."""
+
+    name: str
+    paused_by: str | None = None
+    paused_at: int | None = None
+    pause_reason: str | None = None
+    skipped: int = 0
+
+    @property
+    def paused(self) -> bool:
+        """Whether an operator paused it."""
+        return self.paused_by is not None
+
+
+@dataclass(frozen=True)
 class Occurrence:
     """One occurrence of a trigger.
 
@@ -136,6 +161,7 @@ class Occurrence:
     identity: str
     document: dict[str, Any]
     at: int
+    run_now: bool = False
 
     def idempotency_key(self, trigger: str) -> str:
         """The start's Idempotency-Key: ``trigger:<name>:<SHA-256 of the identity, 32 hex>``."""
@@ -160,6 +186,11 @@ def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
     return TriggerRefusedError("MALFORMED_OCCURRENCE", f"trigger {config.name}: {why}")
 
 
+def run_now_body(key: str, at: int, principal: str) -> str:
+    """The message an operator's run-now sends to the trigger's queue (`occurrence_of` reads it back)."""
+    return json.dumps({"run_now": {"key": key, "at": at, "by": principal}}, separators=(",", ":"))
+
+
 def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
     """Read the occurrence a message of the trigger's queue carries.
 
@@ -168,9 +199,10 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
     config
         The trigger.
     body
-        The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), or
-        a refused occurrence redriven from the dead-letter queue (``{"refused": ..., "body": ...}``: read as its
-        original body, so its identity and Idempotency-Key are the original's).
+        The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), an
+        operator's run-now (`run_now_body`), or a refused occurrence redriven from the dead-letter queue
+        (``{"refused": ..., "body": ...}``: read as its original body, so its identity and Idempotency-Key are the
+        original's).
 
     Raises
     ------
@@ -185,6 +217,8 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         raise _malformed(config, "the message is not a JSON object")
     if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
         return occurrence_of(config, document["body"])
+    if "run_now" in document:
+        return _run_now(config, document["run_now"])
     tick = document.get("scheduled_time")
     if not isinstance(tick, str):
         raise _malformed(config, "a schedule's message names no scheduled_time")
@@ -194,6 +228,22 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         raise _malformed(config, f"scheduled_time {tick!r} is not an ISO-8601 time") from None
     canonical = iso_utc(at)
     return Occurrence(f"tick {canonical}", {"trigger": config.name, "scheduled_time": canonical, "at": at}, at)
+
+
+def run_now_occurrence(key: str, principal: str) -> str:
+    """The identity of an operator's run-now: its Idempotency-Key and who asked (the same request made twice is one
+    occurrence; two operators' are two)."""
+    return f"run-now {key} by {principal}"
+
+
+def _run_now(config: TriggerConfig, request: Any) -> Occurrence:
+    """An operator's run-now: the tick of its time, named by its key and its principal."""
+    key, at, by = (request.get(k) for k in ("key", "at", "by")) if isinstance(request, dict) else (None,) * 3
+    if not (isinstance(key, str) and key and isinstance(by, str) and by and isinstance(at, int) and at >= 0):
+        raise _malformed(config, "a run-now names no key, at (epoch seconds) and by")
+    tick = iso_utc(at)
+    document = {"trigger": config.name, "scheduled_time": tick, "at": at, "run_now": True}
+    return Occurrence(run_now_occurrence(key, by), document, at, run_now=True)
 
 
 def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, Any]:
@@ -225,10 +275,12 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
 
 @dataclass(frozen=True)
 class TriggerOutcome:
-    """What one occurrence did: the workflow it started (``created``) or found started by an earlier delivery."""
+    """What one occurrence did: the workflow it started (``created``) or found started by an earlier delivery, or
+    nothing (``skipped`` says why: the trigger is paused)."""
 
-    workflow_id: str
+    workflow_id: str | None
     created: bool
+    skipped: str | None = None
 
 
 class TriggerService:
@@ -242,12 +294,15 @@ class TriggerService:
         The engine's ``SchedulerService`` (its ``start_workflow`` and ``store``).
     bus
         Sends the first steps' requests, and refused occurrences to the dead-letter queue.
+    triggers
+        The triggers' items (``ports.TriggerStore``): whether it is paused.
     principal
         Who the trigger starts workflows as (its role's ARN): their owner.
     clock
         Time (injected, DESIGN Rule 7).
     metrics
-        Counts ``TriggerWorkflowsStarted``, ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
+        Counts ``TriggerWorkflowsStarted``, ``TriggerTicksSkipped``, ``TriggerOccurrencesRefused`` and
+        ``TriggerStartMessagesNotSent``.
     """
 
     def __init__(
@@ -255,6 +310,7 @@ class TriggerService:
         config: TriggerConfig,
         scheduler: Any,
         bus: MessageBus,
+        triggers: TriggerStore,
         *,
         principal: str,
         clock: Clock,
@@ -263,6 +319,7 @@ class TriggerService:
         self.config = config
         self.scheduler = scheduler
         self.bus = bus
+        self.triggers = triggers
         self.principal = principal
         self.clock = clock
         self.metrics = metrics or (lambda name, value=1: None)
@@ -279,6 +336,12 @@ class TriggerService:
             Retryable: the message fails and SQS delivers it again.
         """
         config = self.config
+        if not occurrence.run_now:
+            state = self.triggers.state(config.name)
+            if state.paused:
+                self.triggers.count_skipped(config.name)
+                self.metrics("TriggerTicksSkipped")
+                return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
         definition = self._definition()
         workflow_input = trigger_input(config, occurrence)
         request_hash = canonical_hash({"trigger": config.name, "occurrence": occurrence.identity})

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 DYNAMODB_MAX_ITEM_BYTES = 400 * 1024
 DEADLINE_INDEX = "deadline-index"
 ATTENTION_INDEX = "attention-index"
+TRIGGER_INDEX = "trigger-index"
 WORKFLOW_PREFIX = "WF#"
 WORKFLOW_SORT_KEY = "#WF"
 _DEF_PREFIX = "DEF#"
@@ -69,12 +70,13 @@ _DEF_SK = "#DEF"
 #: The attributes and types of a page's LastEvaluatedKey: the table's keys, plus the index's on an index query.
 _TABLE_KEY = {"pk": "S", "sk": "S"}
 _ATTENTION_KEY = {**_TABLE_KEY, "attn": "S", "attn_since": "N"}
+_TRIGGER_KEY = {**_TABLE_KEY, "trg": "S", "created_at": "N"}
 _DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
 #: Rounds of BatchGetItem for one chunk of keys before unprocessed keys are reported (DynamoDB returns keys it did
 #: not read under throttling; the SDK guide advises asking again, with backoff, which botocore's retries give).
 _BATCH_GET_ROUNDS = 5
 #: What a summary (``ports.WorkflowSummary``) reads of a workflow's item.
-_SUMMARY_ATTRIBUTES = "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason"
+_SUMMARY_ATTRIBUTES = "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg"
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -296,6 +298,8 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "expires_at": workflow.expires_at,
         "parent": workflow.parent.doc() if workflow.parent is not None else None,
         "trigger": workflow.trigger.doc() if workflow.trigger is not None else None,
+        # The sparse trigger index's key: only a workflow a trigger started carries it (sasflow list --trigger).
+        "trg": workflow.trigger.name if workflow.trigger is not None else None,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -348,6 +352,7 @@ def _summary(item: dict[str, Any]) -> WorkflowSummary:
         attention=item.get("attn"),
         attention_since=item.get("attn_since"),
         reason=item.get("reason"),
+        trigger=item.get("trg"),
     )
 
 
@@ -748,6 +753,27 @@ class DynamoDBStateStore:
             kwargs["ExclusiveStartKey"] = _start_key(start, _TABLE_KEY, {})
         response = self.client.scan(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
+
+    def by_trigger(self, trigger: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """Query the sparse trigger index: the workflows ``trigger`` started, newest first (see
+        ``ports.WorkflowIndex``). It holds keys only (a start writes it once, nothing after): the caller re-reads the
+        page (`current`)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": TRIGGER_INDEX,
+            "KeyConditionExpression": "trg = :trigger",
+            "ExpressionAttributeValues": _ser({":trigger": trigger}),
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if start is not None:
+            kwargs["ExclusiveStartKey"] = _start_key(start, _TRIGGER_KEY, {"trg": trigger})
+        response = self.client.query(**kwargs)
+        summaries = [
+            WorkflowSummary(item["pk"][len(WORKFLOW_PREFIX) :], "", created_at=int(item.get("created_at", 0)))
+            for item in (_de(raw) for raw in response.get("Items", []))
+        ]
+        return summaries, response.get("LastEvaluatedKey")
 
     def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
         """Re-read the summaries of ``workflow_ids`` from their items (see ``ports.WorkflowIndex.current``).

@@ -18,6 +18,7 @@ from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
+from ..triggers import TriggerState
 
 
 class InMemoryStateStore:
@@ -169,6 +170,7 @@ class InMemoryStateStore:
             attention=workflow.attention,
             attention_since=workflow.attention_since,
             reason=workflow.reason,
+            trigger=workflow.trigger.name if workflow.trigger is not None else None,
         )
 
     @staticmethod
@@ -225,6 +227,16 @@ class InMemoryStateStore:
                 ([s.workflow.workflow_id], self._summary(s))
                 for s in self.workflows.values()
                 if s.workflow.status in TERMINAL_WORKFLOW and s.workflow.status.value == status
+            ]
+        return self._page(rows, limit, start)
+
+    def by_trigger(self, trigger: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
+        """See ``ports.WorkflowIndex.by_trigger``: the workflows ``trigger`` started, newest first."""
+        with self._lock:
+            rows = [
+                ([-s.workflow.created_at, s.workflow.workflow_id], self._summary(s))
+                for s in self.workflows.values()
+                if s.workflow.trigger is not None and s.workflow.trigger.name == trigger
             ]
         return self._page(rows, limit, start)
 
@@ -328,3 +340,40 @@ class InMemoryPayloadStore:
         with self._lock:
             self.objects.pop(key, None)
             self.tags.pop(key, None)
+
+
+class InMemoryTriggerStore:
+    """A ``ports.TriggerStore`` in memory (``adapters.trigger_dynamodb`` on DynamoDB)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.items: dict[str, TriggerState] = {}
+
+    def state(self, name: str) -> TriggerState:
+        """See ``ports.TriggerStore.state``."""
+        with self._lock:
+            return self.items.get(name) or TriggerState(name)
+
+    def states(self, names: Sequence[str]) -> list[TriggerState]:
+        """See ``ports.TriggerStore.states``."""
+        return [self.state(name) for name in names]
+
+    def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
+        """See ``ports.TriggerStore.pause``."""
+        with self._lock:
+            state = replace(self.items.get(name) or TriggerState(name), paused_by=principal, paused_at=now)
+            self.items[name] = replace(state, pause_reason=reason)
+            return self.items[name]
+
+    def resume(self, name: str) -> TriggerState:
+        """See ``ports.TriggerStore.resume``."""
+        with self._lock:
+            state = self.items.get(name) or TriggerState(name)
+            self.items[name] = replace(state, paused_by=None, paused_at=None, pause_reason=None)
+            return self.items[name]
+
+    def count_skipped(self, name: str) -> None:
+        """See ``ports.TriggerStore.count_skipped``."""
+        with self._lock:
+            state = self.items.get(name) or TriggerState(name)
+            self.items[name] = replace(state, skipped=state.skipped + 1)

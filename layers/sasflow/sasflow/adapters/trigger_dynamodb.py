@@ -1,0 +1,119 @@
+"""Triggers' items on DynamoDB: one item per trigger in the state table (``pk = "TRIGGER#<name>"``, ``sk =
+"#TRIGGER"``), beside the workflows the trigger starts: whether an operator paused it (who, when, why), and what it
+skipped while paused.
+
+Every write touches only the item of its own trigger (the trigger function's role may update no other), counters
+are ``ADD``s that need no condition, and the item stays well under 1 KB (one write unit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..triggers import TriggerState
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+TRIGGER_PREFIX = "TRIGGER#"
+TRIGGER_SORT_KEY = "#TRIGGER"
+#: Rounds of BatchGetItem for one chunk of names before the unprocessed ones are read alone.
+_BATCH_GET_ROUNDS = 5
+
+
+def trigger_key(name: str) -> dict[str, Any]:
+    """The key of a trigger's item."""
+    return {"pk": {"S": f"{TRIGGER_PREFIX}{name}"}, "sk": {"S": TRIGGER_SORT_KEY}}
+
+
+def _state(name: str, item: dict[str, Any] | None) -> TriggerState:
+    item = item or {}
+
+    def text(attr: str) -> str | None:
+        value = item.get(attr)
+        return value["S"] if value and "S" in value else None
+
+    def number(attr: str) -> int | None:
+        value = item.get(attr)
+        return int(value["N"]) if value and "N" in value else None
+
+    return TriggerState(
+        name=name,
+        paused_by=text("paused_by"),
+        paused_at=number("paused_at"),
+        pause_reason=text("pause_reason"),
+        skipped=number("n_skipped") or 0,
+    )
+
+
+class DynamoDBTriggerStore:
+    """``ports.TriggerStore`` over DynamoDB.
+
+    Parameters
+    ----------
+    table_name:
+        The state table (template.yaml ``StateTable``).
+    client:
+        A boto3 DynamoDB client, injected.
+    """
+
+    def __init__(self, table_name: str, client: DynamoDBClient | Any) -> None:
+        self.table = table_name
+        self.client = client
+
+    def state(self, name: str) -> TriggerState:
+        """See ``ports.TriggerStore.state`` (eventually consistent: a pause takes effect within a second or so, for
+        half a read unit a tick)."""
+        item = self.client.get_item(TableName=self.table, Key=trigger_key(name)).get("Item")
+        return _state(name, item)
+
+    def states(self, names: Sequence[str]) -> list[TriggerState]:
+        """See ``ports.TriggerStore.states``: one BatchGetItem per 100 names, unprocessed keys asked again."""
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(names), 100):
+            keys: list[Any] = [trigger_key(name) for name in names[start : start + 100]]
+            for _ in range(_BATCH_GET_ROUNDS):
+                if not keys:
+                    break
+                response = self.client.batch_get_item(RequestItems={self.table: {"Keys": keys}})
+                for item in response.get("Responses", {}).get(self.table, []):
+                    found[item["pk"]["S"][len(TRIGGER_PREFIX) :]] = item
+                left: Any = response.get("UnprocessedKeys") or {}
+                keys = list((left.get(self.table) or {}).get("Keys") or [])
+            for key in keys:  # still unprocessed: read alone
+                name = key["pk"]["S"][len(TRIGGER_PREFIX) :]
+                item = self.client.get_item(TableName=self.table, Key=key).get("Item")
+                if item is not None:
+                    found[name] = item
+        return [_state(name, found.get(name)) for name in names]
+
+    def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
+        """See ``ports.TriggerStore.pause``."""
+        response = self.client.update_item(
+            TableName=self.table,
+            Key=trigger_key(name),
+            UpdateExpression="SET paused_by = :who, paused_at = :now, pause_reason = :why",
+            ExpressionAttributeValues={":who": {"S": principal}, ":now": {"N": str(now)}, ":why": {"S": reason}},
+            ReturnValues="ALL_NEW",
+        )
+        return _state(name, response.get("Attributes"))
+
+    def resume(self, name: str) -> TriggerState:
+        """See ``ports.TriggerStore.resume``."""
+        response = self.client.update_item(
+            TableName=self.table,
+            Key=trigger_key(name),
+            UpdateExpression="REMOVE paused_by, paused_at, pause_reason",
+            ReturnValues="ALL_NEW",
+        )
+        return _state(name, response.get("Attributes"))
+
+    def count_skipped(self, name: str) -> None:
+        """See ``ports.TriggerStore.count_skipped``."""
+        self.client.update_item(
+            TableName=self.table,
+            Key=trigger_key(name),
+            UpdateExpression="ADD n_skipped :one",
+            ExpressionAttributeValues={":one": {"N": "1"}},
+        )
