@@ -31,6 +31,33 @@ _SCHEDULE: Final = re.compile(
 #: EventBridge Scheduler retries a target for up to 24 hours (MaximumEventAgeInSeconds 60..86400) and 185 times.
 _MAX_EVENT_AGE: Final = 86_400
 _MAX_RETRIES: Final = 185
+_DURATION: Final = re.compile(r"^(?P<n>[1-9]\d*)(?P<unit>[smhd])$")
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+#: The longest catch-up window: the trigger queue's retention (4 days) keeps a tick no longer anyway.
+_MAX_CATCH_UP: Final = 345_600
+
+
+def catch_up_seconds(window: str) -> int | None:
+    """``all`` → None (however late), ``none`` → 0, ``90s``, ``15m``, ``2h``, ``1d`` → seconds.
+
+    Raises
+    ------
+    ValueError
+        When it is none of these, or longer than the queue keeps a tick (4 days).
+    """
+    if window == "all":
+        return None
+    if window == "none":
+        return 0
+    match = _DURATION.match(window)
+    if match is None:
+        raise ValueError(f"catch_up_window {window!r}: all, none, or a duration (90s, 15m, 2h, 1d)")
+    seconds = int(match["n"]) * _UNIT_SECONDS[match["unit"]]
+    if seconds > _MAX_CATCH_UP:
+        raise ValueError(f"catch_up_window {window!r}: at most 4d (the trigger's queue keeps a tick 4 days)")
+    return seconds
+
+
 #: The parameter that turns the sample triggers (``sample: true``) on; off by default in a deployment.
 SAMPLE_TRIGGERS_PARAMETER: Final = "SampleTriggersState"
 #: The principal a trigger starts its workflows as (never an IAM ARN nor ``jwt:``: no caller of the API can be it).
@@ -57,6 +84,7 @@ class TriggerDeclaration(BaseModel):
     timezone: str = Field(default="UTC", pattern=r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*$")
     start_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
     end_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
+    catch_up_window: str = "all"
 
     @model_validator(mode="after")
     def _consistent(self) -> TriggerDeclaration:
@@ -65,6 +93,7 @@ class TriggerDeclaration(BaseModel):
                 "expression: cron(minutes hours day-of-month month day-of-week year), rate(N minute|minutes|hour|"
                 "hours|day|days) or at(yyyy-mm-ddThh:mm:ss)"
             )
+        catch_up_seconds(self.catch_up_window)
         return self
 
     @property
@@ -83,7 +112,7 @@ class TriggerDeclaration(BaseModel):
             "principal": self.principal,
             "kind": self.kind,
             "definition": self.definition,
-            "source": f"{self.expression} {self.timezone}",
+            "source": f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}",
         }
 
     def config(self) -> dict[str, Any]:
@@ -94,6 +123,9 @@ class TriggerDeclaration(BaseModel):
             document["version"] = self.version
         if self.input is not None:
             document["input"] = self.input
+        window = catch_up_seconds(self.catch_up_window)
+        if window is not None:
+            document["catch_up_seconds"] = window
         return document
 
 
@@ -134,6 +166,13 @@ def load_triggers(path: Path) -> list[TriggerDeclaration]:
 # ------------------------------------------------------------------------------------------------ rendering
 
 
+def _event_age(trigger: TriggerDeclaration) -> int:
+    """How long EventBridge Scheduler retries a tick it cannot deliver: its catch-up window (at least a minute, at
+    most the service's 24 hours); a later tick would be missed anyway."""
+    window = catch_up_seconds(trigger.catch_up_window)
+    return _MAX_EVENT_AGE if window is None else min(_MAX_EVENT_AGE, max(60, window))
+
+
 def _schedule(trigger: TriggerDeclaration) -> str:
     p = trigger.pascal
     dates = "".join(
@@ -159,7 +198,7 @@ def _schedule(trigger: TriggerDeclaration) -> str:
         # The tick's time, from which the trigger derives its Idempotency-Key (a retried tick starts nothing new).
         Input: '{{"scheduled_time": "<aws.scheduler.scheduled-time>"}}'
         RetryPolicy:
-          MaximumEventAgeInSeconds: {_MAX_EVENT_AGE}
+          MaximumEventAgeInSeconds: {_event_age(trigger)}
           MaximumRetryAttempts: {_MAX_RETRIES}
         DeadLetterConfig:
           Arn: !GetAtt {p}TriggerDeadLetterQueue.Arn

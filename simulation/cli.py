@@ -83,7 +83,9 @@ def _print_tables(reports: list[RunReport]) -> None:
     console.print(_counts("Workflows the schedule's ticks started (triggers.yaml), by final state", "state", triggered))
     console.print(
         f"trigger: {sum(r.trigger_deliveries for r in reports)} messages to its queue (ticks, their duplicates, and "
-        "messages that are not ticks), one workflow per tick"
+        f"messages that are not ticks); {sum(r.trigger_skipped for r in reports)} ticks skipped while paused, "
+        f"{sum(r.trigger_missed for r in reports)} missed (later than the catch-up window), "
+        f"{sum(r.trigger_run_nows for r in reports)} run-nows; one workflow per occurrence"
     )
     console.print(_counts("Faults injected, by kind", "fault", faults))
     actions: Counter[str] = Counter()

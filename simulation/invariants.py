@@ -70,7 +70,8 @@
 20. Triggers (``simulation/triggers.py``): exactly one workflow per occurrence. No two workflows carry the same
     trigger and occurrence; every workflow a trigger started belongs to a tick that was sent; every tick sent has
     its workflow, or waits in the trigger's dead-letter queue (its deliveries failed five receives: an operator
-    redrives it, and it starts the same workflow), or was skipped because an operator had paused the trigger; a tick
+    redrives it, and it starts the same workflow), or was skipped because an operator had paused the trigger, or
+    missed because it was handled later than the trigger's catch-up window (never within it); a tick
     handled while the trigger was paused starts nothing (checked at every handler call); an operator's run-now is an
     occurrence of its own, one workflow however often it is sent with its Idempotency-Key. Every message that is
     not a tick is in that dead-letter queue,
@@ -325,7 +326,7 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         if isinstance(refused, dict):
             violations.append(Violation("a startable occurrence refused", "-", f"{occurrence}: {refused}"))
         waiting.add(occurrence)
-    for occurrence in sorted(log.occurrences - set(by_occurrence) - waiting - log.skipped):
+    for occurrence in sorted(log.occurrences - set(by_occurrence) - waiting - log.skipped - log.missed):
         violations.append(Violation("occurrence started no workflow", "-", occurrence))
     for body in sorted(log.bad - refused_bad):
         violations.append(Violation("bad message not in the dead-letter queue", "-", body))

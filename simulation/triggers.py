@@ -42,8 +42,10 @@ class TriggerLog:
     occurrences: set[str] = field(default_factory=set)
     bad: set[str] = field(default_factory=set)
     deliveries: int = 0
-    #: Ticks a handler call skipped (the trigger was paused), and violations seen as they happened.
+    #: Ticks a handler call skipped (the trigger was paused) or missed (later than the catch-up window), and
+    #: violations seen as they happened.
     skipped: set[str] = field(default_factory=set)
+    missed: set[str] = field(default_factory=set)
     seen: list[Any] = field(default_factory=list)
 
 

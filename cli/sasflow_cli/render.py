@@ -357,6 +357,7 @@ TRIGGER_COLUMNS = (
     Col("definition", "whole"),
     Col("source", "wrap", minimum=14),
     Col("skipped", drop=2, justify="right"),
+    Col("missed", drop=3, justify="right"),
     Col("paused by", drop=1),
     Col("reason", "wrap", minimum=12),
 )
@@ -371,6 +372,7 @@ def triggers_table(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
             "definition": Text(str(t.get("definition"))),
             "source": Text(str(t.get("source"))),
             "skipped": Text(str(t.get("skipped", 0))),
+            "missed": Text(str(t.get("missed", 0))),
             "paused by": Text(
                 _principal(t.get("paused_by"), wide) + f" {when(t['paused_at'])}" if t.get("paused") else ""
             ),

@@ -160,3 +160,29 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
     assert trigger_lines(quiet) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)"]
     ticking = SimpleNamespace(stack=stack, scheduler_schedules={"EveryMinuteTripSchedule": object()})
     assert trigger_lines(ticking) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here"]
+
+
+@pytest.mark.parametrize(
+    ("window", "seconds", "event_age"),
+    [("all", None, 86_400), ("none", 0, 60), ("90s", 90, 90), ("15m", 900, 900), ("2d", 172_800, 86_400)],
+)
+def test_the_catch_up_window_reaches_the_function_and_bounds_the_schedulers_retries(
+    tmp_path: Path, window: str, seconds: int | None, event_age: int
+) -> None:
+    template = rendered(tmp_path, NIGHTLY + f"    catch_up_window: {window}\n")
+    resources = load_template(template)["Resources"]
+    retry = resources["NightlyReportSchedule"]["Properties"]["Target"]["RetryPolicy"]
+    assert retry["MaximumEventAgeInSeconds"] == event_age  # a tick later than the window would be missed anyway
+    stack = Stack(
+        load_template(template), template_dir=TEMPLATE_FILE.parent, parameters={"DeploySampleServices": "false"}
+    )
+    config = json.loads(stack.function("NightlyReportTriggerFunction").environment["TRIGGER"])
+    assert config.get("catch_up_seconds") == seconds
+
+
+@pytest.mark.parametrize("window", ["soon", "0s", "5w", "5d", "15"])
+def test_a_catch_up_window_that_is_not_one_is_refused(tmp_path: Path, window: str) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(NIGHTLY + f"    catch_up_window: {window}\n")
+    with pytest.raises(TriggersFileError, match="catch_up_window"):
+        load_triggers(declared)

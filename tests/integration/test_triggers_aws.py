@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 
+from sasflow.triggers import iso_utc
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import ROOT
 
@@ -20,6 +21,14 @@ TRIP = json.loads((ROOT / "definitions" / "trip-booking.json").read_text())
 def tick(deployed: Deployed, at: str) -> None:
     # what EventBridge Scheduler sends: the template's target input with the tick's time
     boto3.client("sqs").send_message(QueueUrl=deployed.queue_url(QUEUE), MessageBody=json.dumps({"scheduled_time": at}))
+
+
+def minute(deployed: Deployed, offset: int = 0) -> str:
+    """A tick's time: the test clock's minute when the test first asked, ``offset`` minutes on (within the sample's
+    15-minute catch-up, whatever the clock did meanwhile)."""
+    now = int(deployed.clock.now())
+    first = int(vars(deployed).setdefault("first_minute", now - now % 60))
+    return iso_utc(first + 60 * offset)
 
 
 def started(deployed: Deployed) -> list[dict[str, Any]]:
@@ -39,9 +48,9 @@ def test_a_tick_delivered_three_times_starts_one_workflow_of_the_trigger_that_co
     # the same tick three times: a retried delivery of the scheduler, and one redelivered by SQS after a crash
     # between the start's write and the acknowledgement (the function ran, nothing was deleted)
     for _ in range(2):
-        tick(deployed, "2026-12-06T09:00:00Z")
+        tick(deployed, minute(deployed))
     driver.deliver()
-    tick(deployed, "2026-12-06T09:00:00Z")
+    tick(deployed, minute(deployed))
     crashed = driver.receive()
     assert len(crashed) == 1
     driver.function.invoke(_event(driver, crashed))
@@ -55,16 +64,16 @@ def test_a_tick_delivered_three_times_starts_one_workflow_of_the_trigger_that_co
     [workflow] = started(deployed)
     assert workflow["status"] == "COMPLETED"
     assert workflow["owner"] == "trigger:every-minute-trip"
-    assert workflow["trigger"] == {"name": "every-minute-trip", "occurrence": "tick 2026-12-06T09:00:00Z"}
-    assert workflow["input"]["booked_for"] == "2026-12-06T09:00:00Z"
+    assert workflow["trigger"] == {"name": "every-minute-trip", "occurrence": f"tick {minute(deployed)}"}
+    assert workflow["input"]["booked_for"] == minute(deployed)
     _, history = deployed.ops("GET", f"/ops/workflows/{workflow['workflow_id']}/history")
     first = history["events"][0]
     assert (first["kind"], first["detail"]) == (
         "started",
-        {"trigger": "every-minute-trip", "occurrence": "tick 2026-12-06T09:00:00Z"},
+        {"trigger": "every-minute-trip", "occurrence": f"tick {minute(deployed)}"},
     )
     # the next tick is another workflow
-    tick(deployed, "2026-12-06T09:01:00Z")
+    tick(deployed, minute(deployed, 1))
     driver.deliver()
     assert len(started(deployed)) == 2
     # a client of the API does not see the trigger's workflows
@@ -74,7 +83,7 @@ def test_a_tick_delivered_three_times_starts_one_workflow_of_the_trigger_that_co
 def test_a_tick_before_its_definition_is_published_waits_in_the_dead_letter_queue_then_starts_once(
     deployed: Deployed,
 ) -> None:
-    tick(deployed, "2026-12-06T09:00:00Z")
+    tick(deployed, minute(deployed))
     deployed.driver(FUNCTION).deliver()
     assert deployed.depth(QUEUE) == 0 and deployed.items() == []  # acknowledged, nothing half-started
     # the operator finds it, with its reason
@@ -90,10 +99,10 @@ def test_a_tick_before_its_definition_is_published_waits_in_the_dead_letter_queu
     status, _ = deployed.ops("POST", "/ops/dead-letters/redrive", {"queue": DEAD_LETTERS, "reason": "published"})
     assert status == 202
     deployed.driver(FUNCTION).deliver()
-    tick(deployed, "2026-12-06T09:00:00Z")
+    tick(deployed, minute(deployed))
     deployed.driver(FUNCTION).deliver()
     [workflow] = started(deployed)
-    assert workflow["trigger"]["occurrence"] == "tick 2026-12-06T09:00:00Z"
+    assert workflow["trigger"]["occurrence"] == f"tick {minute(deployed)}"
 
 
 def _event(driver: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -112,19 +121,20 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
         "name": "every-minute-trip",
         "kind": "schedule",
         "definition": "trip-booking",
-        "source": "rate(1 minute) UTC",
+        "source": "rate(1 minute) UTC, catch-up 15m",
         "principal": "trigger:every-minute-trip",
         "paused": False,
         "paused_by": None,
         "paused_at": None,
         "pause_reason": None,
         "skipped": 0,
+        "missed": 0,
     }
     # paused: who and why are kept, and a tick is skipped and counted
     status, paused = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "flights migration"})
     assert status == 200 and paused["paused"] and paused["pause_reason"] == "flights migration"
     assert paused["paused_by"].startswith("arn:aws:")
-    tick(deployed, "2026-12-06T09:00:00Z")
+    tick(deployed, minute(deployed))
     driver.deliver()
     assert started(deployed) == [] and deployed.depth(QUEUE) == 0
     assert deployed.ops("GET", "/ops/triggers")[1]["triggers"][0]["skipped"] == 1
@@ -142,7 +152,7 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
     status, resumed = deployed.ops("POST", "/ops/triggers/every-minute-trip/resume", {"reason": "done"})
     assert status == 200 and not resumed["paused"] and resumed["skipped"] == 1
     deployed.clock.advance(5)
-    tick(deployed, "2026-12-06T09:02:00Z")
+    tick(deployed, minute(deployed, 2))
     driver.deliver()
     # the trigger index lists both, newest first, in any status
     status, page = deployed.ops("GET", "/ops/workflows", query="trigger=every-minute-trip")
@@ -164,7 +174,11 @@ def test_the_cli_lists_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_s
 
     publish(deployed)
     [listed] = cli(deployed, "triggers", "list")["triggers"]
-    assert (listed["name"], listed["paused"], listed["source"]) == ("every-minute-trip", False, "rate(1 minute) UTC")
+    assert (listed["name"], listed["paused"], listed["source"]) == (
+        "every-minute-trip",
+        False,
+        "rate(1 minute) UTC, catch-up 15m",
+    )
     paused = cli(deployed, "triggers", "pause", "every-minute-trip", "--reason", "migration")
     assert paused["paused"] and paused["pause_reason"] == "migration"
     ran = cli(deployed, "triggers", "run-now", "every-minute-trip", "--reason", "check", "--idempotency-key", "k1")

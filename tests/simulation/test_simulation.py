@@ -505,3 +505,11 @@ def test_a_pause_that_is_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(sasflow.triggers.TriggerState, "paused", property(lambda self: False))
     kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
     assert kinds == {"a paused trigger started a tick"}
+
+
+def test_a_catch_up_that_misses_ticks_on_time_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a tick on time is missed"): a trigger that counts a
+    tick 100 s later than it is skips ticks handled within the catch-up window as missed."""
+    monkeypatch.setattr(sasflow.triggers, "epoch_seconds", lambda clock: int(clock.now()) + 100)
+    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    assert "a tick missed within its catch-up window" in kinds

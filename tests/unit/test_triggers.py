@@ -17,6 +17,7 @@ from sasflow.triggers import (
     TriggerConfig,
     TriggerRefusedError,
     TriggerService,
+    iso_utc,
     occurrence_of,
     run_now_body,
     trigger_input,
@@ -257,3 +258,31 @@ def test_a_run_now_without_its_key_time_and_principal_is_refused_as_malformed(re
     with pytest.raises(TriggerRefusedError, match="run-now names no key") as refused:
         occurrence_of(config(), json.dumps({"run_now": request_}))
     assert refused.value.code == "MALFORMED_OCCURRENCE"
+
+
+@pytest.mark.parametrize(
+    ("window", "late", "starts"),
+    [
+        (None, 86_400, True),  # all: however late
+        (0, 60, True),  # none: a minute late is still on time (delivery through SQS)
+        (0, 61, False),
+        (900, 900, True),
+        (900, 901, False),
+    ],
+)
+def test_a_tick_handled_later_than_its_catch_up_window_is_missed_and_counted(
+    pipeline: Pipeline, window: int | None, late: int, starts: bool
+) -> None:
+    items = InMemoryTriggerStore()
+    trigger = service(pipeline, items, catch_up_seconds=window)
+    occurrence = occurrence_of(trigger.config, tick(iso_utc(int(pipeline.clock.now()))))
+    pipeline.clock.advance(late)
+    outcome = trigger.handle(occurrence)
+    assert outcome.created is starts
+    assert items.state("every-minute-trip").missed == (0 if starts else 1)
+    if not starts:
+        assert outcome.skipped == f"missed: handled {late} s after its tick"
+        assert pipeline.metrics["TriggerTicksMissed"] == 1
+    # a run-now is never late: it is the operator's request, now
+    run_now = occurrence_of(trigger.config, run_now_body("k", occurrence.at, "ops"))
+    assert trigger.handle(run_now).created

@@ -198,6 +198,7 @@ class TriggerStateView(BaseModel):
     paused_at: int | None = Field(default=None, description="Epoch seconds.")
     pause_reason: str | None = None
     skipped: int = Field(description="Ticks skipped while it was paused, in all.")
+    missed: int = Field(description="Ticks handled later than its catch-up window (after an outage), in all.")
 
 
 class TriggerList(BaseModel):
@@ -451,6 +452,7 @@ def build_ops_app(
             paused_at=state.paused_at,
             pause_reason=state.pause_reason,
             skipped=state.skipped,
+            missed=state.missed,
         )
 
     @app.get(

@@ -183,8 +183,8 @@ class TriggerStore(Protocol):
         """Remove the pause (resuming one that runs changes nothing)."""
         ...
 
-    def count_skipped(self, name: str) -> None:
-        """Count one tick skipped while paused."""
+    def count(self, name: str, what: str) -> None:
+        """Count one tick ``skipped`` while paused, or ``missed`` (later than the catch-up window)."""
         ...
 
 

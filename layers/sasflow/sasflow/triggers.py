@@ -34,7 +34,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .clock import Clock
+from .clock import Clock, epoch_seconds
 from .definition import render
 from .errors import (
     ConfigurationError,
@@ -66,9 +66,14 @@ __all__ = [
 
 #: A trigger's name, as in triggers.yaml: lower case, digits and '-' (it names AWS resources too).
 TriggerName = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9-]*$")]
+#: What a trigger's item counts: ticks skipped while paused, ticks missed (later than the catch-up window).
+COUNTS = ("skipped", "missed")
 #: How long a trigger keeps the latest version of its definition before it asks again (seconds); a pinned version
 #: is kept for the sandbox's life (versions are immutable).
 LATEST_VERSION_SECONDS = 60
+#: A tick handled this late (seconds after its time) is on time whatever its trigger's catch-up window: delivery
+#: through SQS, a retried batch.
+ON_TIME_SECONDS = 60
 
 
 class TriggerKind(StrEnum):
@@ -90,6 +95,10 @@ class TriggerConfig(BaseModel):
         The workflow input: an object whose ``key.$`` entries are JMESPath expressions over the occurrence's
         document (as a step's input is rendered), or one expression whose value (an object) is the input; null
         takes the document itself. A schedule's document is ``{trigger, scheduled_time, at}``.
+    catch_up_seconds
+        How late a tick may be handled and still start (seconds; None: however late, ``catch_up_window: all``): after
+        an outage the ticks wait in the trigger's queue, and those later than this (and than `ON_TIME_SECONDS`)
+        are skipped and counted as missed.
     dead_letter_url
         The trigger's dead-letter queue, where a refused occurrence goes with its reason.
     """
@@ -101,6 +110,7 @@ class TriggerConfig(BaseModel):
     definition: str = Field(min_length=1, max_length=64)
     version: int | None = Field(default=None, ge=1)
     input: dict[str, Any] | str | None = None
+    catch_up_seconds: int | None = Field(default=None, ge=0, le=1_209_600)
     dead_letter_url: str = Field(min_length=1)
 
     @classmethod
@@ -129,13 +139,15 @@ class TriggerRefusedError(PermanentError):
 
 @dataclass(frozen=True)
 class TriggerState:
-    """A trigger's item: whether an operator paused it (who, when, why), and the ticks it skipped while paused."""
+    """A trigger's item: whether an operator paused it (who, when, why), the ticks it skipped while paused, and the
+    ticks it missed (handled later than its catch-up window)."""
 
     name: str
     paused_by: str | None = None
     paused_at: int | None = None
     pause_reason: str | None = None
     skipped: int = 0
+    missed: int = 0
 
     @property
     def paused(self) -> bool:
@@ -301,8 +313,8 @@ class TriggerService:
     clock
         Time (injected, DESIGN Rule 7).
     metrics
-        Counts ``TriggerWorkflowsStarted``, ``TriggerTicksSkipped``, ``TriggerOccurrencesRefused`` and
-        ``TriggerStartMessagesNotSent``.
+        Counts ``TriggerWorkflowsStarted``, ``TriggerTicksSkipped``, ``TriggerTicksMissed``,
+        ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
     """
 
     def __init__(
@@ -337,9 +349,15 @@ class TriggerService:
         """
         config = self.config
         if not occurrence.run_now:
+            late = epoch_seconds(self.clock) - occurrence.at
+            window = config.catch_up_seconds
+            if window is not None and late > max(ON_TIME_SECONDS, window):
+                self.triggers.count(config.name, "missed")
+                self.metrics("TriggerTicksMissed")
+                return TriggerOutcome(None, created=False, skipped=f"missed: handled {late} s after its tick")
             state = self.triggers.state(config.name)
             if state.paused:
-                self.triggers.count_skipped(config.name)
+                self.triggers.count(config.name, "skipped")
                 self.metrics("TriggerTicksSkipped")
                 return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
         definition = self._definition()

@@ -18,7 +18,7 @@ from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
-from ..triggers import TriggerState
+from ..triggers import COUNTS, TriggerState
 
 
 class InMemoryStateStore:
@@ -372,8 +372,10 @@ class InMemoryTriggerStore:
             self.items[name] = replace(state, paused_by=None, paused_at=None, pause_reason=None)
             return self.items[name]
 
-    def count_skipped(self, name: str) -> None:
-        """See ``ports.TriggerStore.count_skipped``."""
+    def count(self, name: str, what: str) -> None:
+        """See ``ports.TriggerStore.count`` (raises ValueError for a count a trigger does not keep)."""
+        if what not in COUNTS:
+            raise ValueError(f"unknown trigger count {what!r}; one of {COUNTS}")
         with self._lock:
             state = self.items.get(name) or TriggerState(name)
-            self.items[name] = replace(state, skipped=state.skipped + 1)
+            self.items[name] = replace(state, **{what: getattr(state, what) + 1})

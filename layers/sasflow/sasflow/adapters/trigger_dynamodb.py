@@ -1,6 +1,6 @@
 """Triggers' items on DynamoDB: one item per trigger in the state table (``pk = "TRIGGER#<name>"``, ``sk =
-"#TRIGGER"``), beside the workflows the trigger starts: whether an operator paused it (who, when, why), and what it
-skipped while paused.
+"#TRIGGER"``), beside the workflows the trigger starts: whether an operator paused it (who, when, why), and the ticks it
+skipped while paused or missed (later than its catch-up window).
 
 Every write touches only the item of its own trigger (the trigger function's role may update no other), counters
 are ``ADD``s that need no condition, and the item stays well under 1 KB (one write unit).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..triggers import TriggerState
+from ..triggers import COUNTS, TriggerState
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -44,6 +44,7 @@ def _state(name: str, item: dict[str, Any] | None) -> TriggerState:
         paused_at=number("paused_at"),
         pause_reason=text("pause_reason"),
         skipped=number("n_skipped") or 0,
+        missed=number("n_missed") or 0,
     )
 
 
@@ -109,11 +110,19 @@ class DynamoDBTriggerStore:
         )
         return _state(name, response.get("Attributes"))
 
-    def count_skipped(self, name: str) -> None:
-        """See ``ports.TriggerStore.count_skipped``."""
+    def count(self, name: str, what: str) -> None:
+        """See ``ports.TriggerStore.count`` (an ``ADD``: no condition, no read).
+
+        Raises
+        ------
+        ValueError
+            For a count a trigger does not keep.
+        """
+        if what not in COUNTS:
+            raise ValueError(f"unknown trigger count {what!r}; one of {COUNTS}")
         self.client.update_item(
             TableName=self.table,
             Key=trigger_key(name),
-            UpdateExpression="ADD n_skipped :one",
+            UpdateExpression=f"ADD n_{what} :one",
             ExpressionAttributeValues={":one": {"N": "1"}},
         )
