@@ -48,7 +48,7 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -420,12 +420,7 @@ class ScenarioRun:
             handler = getattr(getattr(module, "logger", None), "registered_handler", None)
             if handler is not None and hasattr(handler, "setStream"):
                 handler.setStream(_LOG_SINK)
-        self.consumers = [
-            (spec.logical_id, event)
-            for spec in self.specs.values()
-            for event in spec.events
-            if isinstance(event, SqsEventSpec)
-        ]
+        self.consumers = workflow_consumers(self.specs.values())
         check_mappings(self.consumers)
         self.last_drain: dict[str, float] = {}
         # The SQS client of the event source mappings (Lambda's pollers): counted.
@@ -653,6 +648,19 @@ class ScenarioRun:
 
 #: The batching windows AWS takes for an SQS event source mapping (``MaximumBatchingWindowInSeconds``, seconds).
 MAX_BATCHING_WINDOW = 300
+
+
+def workflow_consumers(functions: Iterable[FunctionSpec]) -> list[tuple[str, SqsEventSpec]]:
+    """The SQS event source mappings a workflow's steps pass through: the scheduler's and each agent's. A trigger's
+    (triggers.yaml) is not one of them: the scenarios start workflows through the API, and what a trigger adds per
+    start (its tick, its queue, its function) and the idle polling of its queue are costed in docs/triggers.md."""
+    return [
+        (spec.logical_id, event)
+        for spec in functions
+        if "TRIGGER" not in spec.environment
+        for event in spec.events
+        if isinstance(event, SqsEventSpec)
+    ]
 
 
 def check_mappings(consumers: list[tuple[str, SqsEventSpec]]) -> None:

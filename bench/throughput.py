@@ -895,18 +895,15 @@ def per_step_latency(
 
 
 def batching_windows(parameters: dict[str, str]) -> dict[str, float]:
-    """``MaximumBatchingWindowInSeconds`` of each SQS event source mapping of template.yaml, by function (seconds),
-    with the template's parameters resolved (its defaults, overridden by ``parameters``)."""
+    """``MaximumBatchingWindowInSeconds`` of the engine's and the agents' SQS event source mappings of template.yaml,
+    by function (seconds), with the template's parameters resolved (its defaults, overridden by ``parameters``). A
+    trigger's is left out: a workflow's steps never pass through it (``bench.scenarios.workflow_consumers``)."""
+    from bench.scenarios import workflow_consumers
     from devstack.demo import ROOT
-    from devstack.template import SqsEventSpec, Stack
+    from devstack.template import Stack
 
     stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
-    return {
-        spec.logical_id: event.batching_window_seconds
-        for spec in stack.functions()
-        for event in spec.events
-        if isinstance(event, SqsEventSpec)
-    }
+    return {logical_id: event.batching_window_seconds for logical_id, event in workflow_consumers(stack.functions())}
 
 
 def latency_rows(latency: dict[str, Any], windows: dict[str, float]) -> list[Row]:

@@ -104,6 +104,35 @@ class AgentDeclaration(BaseModel):
         return "functions/agent/", "agent_handler.handler"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a mapping with a key twice (YAML keeps the last one, silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+    twice = sorted({str(key) for key in keys if keys.count(key) > 1})
+    if twice:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{', '.join(twice)} declared twice (the second would replace the first)", node.start_mark
+        )
+    return dict(yaml.SafeLoader.construct_mapping(loader, node, deep=deep))
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def read_declarations(path: Path, error: type[ValueError]) -> Any:
+    """The YAML document of a declarations file (agents.yaml, triggers.yaml), or ``error`` naming the file, the
+    line and what is wrong (a syntax error, a key declared twice)."""
+    try:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise error(f"{path.name}{where}: not valid YAML: {problem}") from None
+
+
 def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
     """Read ``agents.yaml``: a mapping of agent name to its declaration, in file order.
 
@@ -112,7 +141,7 @@ def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
     AgentsFileError
         When the file is not a mapping, or an entry is invalid (the message names the agent and the field).
     """
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = read_declarations(path, AgentsFileError)
     if not isinstance(data, dict) or not data:
         raise AgentsFileError(f"{path.name}: expected a mapping of agent name to its declaration")
     agents = []

@@ -137,13 +137,16 @@ def _load_stack(template: Path, param: list[str] | None, stack_name: str) -> Sta
 
 @app.command()
 def template() -> None:
-    """Render the agents' parts of template.yaml from agents.yaml (one entry per agent)."""
+    """Render the generated parts of template.yaml from agents.yaml and triggers.yaml (one entry per agent or
+    trigger)."""
     try:
         changed = write_template()
     except AgentsFileError as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(code=2) from None
-    console.print("template.yaml updated from agents.yaml" if changed else "template.yaml is up to date")
+    console.print(
+        "template.yaml updated from agents.yaml and triggers.yaml" if changed else "template.yaml is up to date"
+    )
 
 
 @app.command()

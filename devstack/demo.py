@@ -40,12 +40,12 @@ def sample_services_importable() -> None:
 #: Where `make run` writes the timeline of one compensated workflow.
 TIMELINE_DIR = ROOT / ".devstack" / "timeline"
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
-DEAD_LETTER_QUEUES = (
-    "ResponseDeadLetterQueue",
-    "FlightsDeadLetterQueue",
-    "HotelsDeadLetterQueue",
-    "PaymentsDeadLetterQueue",
-)
+
+
+def dead_letter_queues(physical: dict[str, str]) -> list[str]:
+    """Every dead-letter queue of the stack (logical ids): the response queue's, each agent's of agents.yaml and
+    each trigger's of triggers.yaml."""
+    return sorted(name for name in physical if name.endswith("DeadLetterQueue"))
 
 
 def demo_definition(timeout_seconds: int = 5) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
             summary.compensations += 1 if record.comp_attempt > 0 else 0
     summary.workflows = Counter(statuses.values())
     sqs = boto3.client("sqs")
-    for logical_id in DEAD_LETTER_QUEUES:
+    for logical_id in dead_letter_queues(physical):
         attributes = sqs.get_queue_attributes(
             QueueUrl=physical[logical_id],
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],

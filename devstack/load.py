@@ -48,9 +48,9 @@ from rich.table import Table
 
 from devstack.client import SignedHttp
 from devstack.demo import (
-    DEAD_LETTER_QUEUES,
     ROOT,
     TERMINAL,
+    dead_letter_queues,
     demo_definition,
     sample_services_importable,
 )
@@ -303,7 +303,7 @@ def read_dead_letters(sqs: Any, physical: dict[str, str], workflows: dict[str, W
     message count plus a few empty receives.
     """
     letters: list[DeadLetter] = []
-    for logical_id in DEAD_LETTER_QUEUES:
+    for logical_id in dead_letter_queues(physical):
         url = physical[logical_id]
         expected = int(
             sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"][

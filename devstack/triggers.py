@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
+import jmespath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from devstack.agents import _ENV_KEY, _NO_VPC, _SSE_SQS, _TRACING, _alarm
+from devstack.agents import _ENV_KEY, _NO_VPC, _SSE_SQS, _TRACING, AgentsFileError, _alarm, read_declarations
 
 _NAME: Final = r"^[a-z][a-z0-9-]*$"
 _SCHEDULE: Final = re.compile(
@@ -64,7 +66,7 @@ SAMPLE_TRIGGERS_PARAMETER: Final = "SampleTriggersState"
 PRINCIPAL_PREFIX: Final = "trigger:"
 
 
-class TriggersFileError(ValueError):
+class TriggersFileError(AgentsFileError):
     """``triggers.yaml`` is malformed (the message names the trigger and the field)."""
 
 
@@ -93,7 +95,23 @@ class TriggerDeclaration(BaseModel):
                 "expression: cron(minutes hours day-of-month month day-of-week year), rate(N minute|minutes|hour|"
                 "hours|day|days) or at(yyyy-mm-ddThh:mm:ss)"
             )
+        cron = re.fullmatch(r"cron\((.+)\)", self.expression)
+        if cron is not None:
+            fields = cron[1].split()
+            if len(fields) != 6:
+                raise ValueError(
+                    "expression: cron( ) takes 6 fields: minutes hours day-of-month month day-of-week year"
+                )
+            if (fields[2] == "?") == (fields[4] == "?"):
+                raise ValueError("expression: one of day-of-month and day-of-week must be '?' (EventBridge's cron)")
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone: {self.timezone!r} is not an IANA time zone (e.g. UTC, Europe/Paris)") from None
+        if self.start_date and self.end_date and _instant(self.end_date) <= _instant(self.start_date):
+            raise ValueError("end_date: it must come after start_date")
         catch_up_seconds(self.catch_up_window)
+        _check_expressions(self.input)
         return self
 
     @property
@@ -129,6 +147,35 @@ class TriggerDeclaration(BaseModel):
         return document
 
 
+def _instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _check_expressions(template: Any, where: str = "input") -> None:
+    """Compile every JMESPath expression of an input template (``"key.$"`` values, or one expression), so a typo
+    is refused by ``make template``, not by every tick."""
+    if isinstance(template, str):
+        expressions: list[tuple[str, Any]] = [(where, template)]
+    elif isinstance(template, dict):
+        expressions = []
+        for key, value in template.items():
+            if key.endswith(".$"):
+                text = value.get("expression") if isinstance(value, dict) else value
+                expressions.append((f"{where}.{key}", text))
+            elif isinstance(value, dict):
+                _check_expressions(value, f"{where}.{key}")
+    else:
+        return
+    for place, text in expressions:
+        if not isinstance(text, str):
+            raise ValueError(f"{place}: a JMESPath expression (text)")
+        try:
+            jmespath.compile(text)
+        except jmespath.exceptions.ParseError as exc:
+            raise ValueError(f"{place}: {text!r} is not a JMESPath expression: {exc}") from None
+
+
 def triggers_file(agents_file: Path) -> Path:
     """Where the triggers of the deployment whose agents are in ``agents_file`` are declared: beside it."""
     return agents_file.parent / "triggers.yaml"
@@ -145,7 +192,7 @@ def load_triggers(path: Path) -> list[TriggerDeclaration]:
     """
     if not path.exists():
         return []
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = read_declarations(path, TriggersFileError) or {}
     if not isinstance(data, dict) or set(data) - {"triggers"}:
         raise TriggersFileError(f"{path.name}: expected a mapping with triggers")
     entries = data.get("triggers") or {}

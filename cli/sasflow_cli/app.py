@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 import uuid
@@ -185,8 +186,24 @@ StepOption = Annotated[str | None, typer.Option("--step", "-s", help="The step, 
 WideOption = Annotated[
     bool, typer.Option("--wide", help="Every column, nothing wrapped: one line a row, wider than the terminal.")
 ]
+
+
+def _a_key(value: str | None) -> str | None:
+    """An Idempotency-Key typed on the command line: what the API takes, never an empty one (an unset ``$KEY``
+    would otherwise start something new on every retry)."""
+    if value is not None and not IDEMPOTENCY_KEY.fullmatch(value):
+        raise typer.BadParameter(
+            "1 to 128 characters of A-Z a-z 0-9 _ . : - (is the shell variable set?); leave the option out for a "
+            "new key"
+        )
+    return value
+
+
+#: What the API takes as an Idempotency-Key (sasflow.types.IdempotencyKey).
+IDEMPOTENCY_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 KeyOption = Annotated[
-    str | None, typer.Option("--idempotency-key", help="Idempotency-Key to send [default: a new uuid].")
+    str | None,
+    typer.Option("--idempotency-key", help="Idempotency-Key to send [default: a new uuid].", callback=_a_key),
 ]
 
 
@@ -369,7 +386,12 @@ def list_(
     definition: Annotated[str | None, typer.Option("--definition", help="Definition name.")] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
     trigger: Annotated[
-        str | None, typer.Option("--trigger", help="Only what this trigger started, newest first, in any status.")
+        str | None,
+        typer.Option(
+            "--trigger",
+            help="Only what this trigger started, newest first, in any status.",
+            callback=lambda value: value if value is None else _a_trigger(value),
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
@@ -763,6 +785,23 @@ def definitions_list(
 
 
 # ----------------------------------------------------------------------------------------------------- triggers
+def _a_trigger(value: str) -> str:
+    """A trigger's name typed on the command line: as in triggers.yaml."""
+    if not TRIGGER_NAME.fullmatch(value):
+        raise typer.BadParameter(
+            "a trigger's name as in triggers.yaml: lower case letters, digits and '-' (sasflow triggers list)"
+        )
+    return value
+
+
+#: A trigger's name (sasflow.types.TriggerName).
+TRIGGER_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+TriggerArgument = Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).", callback=_a_trigger)]
+TriggerReasonOption = Annotated[
+    str, typer.Option("--reason", "-r", help="Why (kept with a pause; logged with your principal for every action).")
+]
+
+
 @triggers_app.command("list")
 @_handled
 def triggers_list(ctx: typer.Context, wide: WideOption = False, as_json: JsonOption = False) -> None:
@@ -790,8 +829,8 @@ def _trigger_action(ctx: typer.Context, name: str, action: str, reason: str, key
 @_handled
 def triggers_pause(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
-    reason: ReasonOption,
+    name: TriggerArgument,
+    reason: TriggerReasonOption,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -803,8 +842,8 @@ def triggers_pause(
 @_handled
 def triggers_resume(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
-    reason: ReasonOption,
+    name: TriggerArgument,
+    reason: TriggerReasonOption,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -816,8 +855,8 @@ def triggers_resume(
 @_handled
 def triggers_run_now(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="The trigger (sasflow triggers list).")],
-    reason: ReasonOption,
+    name: TriggerArgument,
+    reason: TriggerReasonOption,
     key: KeyOption = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -356,9 +356,9 @@ TRIGGER_COLUMNS = (
     Col("state", "whole"),
     Col("definition", "whole"),
     Col("source", "wrap", minimum=14),
-    Col("skipped", drop=2, justify="right"),
-    Col("missed", drop=3, justify="right"),
-    Col("paused by", drop=1),
+    Col("skipped", drop=1, justify="right"),
+    Col("missed", drop=2, justify="right"),
+    Col("paused by", drop=3, into="reason", sep=": ", before=True),
     Col("reason", "wrap", minimum=12),
 )
 

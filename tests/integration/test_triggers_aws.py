@@ -188,3 +188,40 @@ def test_the_cli_lists_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_s
     page = cli(deployed, "list", "--trigger", "every-minute-trip")
     assert [w["workflow_id"] for w in page["workflows"]] == [ran["workflow_id"]]
     assert page["source"] == "trigger index"
+
+
+def test_bad_operator_requests_on_triggers_are_refused_with_their_cause(deployed: Deployed) -> None:
+    # Found by the trial: an empty trigger was a 500, an unknown one an empty page, a blank reason was kept, and a
+    # second pause replaced the first one's who, when and why
+    status, body = deployed.ops("GET", "/ops/workflows", query="trigger=")
+    assert (status, body["error"]) == (422, "VALIDATION_ERROR")
+    status, body = deployed.ops("GET", "/ops/workflows", query="trigger=nightly")
+    assert (status, body["error"]) == (404, "TRIGGER_NOT_FOUND") and "every-minute-trip" in body["message"]
+    for reason in ("   ", "line\nbreak", "\x1b[31mred"):
+        status, body = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": reason})
+        assert (status, body["error"]) == (422, "VALIDATION_ERROR"), reason
+    assert deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "migration"})[0] == 200
+    again = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "migration"})
+    assert again[0] == 200 and again[1]["pause_reason"] == "migration"  # the same pause again: kept as it is
+    status, body = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "another"})
+    assert (status, body["error"]) == (409, "TRIGGER_ALREADY_PAUSED")
+    assert "'migration'" in body["message"] and "resume it first" in body["message"]
+    assert deployed.ops("GET", "/ops/triggers")[1]["triggers"][0]["pause_reason"] == "migration"
+
+
+def test_the_cli_refuses_a_key_or_a_trigger_it_cannot_send(deployed: Deployed) -> None:
+    from typer.testing import CliRunner
+
+    from sasflow_cli.app import CliState, app
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, list(args), obj=CliState(client_=None, now=deployed.clock.now))
+
+    for key in ("", "ключ", "two words", "a" * 129):
+        result = run("triggers", "run-now", "every-minute-trip", "--reason", "x", "--idempotency-key", key)
+        assert result.exit_code == 2 and "1 to 128 characters" in result.output, key
+    for name in ("", "Every", "no_such"):
+        result = run("triggers", "pause", name, "--reason", "x")
+        assert result.exit_code == 2 and "a trigger's name as in triggers.yaml" in result.output, name
+    result = run("list", "--trigger", "")
+    assert result.exit_code == 2 and "a trigger's name" in result.output

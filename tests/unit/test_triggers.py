@@ -142,7 +142,7 @@ def test_a_trigger_and_a_client_with_the_same_key_get_different_workflows(pipeli
         ("not json", "not JSON"),
         ("[1]", "not a JSON object"),
         ("{}", "names no scheduled_time"),
-        ('{"scheduled_time": 7}', "names no scheduled_time"),
+        ('{"scheduled_time": 7}', "must be an ISO-8601 time \\(text\\), not int"),
         ('{"scheduled_time": "yesterday"}', "is not an ISO-8601 time"),
     ],
 )

@@ -108,6 +108,10 @@ class TriggerNotFoundError(PermanentError):
     """No trigger of that name in this stack (template ``TRIGGERS``, from triggers.yaml; HTTP 404)."""
 
 
+class TriggerAlreadyPausedError(PermanentError):
+    """Another pause holds the trigger (HTTP 409): its who, when and why are kept until it is resumed."""
+
+
 class UnauthenticatedError(PermanentError):
     """The request carries no verified identity (HTTP 403, as API Gateway answers an unsigned request)."""
 

@@ -134,7 +134,7 @@ class WorkflowFinder:
 
         if trigger is not None:
             found, next_key = self.index.by_trigger(trigger, limit, _resume_key(state))
-            page = self._current(found, wanted, source="trigger index")
+            page = self._current(found, wanted, source="trigger index", filtered=True)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, _resume_key(state))
@@ -168,20 +168,23 @@ class WorkflowFinder:
         page.cursor = None if shard >= self.shards else _encode({"s": shard, "k": key})
         return page
 
-    def _current(self, found: list[WorkflowSummary], wanted: Any, *, source: str) -> Page:
+    def _current(self, found: list[WorkflowSummary], wanted: Any, *, source: str, filtered: bool = False) -> Page:
         """A page of what the index listed, each entry as its item is now.
 
         The indexes are GSIs, eventually consistent: a workflow retried a moment ago can still be listed as HELD.
         The page's items are re-read (``WorkflowIndex.current``, a strongly consistent BatchGetItem); an entry
         whose workflow no longer matches the filter, or no longer exists, is left out and counted in a note. The
-        cursor stays the index's, so paging is unchanged.
+        cursor stays the index's, so paging is unchanged. An index that holds every status (``filtered``: the
+        trigger index) leaves out what does not match the status asked for, which is no lag.
         """
         if not found:
             return Page([], None, source=source)
         now = self.index.current([summary.workflow_id for summary in found])
         kept = [now[s.workflow_id] for s in found if s.workflow_id in now and wanted(now[s.workflow_id])]
         page = Page(kept, None, source=source)
-        if len(kept) < len(found):
+        if len(kept) < len(found) and filtered:
+            page.notes.append(f"{len(found) - len(kept)} of this page's workflows do not match the filter: left out")
+        elif len(kept) < len(found):
             page.notes.append(
                 f"{len(found) - len(kept)} listed by the {source} changed since it was written (the index lags its "
                 "table) and no longer match: left out"

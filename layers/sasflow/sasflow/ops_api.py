@@ -54,7 +54,7 @@ from .scheduler import SchedulerService
 from .settings import TriggerRoute
 from .transitions import NO_OUTPUT
 from .triggers import Occurrence, TriggerState, run_now_body, run_now_occurrence
-from .types import IdempotencyKey, WorkflowId
+from .types import IdempotencyKey, Reason, TriggerName, WorkflowId
 
 if TYPE_CHECKING:
     # An annotation only: the adapter (and the botocore it imports) loads with the boto3 clients, in build_ops.
@@ -85,7 +85,7 @@ class OperatorActionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(min_length=1, max_length=500, description="Why: written to the history with your principal.")
+    reason: Reason = Field(description="Why: written to the history with your principal.")
     step: str | None = Field(
         default=None,
         max_length=64,
@@ -179,9 +179,7 @@ class RedriveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     queue: str = Field(min_length=1, max_length=80, description="The dead-letter queue's name (GET /ops/dead-letters).")
-    reason: str = Field(
-        min_length=1, max_length=500, description="Why: written to the operators' audit log line with your principal."
-    )
+    reason: Reason = Field(description="Why: written to the operators' audit log line with your principal.")
     max_per_second: int | None = Field(default=None, ge=1, le=500, description="SQS's move rate; default: as fast.")
 
 
@@ -212,7 +210,7 @@ class TriggerActionRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(min_length=1, max_length=500, description="Why: kept with a pause, logged for every action.")
+    reason: Reason = Field(description="Why: kept with a pause, logged for every action.")
 
 
 class RunNowResult(BaseModel):
@@ -267,13 +265,15 @@ def build_ops_app(
         definition: Annotated[str | None, Query(max_length=80)] = None,
         started_after: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
         trigger: Annotated[
-            str | None, Query(max_length=40, description="Only the workflows this trigger started (any status)")
+            TriggerName | None, Query(description="Only the workflows this trigger started (any status)")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
     ) -> WorkflowListPage:
         caller()
         scheduler, _, index, _ = services()
+        if trigger is not None:
+            trigger_route(trigger)  # an unknown trigger is a 404 that names the known ones, not an empty page
         finder = WorkflowFinder(index, scheduler.config.deadline_shards)
         page = finder.find(
             status=status,
@@ -476,7 +476,7 @@ def build_ops_app(
         },
     )
     def act_on_trigger(
-        name: Annotated[str, Path(max_length=40)],
+        name: Annotated[TriggerName, Path()],
         action: Annotated[TriggerAction, Path()],
         request: TriggerActionRequest,
         idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,

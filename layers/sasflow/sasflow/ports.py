@@ -176,7 +176,8 @@ class TriggerStore(Protocol):
         ...
 
     def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
-        """Record that ``principal`` paused the trigger at ``now`` for ``reason`` (a pause again replaces it)."""
+        """Record that ``principal`` paused the trigger at ``now`` for ``reason``; the same pause again changes
+        nothing, another one is refused (``errors.TriggerAlreadyPausedError``) until it is resumed."""
         ...
 
     def resume(self, name: str) -> TriggerState:

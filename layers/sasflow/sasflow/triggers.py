@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,11 +44,13 @@ from .errors import (
     PermanentError,
     RetryableError,
     SasflowError,
+    TriggerAlreadyPausedError,
 )
 from .messages import canonical_hash
 from .ports import MessageBus, Outgoing, TriggerStore
 from .records import TriggerRef
 from .registry import DefinitionNotRegisteredError, DefinitionRef, DefinitionRegistry
+from .types import TriggerName
 
 __all__ = [
     "Occurrence",
@@ -64,8 +66,6 @@ __all__ = [
     "trigger_input",
 ]
 
-#: A trigger's name, as in triggers.yaml: lower case, digits and '-' (it names AWS resources too).
-TriggerName = Annotated[str, Field(min_length=1, max_length=40, pattern=r"^[a-z][a-z0-9-]*$")]
 #: What a trigger's item counts: ticks skipped while paused, ticks missed (later than the catch-up window).
 COUNTS = ("skipped", "missed")
 #: How long a trigger keeps the latest version of its definition before it asks again (seconds); a pinned version
@@ -155,6 +155,15 @@ class TriggerState:
         return self.paused_by is not None
 
 
+def already_paused(state: TriggerState) -> TriggerAlreadyPausedError:
+    """The refusal of a pause over another one: whose it is, since when and why, and what to do."""
+    since = iso_utc(state.paused_at) if state.paused_at is not None else "?"
+    return TriggerAlreadyPausedError(
+        f"trigger {state.name} is already paused by {state.paused_by} since {since} ({state.pause_reason!r}); "
+        "resume it first to pause it with another reason"
+    )
+
+
 @dataclass(frozen=True)
 class Occurrence:
     """One occurrence of a trigger.
@@ -195,7 +204,11 @@ def iso_utc(at: int) -> str:
 
 
 def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
-    return TriggerRefusedError("MALFORMED_OCCURRENCE", f"trigger {config.name}: {why}")
+    return TriggerRefusedError(
+        "MALFORMED_OCCURRENCE",
+        f"trigger {config.name}: {why}; no delivery of this message can start a workflow: fix what sent it (the "
+        "schedule's target input is rendered by make template)",
+    )
 
 
 def run_now_body(key: str, at: int, principal: str) -> str:
@@ -231,9 +244,11 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         return occurrence_of(config, document["body"])
     if "run_now" in document:
         return _run_now(config, document["run_now"])
-    tick = document.get("scheduled_time")
-    if not isinstance(tick, str):
+    if "scheduled_time" not in document:
         raise _malformed(config, "a schedule's message names no scheduled_time")
+    tick = document["scheduled_time"]
+    if not isinstance(tick, str):
+        raise _malformed(config, f"scheduled_time must be an ISO-8601 time (text), not {type(tick).__name__}")
     try:
         at = _iso_seconds(tick)
     except ValueError:
@@ -267,6 +282,7 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         ``INVALID_INPUT``: an expression finds nothing (without a default), fails, or the input is not an object.
     """
     where = f"triggers[{config.name}].input"
+    fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
     try:
         if config.input is None:
             value: Any = occurrence.document
@@ -275,12 +291,12 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         else:
             value = render(config.input, occurrence.document, where=where)
     except SasflowError as exc:  # MissingReferenceError, and render's own errors for a bad expression
-        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {exc}") from exc
+        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {exc}{fix}") from exc
     except Exception as exc:  # jmespath raises its own errors for a wrong type, not ValueError
-        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {type(exc).__name__}: {exc}") from exc
+        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {type(exc).__name__}: {exc}{fix}") from exc
     if not isinstance(value, dict):
         raise TriggerRefusedError(
-            "INVALID_INPUT", f"{where}: the input must be a JSON object, got {type(value).__name__}"
+            "INVALID_INPUT", f"{where}: the input must be a JSON object, got {type(value).__name__}{fix}"
         )
     return value
 
@@ -376,7 +392,12 @@ class TriggerService:
             # Refused before anything was written (DESIGN Rule 9): a first step's reference finds nothing in the
             # input, a payload over its limit.
             code = "PAYLOAD_TOO_LARGE" if isinstance(exc, PayloadTooLargeError) else "INVALID_INPUT"
-            raise TriggerRefusedError(code, f"trigger {config.name}: the definition refused the input: {exc}") from exc
+            raise TriggerRefusedError(
+                code,
+                f"trigger {config.name}: the definition refused the input: {exc}; fix the trigger's input in "
+                "triggers.yaml or publish a version of the definition that takes it, then redrive the trigger's "
+                "dead-letter queue",
+            ) from exc
         if result.messages:
             failed = self.bus.send(result.messages)
             if failed:  # the steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1)

@@ -18,7 +18,7 @@ from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
-from ..triggers import COUNTS, TriggerState
+from ..triggers import COUNTS, TriggerState, already_paused
 
 
 class InMemoryStateStore:
@@ -359,10 +359,14 @@ class InMemoryTriggerStore:
         return [self.state(name) for name in names]
 
     def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
-        """See ``ports.TriggerStore.pause``."""
+        """See ``ports.TriggerStore.pause`` (raises TriggerAlreadyPausedError under another pause)."""
         with self._lock:
-            state = replace(self.items.get(name) or TriggerState(name), paused_by=principal, paused_at=now)
-            self.items[name] = replace(state, pause_reason=reason)
+            state = self.items.get(name) or TriggerState(name)
+            if state.paused:
+                if (state.paused_by, state.pause_reason) != (principal, reason):
+                    raise already_paused(state)
+                return state
+            self.items[name] = replace(state, paused_by=principal, paused_at=now, pause_reason=reason)
             return self.items[name]
 
     def resume(self, name: str) -> TriggerState:

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..triggers import COUNTS, TriggerState
+from botocore.exceptions import ClientError
+
+from ..triggers import COUNTS, TriggerState, already_paused
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -90,14 +92,22 @@ class DynamoDBTriggerStore:
         return [_state(name, found.get(name)) for name in names]
 
     def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:
-        """See ``ports.TriggerStore.pause``."""
-        response = self.client.update_item(
-            TableName=self.table,
-            Key=trigger_key(name),
-            UpdateExpression="SET paused_by = :who, paused_at = :now, pause_reason = :why",
-            ExpressionAttributeValues={":who": {"S": principal}, ":now": {"N": str(now)}, ":why": {"S": reason}},
-            ReturnValues="ALL_NEW",
-        )
+        """See ``ports.TriggerStore.pause``: conditional on no other pause (the same one again is kept as it is)."""
+        try:
+            response = self.client.update_item(
+                TableName=self.table,
+                Key=trigger_key(name),
+                UpdateExpression=(
+                    "SET paused_by = :who, paused_at = if_not_exists(paused_at, :now), pause_reason = :why"
+                ),
+                ConditionExpression="attribute_not_exists(paused_by) OR (paused_by = :who AND pause_reason = :why)",
+                ExpressionAttributeValues={":who": {"S": principal}, ":now": {"N": str(now)}, ":why": {"S": reason}},
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
+            raise already_paused(self.state(name)) from None
         return _state(name, response.get("Attributes"))
 
     def resume(self, name: str) -> TriggerState:
