@@ -298,18 +298,12 @@ _ENV_KEY = _reason(
 _TRACING = "tracing follows the Tracing parameter (PassThrough by default; Tracing=Active records traces)"
 
 
-def _agent_resources(agent: AgentDeclaration) -> str:
-    p, name = agent.pascal, agent.name
-    function = f"{p}AgentFunction"
-    leading_keys = json.dumps([f"agent#{name}#*", f"circuit-breaker#{name}"])
-    not_async = _reason(
-        f"Not invoked asynchronously: its SQS event source returns a failed request to {p}RequestQueue, whose "
-        f"RedrivePolicy moves it to {p}DeadLetterQueue after 5 receives."
-    )
-    return (
-        f"""\
-  # ---------------------------------------------------------------- agent: {name}
-  {p}RequestQueue:
+def queue_pair(queue: str, dead_letters: str, function: str, alarm: str, dead_letters_comment: str = "") -> str:
+    """A consumed queue and its dead-letter queue (five receives, then there; 4 days and 14 days of retention; SQS
+    managed encryption), as every agent and every trigger has them; ``dead_letters_comment`` goes above the
+    dead-letter queue."""
+    return f"""\
+  {queue}:
     Type: AWS::SQS::Queue
     Metadata:
       checkov:
@@ -321,10 +315,10 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       MessageRetentionPeriod: 345600
       SqsManagedSseEnabled: true
       RedrivePolicy:
-        deadLetterTargetArn: !GetAtt {p}DeadLetterQueue.Arn
+        deadLetterTargetArn: !GetAtt {dead_letters}.Arn
         maxReceiveCount: 5
 
-  {p}DeadLetterQueue:
+{dead_letters_comment}  {dead_letters}:
     Type: AWS::SQS::Queue
     Metadata:
       checkov:
@@ -334,11 +328,25 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       cfn-lint:
         config:
           ignore_checks:
-            - ES6000 # the end of the line: messages stay 14 days and {p}DeadLetterAlarm notifies
+            - ES6000 # the end of the line: messages stay 14 days and {alarm} notifies
     Properties:
       MessageRetentionPeriod: 1209600
       SqsManagedSseEnabled: true
+"""
 
+
+def _agent_resources(agent: AgentDeclaration) -> str:
+    p, name = agent.pascal, agent.name
+    function = f"{p}AgentFunction"
+    leading_keys = json.dumps([f"agent#{name}#*", f"circuit-breaker#{name}"])
+    not_async = _reason(
+        f"Not invoked asynchronously: its SQS event source returns a failed request to {p}RequestQueue, whose "
+        f"RedrivePolicy moves it to {p}DeadLetterQueue after 5 receives."
+    )
+    return (
+        f"""\
+  # ---------------------------------------------------------------- agent: {name}
+{queue_pair(f"{p}RequestQueue", f"{p}DeadLetterQueue", function, f"{p}DeadLetterAlarm")}
   {function}:
     Type: AWS::Serverless::Function
     Metadata:

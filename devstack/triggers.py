@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import jmespath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from devstack.agents import _ENV_KEY, _NO_VPC, _SSE_SQS, _TRACING, AgentsFileError, _alarm, read_declarations
+from devstack.agents import _ENV_KEY, _NO_VPC, _TRACING, AgentsFileError, _alarm, queue_pair, read_declarations
 
 _NAME: Final = r"^[a-z][a-z0-9-]*$"
 _SCHEDULE: Final = re.compile(
@@ -286,41 +286,14 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
     config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
     config = config.replace("'", "''")
+    dlq_comment = (
+        "  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and ticks that\n"
+        "  # EventBridge Scheduler could not deliver.\n"
+    )
     return (
         f"""\
   # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
-  {p}TriggerQueue:
-    Type: AWS::SQS::Queue
-    Metadata:
-      checkov:
-        skip:
-          - id: CKV_AWS_27
-            comment: {_SSE_SQS}
-    Properties:
-      VisibilityTimeout: 180 # >= 6 x {function} timeout (30 s)
-      MessageRetentionPeriod: 345600
-      SqsManagedSseEnabled: true
-      RedrivePolicy:
-        deadLetterTargetArn: !GetAtt {p}TriggerDeadLetterQueue.Arn
-        maxReceiveCount: 5
-
-  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and ticks that
-  # EventBridge Scheduler could not deliver.
-  {p}TriggerDeadLetterQueue:
-    Type: AWS::SQS::Queue
-    Metadata:
-      checkov:
-        skip:
-          - id: CKV_AWS_27
-            comment: {_SSE_SQS}
-      cfn-lint:
-        config:
-          ignore_checks:
-            - ES6000 # the end of the line: messages stay 14 days and {p}TriggerDeadLetterAlarm notifies
-    Properties:
-      MessageRetentionPeriod: 1209600
-      SqsManagedSseEnabled: true
-
+{queue_pair(f"{p}TriggerQueue", f"{p}TriggerDeadLetterQueue", function, f"{p}TriggerDeadLetterAlarm", dlq_comment)}
 {_schedule(trigger)}  {function}:
     Type: AWS::Serverless::Function
     Metadata:

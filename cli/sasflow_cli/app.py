@@ -825,43 +825,32 @@ def _trigger_action(ctx: typer.Context, name: str, action: str, reason: str, key
         _print_table(render.triggers_table({"triggers": [body]}), False)
 
 
-@triggers_app.command("pause")
-@_handled
-def triggers_pause(
-    ctx: typer.Context,
-    name: TriggerArgument,
-    reason: TriggerReasonOption,
-    key: KeyOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Pause a trigger: its ticks are skipped (and counted) until it is resumed; who and why are kept."""
-    _trigger_action(ctx, name, "pause", reason, key, as_json)
+def _trigger_command(action: str, help_text: str) -> None:
+    """Register ``sasflow triggers ACTION NAME --reason R`` (pause, resume and run-now take the same options)."""
+
+    def command(
+        ctx: typer.Context,
+        name: TriggerArgument,
+        reason: TriggerReasonOption,
+        key: KeyOption = None,
+        as_json: JsonOption = False,
+    ) -> None:
+        _trigger_action(ctx, name, action, reason, key, as_json)
+
+    command.__doc__ = help_text
+    triggers_app.command(action)(_handled(command))
 
 
-@triggers_app.command("resume")
-@_handled
-def triggers_resume(
-    ctx: typer.Context,
-    name: TriggerArgument,
-    reason: TriggerReasonOption,
-    key: KeyOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Resume a paused trigger: its next tick starts a workflow again (the ticks skipped meanwhile do not)."""
-    _trigger_action(ctx, name, "resume", reason, key, as_json)
-
-
-@triggers_app.command("run-now")
-@_handled
-def triggers_run_now(
-    ctx: typer.Context,
-    name: TriggerArgument,
-    reason: TriggerReasonOption,
-    key: KeyOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Start one occurrence now, as if the tick had come (paused or not); the same --idempotency-key starts one."""
-    _trigger_action(ctx, name, "run-now", reason, key, as_json)
+_trigger_command(
+    "pause", "Pause a trigger: its ticks are skipped (and counted) until it is resumed; who and why are kept."
+)
+_trigger_command(
+    "resume", "Resume a paused trigger: its next tick starts a workflow again (the ticks skipped meanwhile do not)."
+)
+_trigger_command(
+    "run-now",
+    "Start one occurrence now, as if the tick had come (paused or not); the same --idempotency-key starts one.",
+)
 
 
 # ----------------------------------------------------------------------------------------------------- dead letters

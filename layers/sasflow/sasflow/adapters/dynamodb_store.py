@@ -675,16 +675,23 @@ class DynamoDBStateStore:
     # -- the operators' queries (finding.WorkflowFinder)
     def attention(self, kind: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
         """Query the sparse attention index for ``kind`` (see ``ports.WorkflowIndex``)."""
+        return self._newest_first(ATTENTION_INDEX, "attn", kind, _ATTENTION_KEY, limit, start)
+
+    def _newest_first(
+        self, index: str, attribute: str, value: str, shape: dict[str, str], limit: int, start: Any | None
+    ) -> tuple[list[WorkflowSummary], Any | None]:
+        """One page of a sparse index's partition ``attribute = value``, its sort key descending; ``shape`` is its
+        page keys' (a cursor of another shape or partition is refused, `_start_key`)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
-            "IndexName": ATTENTION_INDEX,
-            "KeyConditionExpression": "attn = :kind",
-            "ExpressionAttributeValues": _ser({":kind": kind}),
+            "IndexName": index,
+            "KeyConditionExpression": f"{attribute} = :value",
+            "ExpressionAttributeValues": _ser({":value": value}),
             "ScanIndexForward": False,
             "Limit": limit,
         }
         if start is not None:
-            kwargs["ExclusiveStartKey"] = _start_key(start, _ATTENTION_KEY, {"attn": kind})
+            kwargs["ExclusiveStartKey"] = _start_key(start, shape, {attribute: value})
         response = self.client.query(**kwargs)
         return [_summary(_de(raw)) for raw in response.get("Items", [])], response.get("LastEvaluatedKey")
 
@@ -758,22 +765,7 @@ class DynamoDBStateStore:
         """Query the sparse trigger index: the workflows ``trigger`` started, newest first (see
         ``ports.WorkflowIndex``). It holds keys only (a start writes it once, nothing after): the caller re-reads the
         page (`current`)."""
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "IndexName": TRIGGER_INDEX,
-            "KeyConditionExpression": "trg = :trigger",
-            "ExpressionAttributeValues": _ser({":trigger": trigger}),
-            "ScanIndexForward": False,
-            "Limit": limit,
-        }
-        if start is not None:
-            kwargs["ExclusiveStartKey"] = _start_key(start, _TRIGGER_KEY, {"trg": trigger})
-        response = self.client.query(**kwargs)
-        summaries = [
-            WorkflowSummary(item["pk"][len(WORKFLOW_PREFIX) :], "", created_at=int(item.get("created_at", 0)))
-            for item in (_de(raw) for raw in response.get("Items", []))
-        ]
-        return summaries, response.get("LastEvaluatedKey")
+        return self._newest_first(TRIGGER_INDEX, "trg", trigger, _TRIGGER_KEY, limit, start)
 
     def current(self, workflow_ids: Sequence[str]) -> dict[str, WorkflowSummary]:
         """Re-read the summaries of ``workflow_ids`` from their items (see ``ports.WorkflowIndex.current``).
