@@ -20,7 +20,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -104,6 +104,9 @@ class AgentDeclaration(BaseModel):
         return "functions/agent/", "agent_handler.handler"
 
 
+_Declaration = TypeVar("_Declaration", bound=BaseModel)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader that refuses a mapping with a key twice (YAML keeps the last one, silently)."""
 
@@ -133,6 +136,23 @@ def read_declarations(path: Path, error: type[ValueError]) -> Any:
         raise error(f"{path.name}{where}: not valid YAML: {problem}") from None
 
 
+def validated_entries(
+    path: Path, entries: dict[Any, Any], model: type[_Declaration], error: type[ValueError], what: str
+) -> list[_Declaration]:
+    """Each entry of a declarations file (name → its fields) as ``model``, in file order; ``error`` names the
+    file, the ``what`` (agent, trigger), its name and every field refused."""
+    found = []
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise error(f"{path.name}: {what} {name!r} must be a mapping")
+        try:
+            found.append(model.model_validate({"name": name, **entry}))
+        except ValidationError as refused:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in refused.errors())
+            raise error(f"{path.name}: {what} {name!r}: {problems}") from None
+    return found
+
+
 def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
     """Read ``agents.yaml``: a mapping of agent name to its declaration, in file order.
 
@@ -144,16 +164,7 @@ def load_agents(path: Path = AGENTS_FILE) -> list[AgentDeclaration]:
     data = read_declarations(path, AgentsFileError)
     if not isinstance(data, dict) or not data:
         raise AgentsFileError(f"{path.name}: expected a mapping of agent name to its declaration")
-    agents = []
-    for name, entry in data.items():
-        if not isinstance(entry, dict):
-            raise AgentsFileError(f"{path.name}: agent {name!r} must be a mapping")
-        try:
-            agents.append(AgentDeclaration.model_validate({"name": name, **entry}))
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in error.errors())
-            raise AgentsFileError(f"{path.name}: agent {name!r}: {problems}") from None
-    return agents
+    return validated_entries(path, data, AgentDeclaration, AgentsFileError, "agent")
 
 
 # ------------------------------------------------------------------------------------------------ rendering

@@ -22,9 +22,18 @@ from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jmespath
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from devstack.agents import _ENV_KEY, _NO_VPC, _TRACING, AgentsFileError, _alarm, queue_pair, read_declarations
+from devstack.agents import (
+    _ENV_KEY,
+    _NO_VPC,
+    _TRACING,
+    AgentsFileError,
+    _alarm,
+    queue_pair,
+    read_declarations,
+    validated_entries,
+)
 
 _NAME: Final = r"^[a-z][a-z0-9-]*$"
 _SCHEDULE: Final = re.compile(
@@ -198,16 +207,7 @@ def load_triggers(path: Path) -> list[TriggerDeclaration]:
     entries = data.get("triggers") or {}
     if not isinstance(entries, dict):
         raise TriggersFileError(f"{path.name}: triggers must be a mapping of name to declaration")
-    triggers = []
-    for name, entry in entries.items():
-        if not isinstance(entry, dict):
-            raise TriggersFileError(f"{path.name}: trigger {name!r} must be a mapping")
-        try:
-            triggers.append(TriggerDeclaration.model_validate({"name": name, **entry}))
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in error.errors())
-            raise TriggersFileError(f"{path.name}: trigger {name!r}: {problems}") from None
-    return triggers
+    return validated_entries(path, entries, TriggerDeclaration, TriggersFileError, "trigger")
 
 
 # ------------------------------------------------------------------------------------------------ rendering

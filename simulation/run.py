@@ -946,18 +946,26 @@ class Simulation:
     def _act(self, workflow_id: str, action: str, **extra: Any) -> int:
         body = {"reason": f"sim operator: {action}", **{k: v for k, v in extra.items() if v is not None}}
         key = f"op-{self.seed}-{self.report.ticks}-{workflow_id[:8]}-{action}"
-        event = ops_event(f"/ops/workflows/{workflow_id}/{action}", body, key=key)
+        response = self._operator_request(f"/ops/workflows/{workflow_id}/{action}", body, key, action, workflow_id)
+        return 500 if response is None else int(response["statusCode"])
+
+    def _operator_request(
+        self, path: str, body: dict[str, Any], key: str, label: str, subject: str
+    ) -> dict[str, Any] | None:
+        """One operator request through the operators' function, with its Idempotency-Key retried until the function
+        answers, as the CLI does; counted by ``label`` and its status. None when it never answered."""
+        event = ops_event(path, body, key=key)
         for _ in range(20):
             ok, response = self._invoke("OpsFunction", event)
             if ok and response["statusCode"] < 500:
-                self.operator_actions[f"{action} {response['statusCode']}"] += 1
-                return int(response["statusCode"])
+                self.operator_actions[f"{label} {response['statusCode']}"] += 1
+                return dict(response)
             self.clock.advance(1)
         # Crashes are injected at random, so 20 tries in a row fail only when the action itself fails: a 500 that an
         # on-call engineer would meet. It is a violation, and the person gives up on this workflow.
-        self.operator_actions[f"{action} failed"] += 1
-        self.operator_failed.append(Violation("operator action failed", workflow_id, action))
-        return 500
+        self.operator_actions[f"{label} failed"] += 1
+        self.operator_failed.append(Violation("operator action failed", subject, label))
+        return None
 
     def _operate_trigger(self) -> None:
         """The person on call and the trigger: pauses it (its ticks are then skipped), resumes it, or runs it now,
@@ -970,16 +978,10 @@ class Simulation:
             key = self.run_now_keys[-1]  # the same request again: a double click, a retried command
         else:
             key = f"trigger-op-{self.seed}-{self.report.ticks}-{action}"
-        event = ops_event(f"/ops/triggers/{name}/{action}", {"reason": f"sim operator: {action}"}, key=key)
-        for _ in range(20):
-            ok, response = self._invoke("OpsFunction", event)
-            if ok and response["statusCode"] < 500:
-                break
-            self.clock.advance(1)
-        else:
-            self.operator_failed.append(Violation("operator action failed", name, action))
+        body = {"reason": f"sim operator: {action}"}
+        response = self._operator_request(f"/ops/triggers/{name}/{action}", body, key, f"trigger {action}", name)
+        if response is None:
             return
-        self.operator_actions[f"trigger {action} {response['statusCode']}"] += 1
         if action == "run-now":
             self.run_now_keys.append(key)
             self.trigger_log.occurrences.add(json.loads(response["body"])["occurrence"])

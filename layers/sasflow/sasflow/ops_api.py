@@ -53,7 +53,7 @@ from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
 from .scheduler import SchedulerService
 from .settings import TriggerRoute
 from .transitions import NO_OUTPUT
-from .triggers import Occurrence, TriggerState, run_now_body, run_now_occurrence
+from .triggers import TriggerState, occurrence_key, run_now_body, run_now_occurrence
 from .types import IdempotencyKey, Reason, TriggerName, WorkflowId
 
 if TYPE_CHECKING:
@@ -492,10 +492,8 @@ def build_ops_app(
             failed = bus.send([Outgoing(route.queue_url, run_now_body(key, now, principal))])
             if failed:
                 raise RetryableError(f"the run-now of trigger {name} was not sent; send it again")
-            owner_key = Occurrence(occurrence, {}, now).idempotency_key(name)
-            result = RunNowResult(
-                trigger=name, occurrence=occurrence, workflow_id=scheduler.workflow_id(route.principal, owner_key)
-            )
+            workflow_id = scheduler.workflow_id(route.principal, occurrence_key(name, occurrence))
+            result = RunNowResult(trigger=name, occurrence=occurrence, workflow_id=workflow_id)
             logger.info("operator action", extra={**audit, "occurrence": occurrence})
             return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
         store = triggers()

@@ -60,6 +60,7 @@ __all__ = [
     "TriggerRefusedError",
     "TriggerService",
     "TriggerState",
+    "occurrence_key",
     "occurrence_of",
     "run_now_body",
     "run_now_occurrence",
@@ -185,9 +186,8 @@ class Occurrence:
     run_now: bool = False
 
     def idempotency_key(self, trigger: str) -> str:
-        """The start's Idempotency-Key: ``trigger:<name>:<SHA-256 of the identity, 32 hex>``."""
-        digest = hashlib.sha256(self.identity.encode()).hexdigest()[:32]
-        return f"trigger:{trigger}:{digest}"
+        """The start's Idempotency-Key (`occurrence_key`)."""
+        return occurrence_key(trigger, self.identity)
 
 
 def _iso_seconds(text: str) -> int:
@@ -209,6 +209,12 @@ def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
         f"trigger {config.name}: {why}; no delivery of this message can start a workflow: fix what sent it (the "
         "schedule's target input is rendered by make template)",
     )
+
+
+def occurrence_key(trigger: str, identity: str) -> str:
+    """The Idempotency-Key of the start of an occurrence: ``trigger:<name>:<SHA-256 of its identity, 32 hex>``."""
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
+    return f"trigger:{trigger}:{digest}"
 
 
 def run_now_body(key: str, at: int, principal: str) -> str:
