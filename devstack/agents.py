@@ -491,7 +491,7 @@ def _base_url_description(agent: AgentDeclaration) -> str:
 def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDeclaration] = ()) -> dict[str, str]:
     """The text of each generated part of ``template.yaml`` (without its markers), by part name: the agents', and
     the triggers' of ``triggers.yaml`` (``devstack.triggers``)."""
-    from devstack.triggers import sample_parameter, trigger_resources
+    from devstack.triggers import sample_parameter, slots_policy, trigger_resources
 
     parameters = "".join(
         f"""\
@@ -564,6 +564,7 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
             Resource: !GetAtt ResponseQueue.Arn
 
 """
+        + slots_policy(triggers)
         + f"""\
   # The operators' function lists dead letters and moves them back to the queues they came from
   # (SQS StartMessageMoveTask: receive and delete on the dead-letter queue, send to the source queue).

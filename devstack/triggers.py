@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -96,6 +97,7 @@ class TriggerDeclaration(BaseModel):
     start_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
     end_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
     catch_up_window: str = "all"
+    overlap: Literal["allow", "skip", "buffer_one"] = "allow"
 
     @model_validator(mode="after")
     def _consistent(self) -> TriggerDeclaration:
@@ -139,12 +141,12 @@ class TriggerDeclaration(BaseModel):
             "principal": self.principal,
             "kind": self.kind,
             "definition": self.definition,
-            "source": f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}",
+            "source": f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}",
         }
 
     def config(self) -> dict[str, Any]:
-        """The trigger function's ``TRIGGER`` configuration (``sasflow.triggers.TriggerConfig``), without the
-        dead-letter queue's URL, which the template fills in."""
+        """The trigger function's ``TRIGGER`` configuration (``sasflow.triggers.TriggerConfig``), without its
+        queues' URLs, which the template fills in."""
         document: dict[str, Any] = {"name": self.name, "kind": self.kind, "definition": self.definition}
         if self.version is not None:
             document["version"] = self.version
@@ -153,6 +155,8 @@ class TriggerDeclaration(BaseModel):
         window = catch_up_seconds(self.catch_up_window)
         if window is not None:
             document["catch_up_seconds"] = window
+        if self.overlap != "allow":
+            document["overlap"] = self.overlap
         return document
 
 
@@ -278,12 +282,67 @@ def _schedule(trigger: TriggerDeclaration) -> str:
 """
 
 
+def _waiting_tick(trigger: TriggerDeclaration) -> str:
+    """``buffer_one``: the trigger sends the tick kept waiting to its own queue again when its message was lost."""
+    if trigger.overlap != "buffer_one":
+        return ""
+    return f"""\
+            # buffer_one: a waiting tick whose message was lost is sent to its queue again.
+            - Sid: WaitingTick
+              Effect: Allow
+              Action: sqs:SendMessage
+              Resource: !GetAtt {trigger.pascal}TriggerQueue.Arn
+"""
+
+
+def slots_policy(triggers: Sequence[TriggerDeclaration]) -> str:
+    """``TriggerSlotsPolicy``: the engine's functions (API, operators, scheduler, supervisor) end workflows, and a
+    run that holds its trigger's slot gives it back when it ends (``overlap``), sending the tick waiting for it."""
+    queues = "".join(
+        f"              - !GetAtt {trigger.pascal}TriggerQueue.Arn\n"
+        for trigger in triggers
+        if trigger.overlap == "buffer_one"
+    )
+    waiting = (
+        f"""\
+          # buffer_one: the tick waiting for the slot goes to its trigger's queue.
+          - Sid: WaitingTicks
+            Effect: Allow
+            Action: sqs:SendMessage
+            Resource:
+{queues}"""
+        if queues
+        else ""
+    )
+    return f"""\
+  # A run that holds its trigger's slot (overlap skip or buffer_one) gives it back when it ends, in whichever of the
+  # engine's functions ended it.
+  TriggerSlotsPolicy:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      Description: Give back a trigger's slot when the run that holds it ends, and send the tick waiting for it.
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: TriggerSlots
+            Effect: Allow
+            Action: dynamodb:UpdateItem
+            Resource: !GetAtt StateTable.Arn
+            Condition:
+              ForAllValues:StringLike:
+                dynamodb:LeadingKeys: ["TRIGGER#*"]
+{waiting}
+"""
+
+
 def trigger_resources(trigger: TriggerDeclaration) -> str:
     """The template text of one trigger: its queues, source, function, event source mapping, log group, alarms."""
     p, name = trigger.pascal, trigger.name
     function = f"{p}TriggerFunction"
     description = trigger.description or f"Starts {trigger.definition} workflows: trigger {name} ({trigger.kind})."
     config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
+    if trigger.overlap == "buffer_one":
+        config += f', "queue_url": "${{{p}TriggerQueue}}"'
     config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
     config = config.replace("'", "''")
     dlq_comment = (
@@ -355,6 +414,7 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
               Effect: Allow
               Action: sqs:SendMessage
               Resource: !GetAtt {p}TriggerDeadLetterQueue.Arn
+{_waiting_tick(trigger)}\
             # Its workflows' ids derive from the occurrence under this key (scheduler.workflow_id_for).
             - Sid: WorkflowIdKey
               Effect: Allow

@@ -83,10 +83,15 @@ def _print_tables(reports: list[RunReport]) -> None:
     console.print(_counts("Workflows the schedule's ticks started (triggers.yaml), by final state", "state", triggered))
     console.print(
         f"trigger: {sum(r.trigger_deliveries for r in reports)} messages to its queue (ticks, their duplicates, and "
-        f"messages that are not ticks); {sum(r.trigger_skipped for r in reports)} ticks skipped while paused, "
-        f"{sum(r.trigger_missed for r in reports)} missed (later than the catch-up window), "
+        f"messages that are not ticks); {sum(r.trigger_skipped for r in reports)} ticks skipped (paused, or a run "
+        f"held the slot), {sum(r.trigger_missed for r in reports)} missed (later than the catch-up window), "
+        f"{sum(r.trigger_buffered for r in reports)} kept waiting (buffer_one), "
         f"{sum(r.trigger_run_nows for r in reports)} run-nows; one workflow per occurrence"
     )
+    overlaps: Counter[str] = Counter()
+    for report in reports:
+        overlaps[report.trigger_overlap] += sum(report.triggered.values())
+    console.print(_counts("Workflows the schedule's ticks started, by the seed's overlap policy", "overlap", overlaps))
     console.print(_counts("Faults injected, by kind", "fault", faults))
     actions: Counter[str] = Counter()
     answers: Counter[str] = Counter()

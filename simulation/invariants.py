@@ -76,7 +76,10 @@
     occurrence of its own, one workflow however often it is sent with its Idempotency-Key. Every message that is
     not a tick is in that dead-letter queue,
     refused with its code and reason (or as it was, after five failed receives), and started nothing; nothing a
-    trigger could start was refused.
+    trigger could start was refused. Overlap (the seed's, ``run.SIM_OVERLAPS``): under skip and buffer_one no two
+    of the trigger's runs ever ran at once (checked as each run is first seen: of two runs, the one created first
+    has ended); a tick kept waiting (buffer_one) started its workflow, unless it still waits behind a run that has
+    not ended; and at the end no slot is held by a run that has ended, nor a tick kept waiting behind none.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ import boto3
 import jmespath
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
+from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore
 from sasflow.api_models import events_of
 from sasflow.callbacks import task_token
 from sasflow.claim_check import REFERENCE_KEY, is_reference
@@ -98,6 +102,7 @@ from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
 from sasflow.fanout import child_id
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
+from sasflow.states import ENDED_RUN
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
 from sasflow.triggers import TriggerRefusedError, occurrence_of
 
@@ -330,6 +335,25 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         violations.append(Violation("occurrence started no workflow", "-", occurrence))
     for body in sorted(log.bad - refused_bad):
         violations.append(Violation("bad message not in the dead-letter queue", "-", body))
+    if config.slot:
+        violations += _slot_violations(sim, snapshots, set(by_occurrence))
+    return violations
+
+
+def _slot_violations(sim: Simulation, snapshots: dict[str, Snapshot], started: set[str]) -> list[Violation]:
+    """Invariant 20, overlap: the slot at the end, and every tick kept waiting started (or still waits)."""
+    config, log = sim.trigger_config, sim.trigger_log
+    state = DynamoDBTriggerStore(sim.physical["StateTable"], sim.dynamodb_checker()).state(config.name, consistent=True)
+    holder = snapshots.get(state.running) if state.running is not None else None
+    held = holder is not None and holder.workflow.status not in ENDED_RUN
+    violations: list[Violation] = []
+    if holder is not None and not held:
+        violations.append(Violation("a slot held by a run that has ended", holder.workflow.workflow_id, config.name))
+    if state.waiting is not None and not held:
+        violations.append(Violation("a tick kept waiting behind no run", "-", str(state.waiting_occurrence)))
+    for occurrence in sorted(log.buffered - started):
+        if not (held and occurrence == state.waiting_occurrence):
+            violations.append(Violation("a tick kept waiting never started", "-", occurrence))
     return violations
 
 

@@ -52,8 +52,8 @@ from sasflow.definition import parse_definition
 from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
 from sasflow.registry import DefinitionRegistry
-from sasflow.states import Outcome
-from sasflow.triggers import ON_TIME_SECONDS, TriggerConfig, TriggerService
+from sasflow.states import ENDED_RUN, Outcome
+from sasflow.triggers import ON_TIME_SECONDS, Overlap, TriggerConfig, TriggerService
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
 from simulation.triggers import Delivery, TriggerLog, plan_deliveries
@@ -95,6 +95,8 @@ SIM_CLAIM_CHECK_THRESHOLD = 1_024
 #: The bodies of poison messages: not JSON, or JSON that is no step request or reply (``Faults.poison_message``).
 #: The trigger's catch-up window in the simulation (seconds; the sample's is 15 minutes).
 SIM_CATCH_UP_SECONDS = 120
+#: The trigger's overlap policy, by seed (``seed % 3``): every run of make sim has each.
+SIM_OVERLAPS = ("allow", "skip", "buffer_one")
 POISON_BODIES = ("{not json", "[]", "null", '{"hello": "world"}', '{"step": 1, "attempt": "one"}', "")
 
 
@@ -165,11 +167,14 @@ class RunReport:
     triggered: Counter[str] = field(default_factory=Counter)
     trigger_deliveries: int = 0
     trigger_dead_letters: int = 0
-    #: Ticks skipped while the operator had paused the trigger, ticks missed (handled later than its catch-up
-    #: window), and the distinct run-now occurrences the operator asked for.
+    #: Ticks skipped (the operator had paused the trigger, or a run held its slot), ticks missed (handled later than
+    #: its catch-up window), and the distinct run-now occurrences the operator asked for.
     trigger_skipped: int = 0
     trigger_missed: int = 0
     trigger_run_nows: int = 0
+    #: The trigger's overlap policy in this run, and the ticks it kept waiting for the slot (buffer_one).
+    trigger_overlap: str = "allow"
+    trigger_buffered: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
     #: either world, in any process, end with the same digest or they did not replay.
     state_digest: str = ""
@@ -286,14 +291,21 @@ class Simulation:
         self.trigger_id = next(logical_id for logical_id, spec in specs.items() if "TRIGGER" in spec.environment)
         # A catch-up window shorter than a redelivery after a crash (180 s of visibility timeout): some ticks are
         # handled too late and missed, as after an outage.
+        # Its overlap policy is the seed's (SIM_OVERLAPS), as triggers.yaml would declare it.
+        [trigger_event] = [e for e in specs[self.trigger_id].events if isinstance(e, SqsEventSpec)]
+        self.trigger_queue_url = trigger_event.queue_url
         rendered = TriggerConfig.from_env(function_environment(specs[self.trigger_id])["TRIGGER"])
-        self.trigger_config = rendered.model_copy(update={"catch_up_seconds": SIM_CATCH_UP_SECONDS})
+        self.trigger_config = rendered.model_copy(
+            update={
+                "catch_up_seconds": SIM_CATCH_UP_SECONDS,
+                "overlap": Overlap(SIM_OVERLAPS[self.seed % len(SIM_OVERLAPS)]),
+                "queue_url": self.trigger_queue_url,
+            }
+        )
         trigger_spec = specs[self.trigger_id]
         environment = {**trigger_spec.environment, "TRIGGER": self.trigger_config.model_dump_json()}
         specs[self.trigger_id] = dataclasses.replace(trigger_spec, environment=environment)
         self.modules[self.trigger_id] = self._load_trigger_function(specs[self.trigger_id])
-        [trigger_event] = [e for e in specs[self.trigger_id].events if isinstance(e, SqsEventSpec)]
-        self.trigger_queue_url = trigger_event.queue_url
         definition = {**trip_definition("chain"), "name": self.trigger_config.definition, "version": 1}
         DefinitionRegistry(self.state_store()).publish(
             definition["name"], 1, parse_definition(definition), owner="sim-operator", now=int(START)
@@ -1000,13 +1012,18 @@ class Simulation:
             late = self.clock.now() - occurrence.at
             outcome = original(occurrence)
             missed = (outcome.skipped or "").startswith("missed")
-            if outcome.skipped is not None:
+            if outcome.buffered:
+                self.trigger_log.buffered.add(occurrence.identity)
+            elif outcome.skipped is not None:
                 (self.trigger_log.missed if missed else self.trigger_log.skipped).add(occurrence.identity)
+            if service.config.slot and outcome.workflow_id is not None:
+                self._one_run_at_a_time(outcome.workflow_id)
             if missed and late <= max(ON_TIME_SECONDS, SIM_CATCH_UP_SECONDS):
                 self.trigger_log.seen.append(
                     Violation("a tick missed within its catch-up window", "-", f"{occurrence.identity}: {late:.0f} s")
                 )
-            if paused and not occurrence.run_now and outcome.created:
+            # a run-now, and a tick kept waiting (buffer_one) before the pause, start all the same
+            if paused and not (occurrence.run_now or occurrence.buffered) and outcome.created:
                 self.trigger_log.seen.append(
                     Violation("a paused trigger started a tick", outcome.workflow_id or "-", occurrence.identity)
                 )
@@ -1014,6 +1031,40 @@ class Simulation:
 
         service.handle = handle  # type: ignore[method-assign]
         return service
+
+    def _one_run_at_a_time(self, workflow_id: str) -> None:
+        """Overlap skip and buffer_one (invariant 20): a run of the trigger is seen for the first time; of it and
+        each run seen before, the one created first must have ended by now (an ended run never runs again), or the
+        two ran at once. Both directions: a crash can make a run be seen long after a later one."""
+        log = self.trigger_log
+        if workflow_id in log.runs:
+            return
+        store = self.state_store()
+        mine = store.load(workflow_id)
+        if mine is None:
+            log.seen.append(Violation("a trigger's run is missing", workflow_id, "seen started, not in the table"))
+            return
+        created = log.runs[workflow_id] = mine.workflow.created_at
+        if mine.workflow.status in ENDED_RUN:
+            log.ended.add(workflow_id)
+
+        def ended(run: str) -> bool:
+            if run not in log.ended:
+                snapshot = store.load(run)
+                if snapshot is not None and snapshot.workflow.status in ENDED_RUN:
+                    log.ended.add(run)
+            return run in log.ended
+
+        for other, created_at in sorted(log.runs.items()):
+            if other == workflow_id:
+                continue
+            # created in the same second: either may have come first
+            firsts = [
+                run for run, at in ((other, created_at), (workflow_id, created)) if at == min(created_at, created)
+            ]
+            if not any(ended(run) for run in firsts):
+                later = other if other not in firsts else workflow_id
+                log.seen.append(Violation("two runs of a trigger at once", later, f"{firsts[0]} had not ended"))
 
     def _second_supervisor(self) -> None:
         engine = self.modules["SupervisorFunction"].engine()
@@ -1135,6 +1186,8 @@ class Simulation:
         self.report.trigger_dead_letters = len(self.queues.messages[self.trigger_config.dead_letter_url])
         self.report.trigger_skipped = len(self.trigger_log.skipped)
         self.report.trigger_missed = len(self.trigger_log.missed)
+        self.report.trigger_overlap = self.trigger_config.overlap.value
+        self.report.trigger_buffered = len(self.trigger_log.buffered)
         self.report.trigger_run_nows = len(set(self.run_now_keys))
         self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
         self.report.faults = self.log.counts

@@ -47,6 +47,11 @@ class TriggerLog:
     skipped: set[str] = field(default_factory=set)
     missed: set[str] = field(default_factory=set)
     seen: list[Any] = field(default_factory=list)
+    #: Overlap skip and buffer_one: ticks kept waiting for the slot, the trigger's runs seen so far (when each was
+    #: created), and those of them seen ended.
+    buffered: set[str] = field(default_factory=set)
+    runs: dict[str, int] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
 
 
 def _iso(epoch: float) -> str:

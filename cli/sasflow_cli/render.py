@@ -356,11 +356,21 @@ TRIGGER_COLUMNS = (
     Col("state", "whole"),
     Col("definition", "whole"),
     Col("source", "wrap", minimum=14),
+    Col("slot", drop=4),
     Col("skipped", drop=1, justify="right"),
     Col("missed", drop=2, justify="right"),
+    Col("buffered", drop=2, justify="right"),
     Col("paused by", drop=3, into="reason", sep=": ", before=True),
     Col("reason", "wrap", minimum=12),
 )
+
+
+def _slot(trigger: Mapping[str, Any]) -> str:
+    """Who holds a trigger's slot (overlap skip or buffer_one) and what waits for it."""
+    held = str(trigger.get("running") or "")
+    if trigger.get("waiting"):
+        held += f" (waiting: {trigger['waiting']})"
+    return held.strip()
 
 
 def triggers_table(body: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
@@ -373,6 +383,8 @@ def triggers_table(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
             "source": Text(str(t.get("source"))),
             "skipped": Text(str(t.get("skipped", 0))),
             "missed": Text(str(t.get("missed", 0))),
+            "buffered": Text(str(t.get("buffered", 0))),
+            "slot": Text(_slot(t)),
             "paused by": Text(
                 _principal(t.get("paused_by"), wide) + f" {when(t['paused_at'])}" if t.get("paused") else ""
             ),

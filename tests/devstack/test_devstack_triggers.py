@@ -186,3 +186,43 @@ def test_a_catch_up_window_that_is_not_one_is_refused(tmp_path: Path, window: st
     declared.write_text(NIGHTLY + f"    catch_up_window: {window}\n")
     with pytest.raises(TriggersFileError, match="catch_up_window"):
         load_triggers(declared)
+
+
+def test_overlap_reaches_the_function_and_the_engine_may_give_a_slot_back_and_send_the_waiting_tick(
+    tmp_path: Path,
+) -> None:
+    resources = translate(load_template(rendered(tmp_path, NIGHTLY + "    overlap: buffer_one\n")))["Resources"]
+    stack = Stack(
+        load_template(rendered(tmp_path, NIGHTLY + "    overlap: buffer_one\n")),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    config = json.loads(stack.function("NightlyReportTriggerFunction").environment["TRIGGER"])
+    assert (config["overlap"], config["queue_url"]) == ("buffer_one", stack.physical_id("NightlyReportTriggerQueue"))
+    queue = {"Fn::GetAtt": ["NightlyReportTriggerQueue", "Arn"]}
+    # the trigger sends a waiting tick whose message was lost to its own queue again, and to no other
+    [own] = [p for p in resources["NightlyReportTriggerFunctionRole"]["Properties"]["Policies"]]
+    [waiting] = [s for s in own["PolicyDocument"]["Statement"] if s.get("Sid") == "WaitingTick"]
+    assert (waiting["Action"], waiting["Resource"]) == ("sqs:SendMessage", queue)
+    # every engine function that can end a run gives its slot back (its own trigger's item only) and sends the tick
+    slots = resources["TriggerSlotsPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert [s["Sid"] for s in slots] == ["TriggerSlots", "WaitingTicks"]
+    assert slots[0]["Action"] == "dynamodb:UpdateItem"
+    assert slots[0]["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TRIGGER#*"]}}
+    assert slots[1]["Resource"] == [queue]
+    for function in ("ApiFunction", "OpsFunction", "SchedulerFunction", "SupervisorFunction"):
+        assert {"Ref": "TriggerSlotsPolicy"} in resources[f"{function}Role"]["Properties"]["ManagedPolicyArns"]
+    # skip keeps nothing waiting: no queue to send to
+    skip = translate(load_template(rendered(tmp_path, NIGHTLY + "    overlap: skip\n")))["Resources"]
+    assert [s["Sid"] for s in skip["TriggerSlotsPolicy"]["Properties"]["PolicyDocument"]["Statement"]] == [
+        "TriggerSlots"
+    ]
+    statements = skip["NightlyReportTriggerFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    assert "WaitingTick" not in [s.get("Sid") for s in statements]
+
+
+def test_an_overlap_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(NIGHTLY + "    overlap: queue\n")
+    with pytest.raises(TriggersFileError, match="overlap"):
+        load_triggers(declared)

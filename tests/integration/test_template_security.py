@@ -158,7 +158,8 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
     index = json.dumps({"Fn::Sub": "${StateTable.Arn}/index/deadline-index"})
     for logical_id in ENGINE:
         on_table = {action for action, resource in granted[logical_id] if resource == table}
-        expected = {"dynamodb:GetItem", "dynamodb:PutItem"}
+        # UpdateItem on the triggers' items only (TriggerSlotsPolicy, below): a run's end gives its slot back
+        expected = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
         if logical_id in ("SchedulerFunction", "SupervisorFunction"):
             expected.add("dynamodb:BatchGetItem")  # a map step's children (collected, given their retention)
         if logical_id == "SupervisorFunction":
@@ -167,6 +168,13 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         if logical_id == "ApiFunction":
             expected |= {"dynamodb:Query", "dynamodb:UpdateItem"}  # registered definitions, their keys only (below)
         assert on_table == expected, logical_id
+    for logical_id in ENGINE:
+        role = roles[f"{logical_id}Role"]
+        updates = [s for s in statements(role, resources) if "dynamodb:UpdateItem" in as_list(s["Action"])]
+        conditions = {json.dumps(s.get("Condition"), sort_keys=True) for s in updates}
+        slots = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TRIGGER#*"]}}
+        assert json.dumps(slots, sort_keys=True) in conditions, logical_id
+        assert "null" not in conditions or logical_id == "SupervisorFunction", logical_id  # its lease: its own item
     api = roles["ApiFunctionRole"]
     [registry] = [s for s in statements(api, resources) if s.get("Sid") == "RegisteredDefinitions"]
     assert registry["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == ["DEFNAMES", "DEFNAME#*"]

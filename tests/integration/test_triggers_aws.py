@@ -4,12 +4,22 @@ own role, every call checked against it), one per tick, however often the tick i
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
+from moto import mock_aws
 
+from devstack.agents import AGENTS_FILE, TEMPLATE_FILE, load_agents, render_template
+from devstack.moto_sqs import install as install_sqs_redrive
+from devstack.provision import provision
+from devstack.template import Stack, load_template, remote_service_parameters
+from devstack.triggers import load_triggers, triggers_file
+from http_server import RunningServer
 from sasflow.triggers import iso_utc
-from tests.integration.conftest import Deployed
+from tests.integration.conftest import Deployed, roles_checked
 from tests.support.lambdas import ROOT
 
 FUNCTION = "EveryMinuteTripTriggerFunction"
@@ -121,7 +131,7 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
         "name": "every-minute-trip",
         "kind": "schedule",
         "definition": "trip-booking",
-        "source": "rate(1 minute) UTC, catch-up 15m",
+        "source": "rate(1 minute) UTC, catch-up 15m, overlap allow",
         "principal": "trigger:every-minute-trip",
         "paused": False,
         "paused_by": None,
@@ -129,6 +139,9 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
         "pause_reason": None,
         "skipped": 0,
         "missed": 0,
+        "buffered": 0,
+        "running": None,
+        "waiting": None,
     }
     # paused: who and why are kept, and a tick is skipped and counted
     status, paused = deployed.ops("POST", "/ops/triggers/every-minute-trip/pause", {"reason": "flights migration"})
@@ -177,7 +190,7 @@ def test_the_cli_lists_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_s
     assert (listed["name"], listed["paused"], listed["source"]) == (
         "every-minute-trip",
         False,
-        "rate(1 minute) UTC, catch-up 15m",
+        "rate(1 minute) UTC, catch-up 15m, overlap allow",
     )
     paused = cli(deployed, "triggers", "pause", "every-minute-trip", "--reason", "migration")
     assert paused["paused"] and paused["pause_reason"] == "migration"
@@ -225,3 +238,58 @@ def test_the_cli_refuses_a_key_or_a_trigger_it_cannot_send(deployed: Deployed) -
         assert result.exit_code == 2 and "a trigger's name as in triggers.yaml" in result.output, name
     result = run("list", "--trigger", "")
     assert result.exit_code == 2 and "a trigger's name" in result.output
+
+
+HOURLY = """\
+  hourly-trip:
+    kind: schedule
+    definition: trip-booking
+    expression: rate(1 hour)
+    overlap: buffer_one
+    input:
+      traveller: Hourly traveller
+      route: LHR-JFK
+      nights: 1
+      amount: 100
+      booked_for.$: scheduled_time
+"""
+
+
+@pytest.fixture
+def slotted(remote: dict[str, RunningServer], tmp_path: Path) -> Iterator[Deployed]:
+    """The repository's template with one more trigger, overlap buffer_one, deployed with every role checked."""
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(triggers_file(AGENTS_FILE).read_text() + HOURLY)
+    template = tmp_path / "template.yaml"
+    template.write_text(render_template(TEMPLATE_FILE.read_text(), load_agents(), load_triggers(declared)))
+    with mock_aws():
+        install_sqs_redrive()
+        parameters = remote_service_parameters({name: server.base_url for name, server in remote.items()})
+        stack = Stack(load_template(template), template_dir=TEMPLATE_FILE.parent, parameters=parameters)
+        with roles_checked(stack) as roles:
+            yield Deployed(stack, provision(stack), remote, roles=roles)
+
+
+def test_buffer_one_keeps_one_tick_waiting_and_the_run_s_end_starts_it_under_every_role(slotted: Deployed) -> None:
+    publish(slotted)
+    driver = slotted.driver("HourlyTripTriggerFunction")
+    queue = slotted.queue_url("HourlyTripTriggerQueue")
+    sqs = boto3.client("sqs")
+    hours = [minute(slotted, 60 * n) for n in range(3)]
+    for at in hours:  # three ticks before the first run has ended: one starts, one waits, one is skipped
+        sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"scheduled_time": at}))
+        driver.deliver()
+    [first] = started(slotted)
+    [trigger] = [t for t in slotted.ops("GET", "/ops/triggers")[1]["triggers"] if t["name"] == "hourly-trip"]
+    assert (trigger["running"], trigger["waiting"]) == (first["workflow_id"], f"tick {hours[1]}")
+    assert (trigger["buffered"], trigger["skipped"], trigger["source"].endswith("overlap buffer_one")) == (1, 1, True)
+    # the run ends (the scheduler's function, its role): it gives the slot back and sends the waiting tick
+    slotted.pump()
+    assert slotted.depth("HourlyTripTriggerQueue") == 1
+    driver.deliver()
+    slotted.pump()
+    runs = sorted(started(slotted), key=lambda w: w["trigger"]["occurrence"])
+    assert [w["trigger"]["occurrence"] for w in runs] == [f"tick {hours[0]}", f"tick {hours[1]}"]
+    assert [w["status"] for w in runs] == ["COMPLETED", "COMPLETED"]
+    [trigger] = [t for t in slotted.ops("GET", "/ops/triggers")[1]["triggers"] if t["name"] == "hourly-trip"]
+    assert (trigger["running"], trigger["waiting"]) == (None, None)

@@ -10,6 +10,7 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from boto3.dynamodb.types import TypeSerializer
 
 import sasflow.batch
+import sasflow.scheduler
 import sasflow.triggers
 import simulation.run
 from devstack.inprocess import offline_aws
@@ -467,7 +468,7 @@ def test_ticks_delivered_again_out_of_order_and_under_every_fault_start_one_work
     """Invariant 20: duplicated and reordered ticks, crashes between the start's write and the acknowledgement,
     pauses, resumes and run-nows (some sent twice), and messages that are not ticks: one workflow per occurrence, no
     tick started while paused, each bad message refused into the dead-letter queue."""
-    report = run_one(71, 30, TRIGGER_HEAVY)
+    report = run_one(72, 30, TRIGGER_HEAVY)
     assert report.violations == [], report.replay_command()
     assert sum(report.statuses.values()) == 30  # the API's starts, as ever
     # every kind of occurrence happened: duplicates, skips while paused, run-nows (one repeated), refusals
@@ -480,6 +481,39 @@ def test_ticks_delivered_again_out_of_order_and_under_every_fault_start_one_work
     assert {"crash before DynamoDB call", "crash after DynamoDB call"} <= set(report.faults)
 
 
+@pytest.mark.parametrize(("seed", "overlap"), [(73, "skip"), (71, "buffer_one")])
+def test_overlap_runs_one_at_a_time_and_starts_the_tick_kept_waiting_under_every_fault(seed: int, overlap: str) -> None:
+    """Invariant 20, overlap (the seed's policy): slow runs under crashes, duplicates and an operator's pauses and
+    run-nows; no two runs at once, every tick kept waiting started, no slot left held by an ended run."""
+    report = run_one(seed, 30, TRIGGER_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert report.trigger_overlap == overlap
+    # the runs outlast the ticks' interval: far more ticks are skipped than under allow (seed 72: 12)
+    assert report.trigger_skipped >= 20 and set(report.triggered) <= TERMINAL_STATES
+    assert report.trigger_buffered >= (1 if overlap == "buffer_one" else 0)
+    assert 2 <= sum(report.triggered.values()) <= 10
+
+
+def test_skip_that_ignores_the_run_holding_the_slot_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "skip ignores the run that holds the slot"): a trigger
+    that takes every holder for ended starts ticks while its last run goes on."""
+    monkeypatch.setattr(sasflow.triggers.TriggerService, "_holds", lambda self, holder, since, now: False)
+    kinds = {v.kind for v in run_one(73, 30, TRIGGER_HEAVY).violations}
+    assert kinds == {"two runs of a trigger at once"}
+
+
+def test_a_run_that_never_gives_its_slot_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a run's end never gives its trigger's slot back"): the
+    ticks kept waiting never start, and the slot stays with an ended run."""
+    monkeypatch.setattr(sasflow.scheduler.SchedulerService, "_give_back_slot", lambda self, snapshot: [])
+    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    assert kinds == {
+        "a slot held by a run that has ended",
+        "a tick kept waiting behind no run",
+        "a tick kept waiting never started",
+    }
+
+
 def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a trigger's key derives from the delivery"): a key that
     changes with every delivery starts a workflow per copy of a tick."""
@@ -487,7 +521,7 @@ def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(mo
     monkeypatch.setattr(
         sasflow.triggers.Occurrence, "idempotency_key", lambda self, trigger: f"trigger:{trigger}:{next(keys)}"
     )
-    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert "two workflows for one occurrence" in kinds
 
 
@@ -495,7 +529,7 @@ def test_a_refusal_that_is_not_written_is_caught(monkeypatch: pytest.MonkeyPatch
     """Mutation check of invariant 20 (tools/mutations.toml "a refused occurrence is dropped"): a message that is not
     a tick, acknowledged without its dead-letter record, leaves no trace."""
     monkeypatch.setattr(sasflow.triggers.TriggerService, "refuse", lambda self, body, error, message_id: None)
-    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert kinds == {"bad message not in the dead-letter queue"}
 
 
@@ -503,7 +537,7 @@ def test_a_pause_that_is_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> N
     """Mutation check of invariant 20 (tools/mutations.toml "a paused trigger's ticks start"): the trigger reads no
     pause, so a tick handled while an operator had paused it starts a workflow."""
     monkeypatch.setattr(sasflow.triggers.TriggerState, "paused", property(lambda self: False))
-    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert kinds == {"a paused trigger started a tick"}
 
 
@@ -511,5 +545,5 @@ def test_a_catch_up_that_misses_ticks_on_time_is_caught(monkeypatch: pytest.Monk
     """Mutation check of invariant 20 (tools/mutations.toml "a tick on time is missed"): a trigger that counts a
     tick 100 s later than it is skips ticks handled within the catch-up window as missed."""
     monkeypatch.setattr(sasflow.triggers, "epoch_seconds", lambda clock: int(clock.now()) + 100)
-    kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
+    kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert "a tick missed within its catch-up window" in kinds

@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
-from sasflow.adapters.memory import InMemoryPayloadStore, InMemoryStateStore
+from sasflow.adapters.memory import InMemoryPayloadStore, InMemoryStateStore, InMemoryTriggerStore
 from sasflow.agent import AgentRuntime
 from sasflow.breaker import CircuitBreaker
 from sasflow.claim_check import DEFAULT_MAX_PAYLOAD_BYTES, ClaimCheck
@@ -165,6 +165,8 @@ class Pipeline:
         )
         self.store = InMemoryStateStore(shards=self.config.deadline_shards)
         self.bus = TimedBus(self.clock)
+        #: The triggers' items: a run that holds its trigger's slot gives it back when it ends.
+        self.triggers = InMemoryTriggerStore()
         self.scheduler = SchedulerService(
             self.store,
             self.clock,
@@ -173,6 +175,7 @@ class Pipeline:
             metrics=self.count,
             id_secret=lambda: ID_SECRET,
             claims=self.claims,
+            triggers=self.triggers,
         )
         self.supervisor = SupervisorService(
             self.store, self.bus, self.scheduler, self.clock, self.config, metrics=self.count

@@ -477,3 +477,18 @@ def test_triggers_list_says_who_paused_a_trigger_and_why() -> None:
     narrow.print(render.triggers_table(body))
     text = narrow.export_text()
     assert "ada" in text and "migration" in text
+
+
+def test_triggers_list_shows_the_run_that_holds_the_slot_and_the_tick_waiting_for_it() -> None:
+    body = {
+        "triggers": [
+            {"name": "hourly-trip", "definition": "trip-booking", "source": "rate(1 hour) UTC, overlap buffer_one",
+             "paused": False, "skipped": 2, "missed": 0, "buffered": 1, "running": "wf-7",
+             "waiting": "tick 2026-12-06T10:00:00Z"},
+        ]
+    }  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(render.triggers_table(body))
+    [line] = [line for line in console.export_text().splitlines() if line.startswith("hourly-trip")]
+    assert "wf-7 (waiting: tick 2026-12-06T10:00:00Z)" in line
+    assert line.split()[-3:] == ["2", "0", "1"]  # skipped, missed, buffered

@@ -77,6 +77,7 @@ def build_engine(
     """
     from .adapters.dynamodb_store import DynamoDBStateStore, dynamodb_client
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .adapters.trigger_dynamodb import DynamoDBTriggerStore
     from .scheduler import SchedulerService
     from .supervisor import SupervisorService
 
@@ -94,6 +95,7 @@ def build_engine(
         id_secret=id_secret,
         correlate=correlate,
         claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3),
+        triggers=DynamoDBTriggerStore(config.state_table, store.client),
     )
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)
@@ -123,16 +125,14 @@ def build_trigger(
     missing = [name for name in ("TRIGGER", "TRIGGER_PRINCIPAL") if not env.get(name)]
     if missing:
         raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
-    from .adapters.trigger_dynamodb import DynamoDBTriggerStore
-
     config = TriggerConfig.from_env(env["TRIGGER"])
     engine = build_engine(env, clock=clock, metrics=metrics, bus=bus, dynamodb=dynamodb, correlate=correlate, s3=s3)
-    triggers = DynamoDBTriggerStore(engine.config.state_table, engine.store.client)  # type: ignore[attr-defined]
+    assert engine.scheduler.triggers is not None  # nosec B101 # build_engine gives every engine one
     return TriggerService(
         config,
         engine.scheduler,
         engine.bus,
-        triggers,
+        engine.scheduler.triggers,
         principal=env["TRIGGER_PRINCIPAL"],
         clock=engine.scheduler.clock,
         metrics=metrics,
@@ -167,15 +167,15 @@ def build_ops(
     """
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
     from .adapters.sqs_dead_letters import DeadLetterQueues
-    from .adapters.trigger_dynamodb import DynamoDBTriggerStore
 
     client = sqs or sqs_client()
     engine = build_engine(
         environ, clock=clock, metrics=metrics, bus=SqsMessageBus(client), dynamodb=dynamodb, correlate=correlate
     )
     index: WorkflowIndex = engine.store  # type: ignore[assignment]
-    triggers = DynamoDBTriggerStore(engine.config.state_table, engine.store.client)  # type: ignore[attr-defined]
-    return OpsServices(engine, index, DeadLetterQueues(client, engine.config.dead_letter_queues), triggers)
+    assert engine.scheduler.triggers is not None  # nosec B101 # build_engine gives every engine one
+    dead_letters = DeadLetterQueues(client, engine.config.dead_letter_queues)
+    return OpsServices(engine, index, dead_letters, engine.scheduler.triggers)
 
 
 def _workflow_id_key(secret_id: str) -> Callable[[], bytes]:

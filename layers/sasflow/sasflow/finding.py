@@ -25,12 +25,12 @@ from typing import Any
 
 from .errors import InvalidCursorError
 from .ports import WorkflowIndex, WorkflowSummary
-from .states import NEEDS_A_PERSON, TERMINAL_WORKFLOW, WorkflowStatus
+from .states import ENDED_RUN, NEEDS_A_PERSON, TERMINAL_WORKFLOW, WorkflowStatus
 
 #: What the attention index holds: the statuses that wait for a person, and PAUSED.
 ATTENTION_KINDS = tuple(sorted({s.value for s in NEEDS_A_PERSON} | {"PAUSED"}))
 IN_FLIGHT = tuple(sorted(s.value for s in WorkflowStatus if s not in TERMINAL_WORKFLOW))
-FINISHED = tuple(sorted(s.value for s in TERMINAL_WORKFLOW if s not in NEEDS_A_PERSON))
+FINISHED = tuple(sorted(s.value for s in ENDED_RUN))
 MAX_PAGE = 200
 
 

@@ -195,8 +195,13 @@ class TriggerStateView(BaseModel):
     paused_by: str | None = None
     paused_at: int | None = Field(default=None, description="Epoch seconds.")
     pause_reason: str | None = None
-    skipped: int = Field(description="Ticks skipped while it was paused, in all.")
+    skipped: int = Field(description="Ticks skipped, in all: while it was paused, or while a run held its slot.")
     missed: int = Field(description="Ticks handled later than its catch-up window (after an outage), in all.")
+    buffered: int = Field(default=0, description="Ticks kept waiting for the slot (overlap buffer_one), in all.")
+    running: str | None = Field(
+        default=None, description="The workflow that holds its slot (overlap skip or buffer_one), if one does."
+    )
+    waiting: str | None = Field(default=None, description="The occurrence waiting for the slot (buffer_one).")
 
 
 class TriggerList(BaseModel):
@@ -453,6 +458,9 @@ def build_ops_app(
             pause_reason=state.pause_reason,
             skipped=state.skipped,
             missed=state.missed,
+            buffered=state.buffered,
+            running=state.running,
+            waiting=state.waiting_occurrence,
         )
 
     @app.get(

@@ -167,8 +167,9 @@ class WorkflowIndex(Protocol):
 class TriggerStore(Protocol):
     """The triggers' items (``triggers.py``): one per trigger, beside the workflows."""
 
-    def state(self, name: str) -> TriggerState:
-        """The trigger's item (a trigger never paused has none: not paused, nothing skipped)."""
+    def state(self, name: str, *, consistent: bool = False) -> TriggerState:
+        """The trigger's item (a trigger never paused has none: not paused, nothing skipped); ``consistent``: a
+        strongly consistent read (the slot is decided on one)."""
         ...
 
     def states(self, names: Sequence[str]) -> list[TriggerState]:
@@ -185,7 +186,30 @@ class TriggerStore(Protocol):
         ...
 
     def count(self, name: str, what: str) -> None:
-        """Count one tick ``skipped`` while paused, or ``missed`` (later than the catch-up window)."""
+        """Count one tick ``skipped`` (paused, or a run holds the slot), ``missed`` (later than the catch-up window)
+        or ``buffered``."""
+        ...
+
+    def claim(self, name: str, workflow_id: str, now: int, *, expect: str | None, buffered: str | None) -> None:
+        """Make ``workflow_id`` the holder of the trigger's slot, since ``now``, if the holder is still ``expect``
+        (None: no holder) and, for a buffered tick (``buffered``: its body), if it is still the one waiting, which
+        it then no longer is.
+
+        Raises
+        ------
+        triggers.SlotTakenError
+            When the holder or the waiting tick changed since they were read.
+        """
+        ...
+
+    def buffer(self, name: str, body: str, queue_url: str) -> bool:
+        """Keep a tick waiting for the slot (its message body, and the queue it goes to when the slot is given
+        back) if none waits yet, and count it ``buffered``; False when one does (this tick is then skipped)."""
+        ...
+
+    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
+        """Give the slot back if ``workflow_id`` holds it; the tick waiting for it (queue URL, body), which stays
+        kept until its own claim takes it (a send lost in between is sent again by the next tick)."""
         ...
 
 

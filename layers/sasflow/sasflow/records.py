@@ -31,21 +31,23 @@ from .states import (
 @dataclass(frozen=True)
 class TriggerRef:
     """What started a workflow besides ``POST /workflows``: a trigger of triggers.yaml and its occurrence
-    (``tick 2026-12-04T10:00:00Z``), from which the start's Idempotency-Key derives (``triggers.py``)."""
+    (``tick 2026-12-04T10:00:00Z``), from which the start's Idempotency-Key derives (``triggers.py``), and whether
+    the run holds the trigger's slot (``overlap: skip`` or ``buffer_one``), which its end gives back."""
 
     name: str
     occurrence: str
+    slot: bool = False
 
     def doc(self) -> dict[str, Any]:
         """The stored form."""
-        return {"n": self.name, "o": self.occurrence}
+        return {"n": self.name, "o": self.occurrence, **({"s": True} if self.slot else {})}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None) -> TriggerRef | None:
         """Read the stored form back (None stays None)."""
         if doc is None:
             return None
-        return cls(name=str(doc["n"]), occurrence=str(doc["o"]))
+        return cls(name=str(doc["n"]), occurrence=str(doc["o"]), slot=bool(doc.get("s", False)))
 
 
 @dataclass(frozen=True)

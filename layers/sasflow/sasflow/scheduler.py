@@ -48,10 +48,10 @@ from .errors import (
 )
 from .fanout import ChildCommand, child_id
 from .messages import StepError, StepReply, canonical_hash, encode
-from .ports import Counter, Outgoing, StateStore, no_metrics
+from .ports import Counter, Outgoing, StateStore, TriggerStore, no_metrics
 from .records import Snapshot, StepRecord, TriggerRef, WorkflowRecord, index_key_for
 from .settings import EngineConfig
-from .states import TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
+from .states import ENDED_RUN, TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
 from .transitions.base import child_report
 from .transitions.mapping import MAP_CHILD_ID_TAKEN
@@ -140,6 +140,11 @@ class SchedulerService:
         claim-checks a large workflow input before the workflow is created, writes its rendered inputs' objects
         after the write that dispatches them and before their requests are returned, and re-stamps a workflow's
         objects when it ends (or an operator takes it out of its end).
+    triggers:
+        The triggers' items (``ports.TriggerStore``; None: no trigger holds a slot). A run that holds its
+        trigger's slot (``overlap: skip`` or ``buffer_one``) gives it back in the call whose write ended it, and
+        again in any later call on it (the first give-back may have crashed); the tick waiting for the slot is
+        among the messages returned.
     """
 
     def __init__(
@@ -153,9 +158,11 @@ class SchedulerService:
         id_secret: Callable[[], bytes] | None = None,
         correlate: Callable[[str], None] | None = None,
         claims: ClaimCheck | None = None,
+        triggers: TriggerStore | None = None,
     ) -> None:
         self.correlate = correlate or (lambda workflow_id: None)
         self.claims = claims
+        self.triggers = triggers
         self.store = store
         self.clock = clock
         self.config = config
@@ -541,7 +548,7 @@ class SchedulerService:
                 self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
                 self._settle_retention(base, base)
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
-                return base, []
+                return base, self._give_back_slot(base)
             try:
                 stored = self.store.save(self._keyed(base, transition.snapshot, transition.now), expect=base)
             except ConditionFailedError:
@@ -563,8 +570,23 @@ class SchedulerService:
             self._settle_retention(base, stored)
             transition.emit_metrics()
             log_moves(base, stored)
-            return stored, transition.messages + self._run_children(stored, transition.children)
+            children = self._run_children(stored, transition.children)
+            return stored, transition.messages + children + self._give_back_slot(stored)
         raise ContentionError(workflow_id, MAX_ATTEMPTS)
+
+    def _give_back_slot(self, snapshot: Snapshot) -> list[Outgoing]:
+        """Give back the trigger's slot the workflow holds once it has ended (``triggers.py``): the message that
+        starts the tick waiting for it, if one waits. Conditional on it holding the slot; a repeat is harmless."""
+        workflow = snapshot.workflow
+        if workflow.trigger is None or not workflow.trigger.slot or workflow.status not in ENDED_RUN:
+            return []
+        if self.triggers is None:
+            raise ConfigurationError(
+                f"workflow {workflow.workflow_id} holds trigger {workflow.trigger.name}'s slot, but this function has "
+                "no trigger store to give it back"
+            )
+        waiting = self.triggers.release(workflow.trigger.name, workflow.workflow_id)
+        return [] if waiting is None else [Outgoing(*waiting)]
 
     # ------------------------------------------------------------------ map steps' children (transitions.mapping)
     def _run_children(self, parent: Snapshot, commands: Sequence[ChildCommand]) -> list[Outgoing]:

@@ -78,6 +78,9 @@ TERMINAL_WORKFLOW = frozenset(
 UNWINDING_WORKFLOW = frozenset({WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING})
 #: The states in which a workflow waits for a person (listed by the operator routes at any table size).
 NEEDS_A_PERSON = frozenset({WorkflowStatus.COMPENSATION_FAILED, WorkflowStatus.HELD})
+#: The ends after which no step runs again unless a person acts: a trigger's slot (``overlap: skip``, ``buffer_one``)
+#: is free once its holder is here (``triggers.py``). HELD and COMPENSATION_FAILED wait for a person: they keep it.
+ENDED_RUN = TERMINAL_WORKFLOW - NEEDS_A_PERSON
 IN_FLIGHT_STEP = frozenset({StepStatus.PROCESSING, StepStatus.COMPENSATING})
 #: What a running workflow's steps count as done for their dependents and for its completion: COMPLETED, or SKIPPED
 #: (while a workflow runs, only a step whose ``when`` was false is SKIPPED; unwinding seals the rest SKIPPED too).

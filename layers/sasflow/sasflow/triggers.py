@@ -20,6 +20,16 @@ TriggerStore``), and its ticks are then skipped and counted, as a paused Tempora
 it; or runs it now: one occurrence as if the tick had come, named by the request's Idempotency-Key and its
 principal (``run-now <key> by <principal>``), so a repeated request starts one workflow. A run-now starts even while
 the trigger is paused: an operator asked for it.
+
+Overlap (``TriggerConfig.overlap``, Temporal's overlap policies): ``allow`` starts every tick; ``skip`` starts no
+tick while the run that holds the trigger's slot has not ended (``states.ENDED_RUN``: a HELD or COMPENSATION_FAILED
+run waits for a person and keeps it); ``buffer_one`` keeps at most one tick waiting and starts it when that run ends.
+A run-now obeys the policy too, as Temporal's trigger-immediately does. The slot is taken by a conditional write on
+the trigger's item (``ports.TriggerStore.claim``), never by a read then a start, and names its holder. The run's end
+gives it back (``SchedulerService``, in the call whose write ended it; a redelivery of that call gives it back
+again) and sends the waiting tick to the trigger's queue. A later tick repairs what a crash left: a holder that has
+ended (its give-back was lost) or that never started within `STARTING_GRACE_SECONDS` (its start failed for good)
+is taken over, and a waiting tick whose message was lost is sent again.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .clock import Clock, epoch_seconds
 from .definition import render
 from .errors import (
+    ConditionFailedError,
     ConfigurationError,
     IdempotencyKeyConflictError,
     InvalidDefinitionError,
@@ -50,10 +61,13 @@ from .messages import canonical_hash
 from .ports import MessageBus, Outgoing, TriggerStore
 from .records import TriggerRef
 from .registry import DefinitionNotRegisteredError, DefinitionRef, DefinitionRegistry
+from .states import ENDED_RUN
 from .types import TriggerName
 
 __all__ = [
     "Occurrence",
+    "Overlap",
+    "SlotTakenError",
     "TriggerConfig",
     "TriggerKind",
     "TriggerOutcome",
@@ -67,8 +81,12 @@ __all__ = [
     "trigger_input",
 ]
 
-#: What a trigger's item counts: ticks skipped while paused, ticks missed (later than the catch-up window).
-COUNTS = ("skipped", "missed")
+#: What a trigger's item counts: ticks skipped (paused, or a run holds the slot), missed (later than the catch-up
+#: window), and buffered (``buffer_one``: kept waiting for the slot).
+COUNTS = ("skipped", "missed", "buffered")
+#: How long a slot's holder may be missing before a later tick takes the slot over (seconds): its start may still be
+#: in flight, delivered again by SQS within 5 receives of the trigger queue's visibility timeout.
+STARTING_GRACE_SECONDS = 900
 #: How long a trigger keeps the latest version of its definition before it asks again (seconds); a pinned version
 #: is kept for the sandbox's life (versions are immutable).
 LATEST_VERSION_SECONDS = 60
@@ -81,6 +99,14 @@ class TriggerKind(StrEnum):
     """What starts the workflows of a trigger."""
 
     SCHEDULE = "schedule"
+
+
+class Overlap(StrEnum):
+    """What a tick does while the run that holds its trigger's slot has not ended (Temporal's overlap policies)."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
 
 
 class TriggerConfig(BaseModel):
@@ -100,8 +126,11 @@ class TriggerConfig(BaseModel):
         How late a tick may be handled and still start (seconds; None: however late, ``catch_up_window: all``): after
         an outage the ticks wait in the trigger's queue, and those later than this (and than `ON_TIME_SECONDS`)
         are skipped and counted as missed.
-    dead_letter_url
-        The trigger's dead-letter queue, where a refused occurrence goes with its reason.
+    overlap
+        What a tick does while the run holding the trigger's slot has not ended (`Overlap`).
+    queue_url, dead_letter_url
+        The trigger's queue (where a tick kept waiting goes when the slot is given back) and its dead-letter queue,
+        where a refused occurrence goes with its reason.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -112,7 +141,14 @@ class TriggerConfig(BaseModel):
     version: int | None = Field(default=None, ge=1)
     input: dict[str, Any] | str | None = None
     catch_up_seconds: int | None = Field(default=None, ge=0, le=1_209_600)
+    overlap: Overlap = Overlap.ALLOW
+    queue_url: str = ""
     dead_letter_url: str = Field(min_length=1)
+
+    @property
+    def slot(self) -> bool:
+        """Whether its runs hold the trigger's slot (``skip`` and ``buffer_one``)."""
+        return self.overlap is not Overlap.ALLOW
 
     @classmethod
     def from_env(cls, text: str) -> TriggerConfig:
@@ -129,6 +165,10 @@ class TriggerConfig(BaseModel):
             raise ConfigurationError(f"TRIGGER is not a trigger configuration: {exc}") from exc
 
 
+class SlotTakenError(ConditionFailedError):
+    """The trigger's slot, or the tick waiting for it, changed between the read and the conditional write."""
+
+
 class TriggerRefusedError(PermanentError):
     """An occurrence cannot start a workflow; ``code`` says why (``DEFINITION_NOT_REGISTERED``, ``INVALID_INPUT``,
     ``PAYLOAD_TOO_LARGE``, ``MALFORMED_OCCURRENCE``). It goes to the trigger's dead-letter queue with its reason."""
@@ -140,8 +180,8 @@ class TriggerRefusedError(PermanentError):
 
 @dataclass(frozen=True)
 class TriggerState:
-    """A trigger's item: whether an operator paused it (who, when, why), the ticks it skipped while paused, and the
-    ticks it missed (handled later than its catch-up window)."""
+    """A trigger's item: whether an operator paused it (who, when, why); the run that holds its slot (since when)
+    and the tick waiting for it (``buffer_one``: the message that starts it, and its queue); its counts (`COUNTS`)."""
 
     name: str
     paused_by: str | None = None
@@ -149,11 +189,26 @@ class TriggerState:
     pause_reason: str | None = None
     skipped: int = 0
     missed: int = 0
+    buffered: int = 0
+    running: str | None = None
+    running_since: int | None = None
+    waiting: str | None = None
+    waiting_queue: str | None = None
 
     @property
     def paused(self) -> bool:
         """Whether an operator paused it."""
         return self.paused_by is not None
+
+    @property
+    def waiting_occurrence(self) -> str | None:
+        """The identity of the tick waiting for the slot (``tick 2026-12-04T10:00:00Z``), if one waits."""
+        if self.waiting is None:
+            return None
+        try:
+            return str(json.loads(self.waiting)["buffered"]["identity"])
+        except (ValueError, KeyError, TypeError):
+            return "(unreadable)"
 
 
 def already_paused(state: TriggerState) -> TriggerAlreadyPausedError:
@@ -178,16 +233,24 @@ class Occurrence:
         What the trigger's input expressions read.
     at
         When it happened (epoch seconds).
+    run_now, buffered
+        An operator's run-now; a tick that was kept waiting for the slot (`body`), now sent again.
     """
 
     identity: str
     document: dict[str, Any]
     at: int
     run_now: bool = False
+    buffered: bool = False
 
     def idempotency_key(self, trigger: str) -> str:
         """The start's Idempotency-Key (`occurrence_key`)."""
         return occurrence_key(trigger, self.identity)
+
+    def body(self) -> str:
+        """The message that starts it once the slot is given back (`occurrence_of` reads it)."""
+        inner = {"identity": self.identity, "document": self.document, "at": self.at, "run_now": self.run_now}
+        return json.dumps({"buffered": inner}, separators=(",", ":"), sort_keys=True)
 
 
 def _iso_seconds(text: str) -> int:
@@ -250,6 +313,13 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         return occurrence_of(config, document["body"])
     if "run_now" in document:
         return _run_now(config, document["run_now"])
+    if "buffered" in document:
+        inner = document["buffered"]
+        try:
+            identity, kept, at = str(inner["identity"]), dict(inner["document"]), int(inner["at"])
+            return Occurrence(identity, kept, at, run_now=bool(inner["run_now"]), buffered=True)
+        except (KeyError, TypeError, ValueError):
+            raise _malformed(config, "a waiting tick names no identity, document, at and run_now") from None
     if "scheduled_time" not in document:
         raise _malformed(config, "a schedule's message names no scheduled_time")
     tick = document["scheduled_time"]
@@ -310,11 +380,13 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
 @dataclass(frozen=True)
 class TriggerOutcome:
     """What one occurrence did: the workflow it started (``created``) or found started by an earlier delivery, or
-    nothing (``skipped`` says why: the trigger is paused)."""
+    nothing (``skipped`` says why: the trigger is paused, the tick is late, or a run holds the slot, and then
+    ``buffered`` if it was kept waiting)."""
 
     workflow_id: str | None
     created: bool
     skipped: str | None = None
+    buffered: bool = False
 
 
 class TriggerService:
@@ -336,7 +408,7 @@ class TriggerService:
         Time (injected, DESIGN Rule 7).
     metrics
         Counts ``TriggerWorkflowsStarted``, ``TriggerTicksSkipped``, ``TriggerTicksMissed``,
-        ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
+        ``TriggerTicksBuffered``, ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
     """
 
     def __init__(
@@ -369,34 +441,45 @@ class TriggerService:
         ContentionError, and the store's and the bus's errors
             Retryable: the message fails and SQS delivers it again.
         """
-        config = self.config
-        if not occurrence.run_now:
-            late = epoch_seconds(self.clock) - occurrence.at
+        config, now = self.config, epoch_seconds(self.clock)
+        scheduled = not (occurrence.run_now or occurrence.buffered)  # a tick of the schedule, as it came
+        if scheduled:
+            late = now - occurrence.at
             window = config.catch_up_seconds
             if window is not None and late > max(ON_TIME_SECONDS, window):
                 self.triggers.count(config.name, "missed")
                 self.metrics("TriggerTicksMissed")
                 return TriggerOutcome(None, created=False, skipped=f"missed: handled {late} s after its tick")
-            state = self.triggers.state(config.name)
-            if state.paused:
-                self.triggers.count(config.name, "skipped")
-                self.metrics("TriggerTicksSkipped")
-                return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
+        # The slot is decided on a strongly consistent read and a conditional write; the pause alone may be read
+        # eventually consistent (it takes effect within a second or so).
+        state = self.triggers.state(config.name, consistent=config.slot) if scheduled or config.slot else None
+        if scheduled and state is not None and state.paused:
+            self.triggers.count(config.name, "skipped")
+            self.metrics("TriggerTicksSkipped")
+            return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
         definition = self._definition()
         workflow_input = trigger_input(config, occurrence)
         request_hash = canonical_hash({"trigger": config.name, "occurrence": occurrence.identity})
+        key = occurrence.idempotency_key(config.name)
+        workflow_id = self.scheduler.workflow_id(self.principal, key)
+        if state is not None and config.slot:
+            busy = self._take_slot(state, occurrence, workflow_id, now)
+            if busy is not None:
+                return busy
         try:
             result = self.scheduler.start_workflow(
                 definition,
                 workflow_input,
                 request_hash=request_hash,
                 owner=self.principal,
-                idempotency_key=occurrence.idempotency_key(config.name),
-                trigger=TriggerRef(config.name, occurrence.identity),
+                idempotency_key=key,
+                trigger=TriggerRef(config.name, occurrence.identity, slot=config.slot),
             )
         except (InvalidDefinitionError, PayloadTooLargeError, IdempotencyKeyConflictError) as exc:
             # Refused before anything was written (DESIGN Rule 9): a first step's reference finds nothing in the
-            # input, a payload over its limit.
+            # input, a payload over its limit. The slot this start took is given back before the refusal is sent.
+            if config.slot:
+                self.give_back(workflow_id)
             code = "PAYLOAD_TOO_LARGE" if isinstance(exc, PayloadTooLargeError) else "INVALID_INPUT"
             raise TriggerRefusedError(
                 code,
@@ -410,7 +493,72 @@ class TriggerService:
                 self.metrics("TriggerStartMessagesNotSent")
         if result.created:
             self.metrics("TriggerWorkflowsStarted")
+        if config.slot and result.workflow.status in ENDED_RUN:
+            # It ended as it started (every step's `when` false), or this is a late delivery of a tick whose run has
+            # ended since: the slot this call took goes back at once.
+            self.give_back(result.workflow.workflow_id)
         return TriggerOutcome(result.workflow.workflow_id, created=result.created)
+
+    def give_back(self, workflow_id: str) -> None:
+        """Give the slot back if ``workflow_id`` holds it, and send the tick waiting for it."""
+        waiting = self.triggers.release(self.config.name, workflow_id)
+        if waiting is not None:
+            self.bus.send([Outgoing(*waiting)])  # lost: the next tick sends it again (`_take_slot`)
+
+    def _take_slot(
+        self, state: TriggerState, occurrence: Occurrence, workflow_id: str, now: int
+    ) -> TriggerOutcome | None:
+        """Take the trigger's slot for ``workflow_id`` by a conditional write (None: start it), or skip or keep
+        waiting the occurrence because a run holds it.
+
+        Timeline it protects: two ticks read the slot free (or held by a run that has ended) and both write; the
+        condition (the holder each read) lets exactly one in, and the other reads again and finds it held.
+        """
+        for _ in range(3):
+            holder = state.running
+            if holder == workflow_id:
+                return None  # a delivery of this occurrence took it already (and crashed before the start, or not)
+            if holder is not None and self._holds(holder, state.running_since, now):
+                return self._busy(state, occurrence)
+            if state.waiting is not None and not occurrence.buffered:
+                # A tick waits, yet the slot is free: the message that starts it was lost (the give-back crashed
+                # before its send). Send it again, to go first; this occurrence finds the buffer full.
+                self.bus.send([Outgoing(state.waiting_queue or self.config.queue_url, state.waiting)])
+                return self._busy(state, occurrence)
+            try:
+                self.triggers.claim(
+                    self.config.name,
+                    workflow_id,
+                    now,
+                    expect=holder,
+                    buffered=occurrence.body() if occurrence.buffered else None,
+                )
+                return None
+            except SlotTakenError:
+                state = self.triggers.state(self.config.name, consistent=True)
+        return self._busy(state, occurrence)
+
+    def _holds(self, holder: str, since: int | None, now: int) -> bool:
+        """Whether the slot's holder still runs: not ended, or not there yet while its start may be in flight."""
+        snapshot = self.scheduler.store.load(holder, consistent=True)
+        if snapshot is None:
+            return since is not None and now - since < STARTING_GRACE_SECONDS
+        return snapshot.workflow.status not in ENDED_RUN
+
+    def _busy(self, state: TriggerState, occurrence: Occurrence) -> TriggerOutcome:
+        """A run holds the slot: ``buffer_one`` keeps the occurrence if none waits yet; otherwise it is skipped."""
+        holder = state.running or "a run"
+        if occurrence.buffered:  # another delivery of this waiting tick took the slot, or started and ended it
+            return TriggerOutcome(None, created=False, skipped="the waiting tick was started by another delivery")
+        kept = self.config.overlap is Overlap.BUFFER_ONE and self.triggers.buffer(
+            self.config.name, occurrence.body(), self.config.queue_url
+        )
+        if kept:
+            self.metrics("TriggerTicksBuffered")
+            return TriggerOutcome(None, created=False, skipped=f"waiting: {holder} runs", buffered=True)
+        self.triggers.count(self.config.name, "skipped")
+        self.metrics("TriggerTicksSkipped")
+        return TriggerOutcome(None, created=False, skipped=f"{holder} runs ({self.config.overlap.value})")
 
     def _definition(self) -> Any:
         """The definition it starts: a pinned version once per sandbox, the latest again after

@@ -18,7 +18,7 @@ from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
-from ..triggers import COUNTS, TriggerState, already_paused
+from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 
 class InMemoryStateStore:
@@ -349,8 +349,8 @@ class InMemoryTriggerStore:
         self._lock = threading.Lock()
         self.items: dict[str, TriggerState] = {}
 
-    def state(self, name: str) -> TriggerState:
-        """See ``ports.TriggerStore.state``."""
+    def state(self, name: str, *, consistent: bool = False) -> TriggerState:
+        """See ``ports.TriggerStore.state`` (always the latest)."""
         with self._lock:
             return self.items.get(name) or TriggerState(name)
 
@@ -383,3 +383,32 @@ class InMemoryTriggerStore:
         with self._lock:
             state = self.items.get(name) or TriggerState(name)
             self.items[name] = replace(state, **{what: getattr(state, what) + 1})
+
+    def claim(self, name: str, workflow_id: str, now: int, *, expect: str | None, buffered: str | None) -> None:
+        """See ``ports.TriggerStore.claim`` (raises SlotTakenError when the holder or the waiting tick changed)."""
+        with self._lock:
+            state = self.items.get(name) or TriggerState(name)
+            if state.running != expect or (buffered is not None and state.waiting != buffered):
+                raise SlotTakenError(f"trigger {name}: its slot changed since it was read")
+            state = replace(state, running=workflow_id, running_since=now)
+            if buffered is not None:
+                state = replace(state, waiting=None, waiting_queue=None)
+            self.items[name] = state
+
+    def buffer(self, name: str, body: str, queue_url: str) -> bool:
+        """See ``ports.TriggerStore.buffer``."""
+        with self._lock:
+            state = self.items.get(name) or TriggerState(name)
+            if state.waiting is not None:
+                return False
+            self.items[name] = replace(state, waiting=body, waiting_queue=queue_url, buffered=state.buffered + 1)
+            return True
+
+    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
+        """See ``ports.TriggerStore.release``."""
+        with self._lock:
+            state = self.items.get(name)
+            if state is None or state.running not in (None, workflow_id):
+                return None
+            self.items[name] = replace(state, running=None, running_since=None)
+            return None if state.waiting is None else (state.waiting_queue or "", state.waiting)

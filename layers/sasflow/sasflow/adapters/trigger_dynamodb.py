@@ -1,9 +1,10 @@
 """Triggers' items on DynamoDB: one item per trigger in the state table (``pk = "TRIGGER#<name>"``, ``sk =
-"#TRIGGER"``), beside the workflows the trigger starts: whether an operator paused it (who, when, why), and the ticks it
-skipped while paused or missed (later than its catch-up window).
+"#TRIGGER"``), beside the workflows the trigger starts: whether an operator paused it (who, when, why), the run that
+holds its slot and the tick waiting for it (``overlap``), and its counts (``triggers.COUNTS``).
 
 Every write touches only the item of its own trigger (the trigger function's role may update no other), counters
-are ``ADD``s that need no condition, and the item stays well under 1 KB (one write unit).
+are ``ADD``s that need no condition, the slot moves by conditional writes only, and the item stays around 1 KB (a
+waiting tick's message is its largest part).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ..triggers import COUNTS, TriggerState, already_paused
+from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -47,7 +48,16 @@ def _state(name: str, item: dict[str, Any] | None) -> TriggerState:
         pause_reason=text("pause_reason"),
         skipped=number("n_skipped") or 0,
         missed=number("n_missed") or 0,
+        buffered=number("n_buffered") or 0,
+        running=text("running"),
+        running_since=number("running_since"),
+        waiting=text("waiting"),
+        waiting_queue=text("waiting_queue"),
     )
+
+
+def _condition_failed(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
 class DynamoDBTriggerStore:
@@ -65,10 +75,10 @@ class DynamoDBTriggerStore:
         self.table = table_name
         self.client = client
 
-    def state(self, name: str) -> TriggerState:
-        """See ``ports.TriggerStore.state`` (eventually consistent: a pause takes effect within a second or so, for
-        half a read unit a tick)."""
-        item = self.client.get_item(TableName=self.table, Key=trigger_key(name)).get("Item")
+    def state(self, name: str, *, consistent: bool = False) -> TriggerState:
+        """See ``ports.TriggerStore.state`` (eventually consistent by default: a pause takes effect within a second
+        or so, for half a read unit a tick)."""
+        item = self.client.get_item(TableName=self.table, Key=trigger_key(name), ConsistentRead=consistent).get("Item")
         return _state(name, item)
 
     def states(self, names: Sequence[str]) -> list[TriggerState]:
@@ -105,9 +115,9 @@ class DynamoDBTriggerStore:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not _condition_failed(exc):
                 raise
-            raise already_paused(self.state(name)) from None
+            raise already_paused(self.state(name, consistent=True)) from None
         return _state(name, response.get("Attributes"))
 
     def resume(self, name: str) -> TriggerState:
@@ -136,3 +146,64 @@ class DynamoDBTriggerStore:
             UpdateExpression=f"ADD n_{what} :one",
             ExpressionAttributeValues={":one": {"N": "1"}},
         )
+
+    def claim(self, name: str, workflow_id: str, now: int, *, expect: str | None, buffered: str | None) -> None:
+        """See ``ports.TriggerStore.claim``: one conditional ``UpdateItem``."""
+        values: dict[str, Any] = {":wf": {"S": workflow_id}, ":now": {"N": str(now)}}
+        conditions = ["attribute_not_exists(running)" if expect is None else "running = :expect"]
+        if expect is not None:
+            values[":expect"] = {"S": expect}
+        update = "SET running = :wf, running_since = :now"
+        if buffered is not None:
+            conditions.append("waiting = :body")
+            values[":body"] = {"S": buffered}
+            update += " REMOVE waiting, waiting_queue"
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=trigger_key(name),
+                UpdateExpression=update,
+                ConditionExpression=" AND ".join(conditions),
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if not _condition_failed(exc):
+                raise
+            raise SlotTakenError(f"trigger {name}: its slot changed since it was read") from None
+
+    def buffer(self, name: str, body: str, queue_url: str) -> bool:
+        """See ``ports.TriggerStore.buffer``: conditional on no tick waiting."""
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=trigger_key(name),
+                UpdateExpression="SET waiting = :body, waiting_queue = :queue ADD n_buffered :one",
+                ConditionExpression="attribute_not_exists(waiting)",
+                ExpressionAttributeValues={":body": {"S": body}, ":queue": {"S": queue_url}, ":one": {"N": "1"}},
+            )
+        except ClientError as exc:
+            if not _condition_failed(exc):
+                raise
+            return False
+        return True
+
+    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
+        """See ``ports.TriggerStore.release``: conditional on ``workflow_id`` holding the slot, or nobody (a give-back
+        made again answers the waiting tick again: its message may have been lost)."""
+        try:
+            response = self.client.update_item(
+                TableName=self.table,
+                Key=trigger_key(name),
+                UpdateExpression="REMOVE running, running_since",
+                ConditionExpression="attribute_exists(pk) AND (running = :wf OR attribute_not_exists(running))",
+                ExpressionAttributeValues={":wf": {"S": workflow_id}},
+                ReturnValues="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _condition_failed(exc):
+                raise
+            return None
+        state = _state(name, response.get("Attributes"))
+        if state.waiting is None:
+            return None
+        return (state.waiting_queue or "", state.waiting)
