@@ -24,6 +24,7 @@ from rich.table import Table
 
 from devstack.agents import AgentsFileError, write_template
 from devstack.client import SignedHttp
+from devstack.events import LocalRule
 from devstack.faults import FaultsError, KnobChanges, knobs_table, parse_duration, read_knobs, send_poison_message
 from devstack.faults import apply as apply_faults
 from devstack.identities import IDENTITIES, identity
@@ -289,6 +290,8 @@ def _up(
             endpoint_url=local.endpoint_url,
             region=local.region,
             request_queues=_request_queues(local),
+            stack_name=local.stack.stack_name,
+            event_rules=[LocalRule.of(rule).document() for rule in local.stack.event_rules()],
         )
         _serve_until_stopped(local, servers, log_dir, verbose, swagger)
     finally:
@@ -296,13 +299,66 @@ def _up(
             server.stop()
 
 
+@app.command()
+def emit(
+    source: Annotated[str, typer.Option(help="The event's source (e.g. sasflow.demo).")],
+    detail_type: Annotated[str, typer.Option("--detail-type", help="The event's detail-type (e.g. TripRequested).")],
+    detail: Annotated[str, typer.Option(help="The event's detail: a JSON object.")] = "{}",
+    bus: Annotated[str, typer.Option(help="The bus: default, or a bus name of triggers.yaml.")] = "default",
+    event_id: Annotated[
+        str | None, typer.Option("--id", help="The event's id (default: a new one); the same id twice is one event.")
+    ] = None,
+) -> None:
+    """Put an event on a bus of this checkout's running `make up`: every enabled rule on that bus whose pattern
+    matches it sends it to its target queue (an event trigger starts one workflow per event id)."""
+    from devstack.events import LocalRule, envelope, put_event
+
+    running = read_running(DEFAULT_LOCK_PATH)
+    if running is None or not running.get("endpoint_url"):
+        console.print(
+            f"[bold red]error:[/] no `make up` is running in this checkout (no live lock at {DEFAULT_LOCK_PATH}); "
+            "start one with `make up`, and run this from the same folder",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    try:
+        document = json.loads(detail)
+    except ValueError as error:
+        raise typer.BadParameter(f"not JSON: {error}", param_hint="--detail") from None
+    if not isinstance(document, dict):
+        raise typer.BadParameter("an event's detail is a JSON object", param_hint="--detail")
+    rules = [LocalRule.from_document(rule) for rule in running.get("event_rules") or []]
+    buses = sorted({rule.bus for rule in rules} | {"default"})
+    stack_name = running.get("stack_name") or "sasflow"
+    physical = bus if bus in buses else f"{stack_name}-{bus}"
+    if physical not in buses:
+        raise typer.BadParameter(f"no bus {bus!r} in this stack; its buses: {', '.join(buses)}", param_hint="--bus")
+    region = running.get("region", "us-east-1")
+    event = envelope(source, detail_type, document, region=region, event_id=event_id)
+    from devstack import _aws
+
+    matched = put_event(_aws.client("sqs", region=region, endpoint_url=running["endpoint_url"]), rules, physical, event)
+    targets = ", ".join(rule.name for rule in matched) or "no rule (nothing matched its pattern)"
+    console.print(f"event {event['id']} put on bus {physical}: {targets}", highlight=False, soft_wrap=True)
+
+
 def trigger_lines(local: LocalStack) -> list[str]:
-    """One line per schedule of the template's triggers: what it ticks at, whether it ticks here, its next tick."""
+    """One line per schedule and event rule of the template's triggers: what it ticks at or matches, and whether it
+    ticks (or takes events) here."""
     lines = []
     for spec in local.stack.scheduler_schedules():
         emulator = local.scheduler_schedules.get(spec.logical_id)
         ticking = "ticks here" if emulator is not None else "DISABLED (its State)"
         lines.append(f"{spec.logical_id}: {spec.expression} {spec.timezone}, {ticking}")
+    for rule in local.stack.event_rules():
+        if not rule.enabled:
+            lines.append(f"{rule.logical_id}: events on bus {rule.bus}, DISABLED (its State)")
+            continue
+        pattern = json.dumps(rule.pattern, separators=(",", ":"))
+        lines.append(
+            f"{rule.logical_id}: events on bus {rule.bus} matching {pattern}: "
+            "python -m devstack emit --source ... --detail-type ... --detail JSON"
+        )
     return lines
 
 

@@ -106,6 +106,8 @@ def read_summary(physical: dict[str, str], servers: dict[str, Any], api_url: str
     summary = Summary()
     statuses: dict[str, str] = {}
     for snapshot in DynamoDBStateStore(physical["StateTable"], boto3.client("dynamodb")).workflows():
+        if snapshot.workflow.trigger is not None:
+            continue  # the triggers' workflows are shown and checked on their own (_triggered)
         statuses[snapshot.workflow.workflow_id] = snapshot.workflow.status.value
         for record in snapshot.steps.values():
             summary.steps += 1 if record.attempt > 0 else 0
@@ -181,6 +183,8 @@ def run_demo(
         "DeadlineGraceSeconds": "2",
         "MaxClockSkewSeconds": "1",
         "LogLevel": "WARN",
+        # the sample triggers of triggers.yaml: one scheduled and one event-started workflow (_triggered)
+        "SampleTriggersState": "ENABLED",
     }
     extra_env = {
         "BREAKER_OPEN_SECONDS": "3",
@@ -247,10 +251,10 @@ def _drive(
             if done >= workflows:
                 break
             time.sleep(0.5)
+    problems = _triggered(stack, store, console, timeout_seconds)
     elapsed = time.monotonic() - started
     summary = read_summary(stack.physical_ids, servers, stack.api_url, workflow_ids)
     render(summary, workflows, elapsed, console)
-    problems = []
     if summary.terminal != workflows:
         problems.append(f"{workflows - summary.terminal} workflow(s) did not reach a terminal state")
     if summary.duplicate_effects:
@@ -268,6 +272,65 @@ def _drive(
     if not problems:
         console.print(f"[green]OK[/]: {workflows} workflows terminal, 0 duplicate side effects, 0 dead letters.")
     return 1 if problems else 0
+
+
+#: The sample triggers of triggers.yaml the demo starts a workflow with: a schedule's tick, and an event (put twice
+#: with one id, as EventBridge may deliver it: one workflow).
+SAMPLE_SCHEDULE = "EveryMinuteTripSchedule"
+SAMPLE_EVENT_DETAIL = {"traveller": "Event traveller", "route": "CDG-NRT", "nights": 2, "amount": 240}
+
+
+def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_seconds: float) -> list[str]:
+    """Start one workflow from a tick of the sample schedule (fired now: a rate of one minute would make the demo
+    wait) and one from an event put twice on the default bus, after publishing their definition as its owner would;
+    wait for both to end. Returns the problems (none when both ended, one workflow each)."""
+    from datetime import UTC, datetime
+
+    from devstack.cli import push_definitions
+    from devstack.events import LocalRule, envelope, put_event
+
+    schedule = stack.scheduler_schedules.get(SAMPLE_SCHEDULE)
+    rules = [LocalRule.of(rule) for rule in stack.stack.event_rules()]
+    if schedule is None or not rules:
+        console.print("triggers.yaml has no sample schedule or event trigger: no triggered workflows in this run")
+        return []
+    push_definitions(stack.api_url)
+    tick = datetime.now(UTC).replace(microsecond=0)
+    schedule.fire(tick)
+    event = envelope("sasflow.demo", "TripRequested", SAMPLE_EVENT_DETAIL, region=stack.region)
+    sqs = boto3.client("sqs")
+    matched = [rule.name for _ in range(2) for rule in put_event(sqs, rules, "default", event)]
+    expected = {
+        ("every-minute-trip", f"tick {tick.strftime('%Y-%m-%dT%H:%M:%SZ')}"),
+        ("trip-requested", f"event {event['id']}"),
+    }
+    deadline = time.monotonic() + timeout_seconds
+    started: list[Any] = []  # the schedule's own ticks may start more while the demo runs: only these two count
+    while time.monotonic() < deadline:
+        started = [
+            s.workflow
+            for s in store.workflows()
+            if s.workflow.trigger is not None and (s.workflow.trigger.name, s.workflow.trigger.occurrence) in expected
+        ]
+        if len(started) >= 2 and all(w.status.value in TERMINAL for w in started):
+            break
+        time.sleep(0.5)
+    for workflow in sorted(started, key=lambda w: w.trigger.name):
+        console.print(
+            f"started by trigger {workflow.trigger.name} ({workflow.trigger.occurrence}): {workflow.workflow_id} "
+            f"{workflow.status.value}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    occurrences = {(w.trigger.name, w.trigger.occurrence) for w in started}
+    problems = []
+    if len(matched) != 2:
+        problems.append(f"the event matched {len(matched)} rules over its two puts, not one each: {matched}")
+    if occurrences != expected or len(started) != 2:
+        problems.append(f"the triggers started {sorted(occurrences)}, not one workflow each for {sorted(expected)}")
+    elif not all(w.status.value in TERMINAL for w in started):
+        problems.append("a triggered workflow did not reach a terminal state")
+    return problems
 
 
 def show_timeline(api_url: str, store: DynamoDBStateStore, console: Console) -> Path | None:
@@ -317,4 +380,8 @@ def _log_to_file(path: Path) -> None:
 
 def terminal_count(store: DynamoDBStateStore) -> int:
     """How many stored workflows are in a terminal state (read through the store, never from raw attributes)."""
-    return sum(1 for snapshot in store.workflows() if snapshot.workflow.status.value in TERMINAL)
+    return sum(
+        1
+        for snapshot in store.workflows()
+        if snapshot.workflow.trigger is None and snapshot.workflow.status.value in TERMINAL
+    )

@@ -66,6 +66,8 @@ EMULATED_IN_PROCESS: Final = {
     "AWS::ApiGatewayV2::Authorizer": f"{_HTTP_API_EMULATOR}: JWT routes are refused locally (IAM only)",
     "AWS::Lambda::EventSourceMapping": "SQS poller threads (devstack.event_sources.SqsPoller) with its settings",
     "AWS::Scheduler::Schedule": "a thread that sends its input to its target queue at each tick (devstack.schedules)",
+    "AWS::Events::Rule": "python -m devstack emit matches its pattern and sends the event to its target queues",
+    "AWS::Events::EventBus": "a bus name python -m devstack emit puts events on (--bus)",
 }
 """Resource types that the local stack runs in-process instead of creating them, and how."""
 
@@ -73,6 +75,7 @@ NOT_ENFORCED_OFFLINE: Final = {
     "AWS::IAM::ManagedPolicy": "IAM is not enforced offline; tests check the translated policies",
     "AWS::Lambda::Permission": "the emulators invoke functions directly",
     "AWS::IAM::Role": "a role a service assumes (EventBridge Scheduler's); the local emulators act without it",
+    "AWS::SQS::QueuePolicy": "who may send to a queue (an EventBridge rule); the local emit sends without it",
 }
 """Resource types that only grant permissions, which nothing checks offline (the template tests read them)."""
 

@@ -225,6 +225,31 @@ class ScheduleEventSpec:
 
 
 @dataclass(frozen=True)
+class EventRuleSpec:
+    """An EventBridge rule (``AWS::Events::Rule``) whose targets are queues of the stack.
+
+    Attributes
+    ----------
+    logical_id
+        The rule.
+    bus
+        The name of the bus it is on (``default``, or a bus of the stack: its physical name).
+    pattern
+        Its event pattern (``devstack.events`` matches events against it).
+    enabled
+        ``State`` is ``ENABLED``.
+    queue_urls
+        Its target queues (the event goes to each as it is).
+    """
+
+    logical_id: str
+    bus: str
+    pattern: dict[str, Any]
+    enabled: bool
+    queue_urls: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SchedulerScheduleSpec:
     """An EventBridge Scheduler schedule (``AWS::Scheduler::Schedule``) whose target is a queue of the stack.
 
@@ -793,6 +818,8 @@ class Stack:
             return f"arn:aws:lambda:{self.region}:{self.account_id}:layer:{name}:1"
         if rtype == "AWS::CloudWatch::Alarm":
             return self._explicit_name(logical_id, "AlarmName") or default_name
+        if rtype == "AWS::Events::EventBus":
+            return self._explicit_name(logical_id, "Name") or default_name
         if rtype == "AWS::S3::Bucket":
             # CloudFormation's generated names are lower case and at most 63 characters (bucket naming rules).
             return self._explicit_name(logical_id, "BucketName") or _bounded_name(default_name.lower(), 63)
@@ -868,6 +895,14 @@ class Stack:
         elif rtype == "AWS::S3::Bucket":
             bucket = self.physical_id(logical_id)
             by_attr = {"Arn": f"arn:aws:s3:::{bucket}", "DomainName": f"{bucket}.s3.amazonaws.com"}
+        elif rtype == "AWS::Events::Rule":
+            bus = self._merged_properties[logical_id].get("EventBusName") or "default"
+            bus_name = self.resolve(bus) if not isinstance(bus, str) else bus
+            rule = f"rule/{bus_name}/" if bus_name != "default" else "rule/"
+            by_attr = {"Arn": f"arn:aws:events:{region}:{account}:{rule}{self.physical_id(logical_id)}"}
+        elif rtype == "AWS::Events::EventBus":
+            name = self.physical_id(logical_id)
+            by_attr = {"Arn": f"arn:aws:events:{region}:{account}:event-bus/{name}", "Name": name}
         elif rtype == "AWS::IAM::Role":
             name = self._explicit_name(logical_id, "RoleName") or f"{self.stack_name}-{logical_id}"
             by_attr = {"Arn": f"arn:aws:iam::{account}:role/{name}"}
@@ -1254,6 +1289,45 @@ class Stack:
                     enabled=str(props.get("State", "ENABLED")).upper() == "ENABLED",
                     input=str(target.get("Input") or ""),
                     queue_url=self.physical_id(queue_id),
+                )
+            )
+        return found
+
+    def event_rules(self) -> list[EventRuleSpec]:
+        """The stack's EventBridge rules (``AWS::Events::Rule``) whose targets are queues of the stack, resolved
+        (``python -m devstack emit`` puts events on their buses).
+
+        Raises
+        ------
+        TemplateError
+            When a rule's target is not a queue of this stack, or it has no event pattern.
+        """
+        found = []
+        for logical_id, rtype, _cond, active in self.template_resources():
+            if not active or rtype != "AWS::Events::Rule":
+                continue
+            props = self.properties(logical_id)
+            raw_targets = self._merged_properties[logical_id].get("Targets") or []
+            queues = tuple(
+                self.physical_id(
+                    self._queue_logical_id(raw.get("Arn"), target.get("Arn"), f"AWS::Events::Rule {logical_id}")
+                )
+                for raw, target in zip(raw_targets, props.get("Targets") or [], strict=True)
+            )
+            pattern = props.get("EventPattern")
+            if isinstance(pattern, str):
+                pattern = json.loads(pattern)
+            if not isinstance(pattern, dict):
+                raise TemplateError(
+                    f"AWS::Events::Rule {logical_id}: no EventPattern (a schedule rule is not emulated)"
+                )
+            found.append(
+                EventRuleSpec(
+                    logical_id=logical_id,
+                    bus=str(props.get("EventBusName") or "default"),
+                    pattern=pattern,
+                    enabled=str(props.get("State", "ENABLED")).upper() == "ENABLED",
+                    queue_urls=queues,
                 )
             )
         return found

@@ -8,6 +8,10 @@ the trigger's own, read by the trigger's own function under its own role, which 
 - ``schedule``: an EventBridge Scheduler schedule (cron, rate or at; a time zone; start and end dates; flexible time
   window off) whose target is the queue, with a retry policy and the trigger's dead-letter queue, and a role that may
   send to those two queues only.
+- ``event``: an EventBridge rule on a bus (the account's default bus, or one the template creates, named
+  ``<stack>-<bus>``, one per name) whose pattern picks the events; its target is the queue (the event as it is),
+  with a retry policy and the trigger's dead-letter queue, and the two queues' policy lets that rule alone send
+  (``aws:SourceArn``).
 
 Removing a trigger from the file removes all of it from the template.
 """
@@ -86,13 +90,15 @@ class TriggerDeclaration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=_NAME, max_length=40)
-    kind: Literal["schedule"]
+    kind: Literal["schedule", "event"]
     definition: str = Field(min_length=1, max_length=64)
     version: int | None = Field(default=None, ge=1)
     description: str = Field(default="", max_length=200)
     input: dict[str, Any] | str | None = None
     sample: bool = False
-    expression: str
+    expression: str | None = None
+    bus: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{0,39}$")
+    pattern: dict[str, Any] | None = None
     timezone: str = Field(default="UTC", pattern=r"^[A-Za-z_]+(/[A-Za-z0-9_+-]+)*$")
     start_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
     end_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
@@ -101,6 +107,12 @@ class TriggerDeclaration(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TriggerDeclaration:
+        if self.kind == "event":
+            return self._event()
+        if self.bus is not None or self.pattern is not None:
+            raise ValueError("bus and pattern: an event trigger's (kind: event); a schedule has an expression")
+        if self.expression is None:
+            raise ValueError("expression: a schedule needs one (cron(...), rate(...) or at(...))")
         if not _SCHEDULE.match(self.expression):
             raise ValueError(
                 "expression: cron(minutes hours day-of-month month day-of-week year), rate(N minute|minutes|hour|"
@@ -125,6 +137,23 @@ class TriggerDeclaration(BaseModel):
         _check_expressions(self.input)
         return self
 
+    def _event(self) -> TriggerDeclaration:
+        """An event trigger: a pattern (checked as EventBridge checks one), a bus, and none of a schedule's fields."""
+        schedule_only = {"expression", "timezone", "start_date", "end_date", "catch_up_window", "overlap"}
+        given = sorted(schedule_only & self.model_fields_set)
+        if given:
+            raise ValueError(f"{', '.join(given)}: a schedule's; an event trigger starts one workflow per event")
+        if not self.pattern:
+            raise ValueError("pattern: an event trigger needs an EventBridge event pattern (e.g. source: [my.app])")
+        check_pattern(self.pattern)
+        _check_expressions(self.input)
+        return self
+
+    @property
+    def bus_name(self) -> str:
+        """The bus its rule is on: ``default``, or a name the template creates (``bus``)."""
+        return self.bus or "default"
+
     @property
     def pascal(self) -> str:
         """The name as it starts logical ids: ``nightly-report`` → ``NightlyReport``."""
@@ -137,12 +166,11 @@ class TriggerDeclaration(BaseModel):
 
     def route(self) -> dict[str, Any]:
         """The trigger in the operators' ``TRIGGERS`` (``sasflow.settings.TriggerRoute``), without its queue URL."""
-        return {
-            "principal": self.principal,
-            "kind": self.kind,
-            "definition": self.definition,
-            "source": f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}",
-        }
+        if self.kind == "event":
+            source = f"bus {self.bus_name}: {json.dumps(self.pattern, separators=(',', ':'))}"
+        else:
+            source = f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}"
+        return {"principal": self.principal, "kind": self.kind, "definition": self.definition, "source": source}
 
     def config(self) -> dict[str, Any]:
         """The trigger function's ``TRIGGER`` configuration (``sasflow.triggers.TriggerConfig``), without its
@@ -152,7 +180,7 @@ class TriggerDeclaration(BaseModel):
             document["version"] = self.version
         if self.input is not None:
             document["input"] = self.input
-        window = catch_up_seconds(self.catch_up_window)
+        window = catch_up_seconds(self.catch_up_window) if self.kind == "schedule" else None
         if window is not None:
             document["catch_up_seconds"] = window
         if self.overlap != "allow":
@@ -345,15 +373,16 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
         config += f', "queue_url": "${{{p}TriggerQueue}}"'
     config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
     config = config.replace("'", "''")
+    sender = "ticks that\n  # EventBridge Scheduler" if trigger.kind == "schedule" else "events that\n  # its rule"
     dlq_comment = (
-        "  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and ticks that\n"
-        "  # EventBridge Scheduler could not deliver.\n"
+        f"  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and {sender} "
+        "could not deliver.\n"
     )
     return (
         f"""\
   # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
 {queue_pair(f"{p}TriggerQueue", f"{p}TriggerDeadLetterQueue", function, f"{p}TriggerDeadLetterAlarm", dlq_comment)}
-{_schedule(trigger)}  {function}:
+{_schedule(trigger) if trigger.kind == "schedule" else _event_rule(trigger)}  {function}:
     Type: AWS::Serverless::Function
     Metadata:
       checkov:
@@ -484,6 +513,90 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
             f"!GetAtt {p}TriggerDeadLetterQueue.QueueName",
         )
     )
+
+
+def check_pattern(pattern: dict[str, Any]) -> None:
+    """Refuse an event pattern EventBridge would refuse (moto's parser, EventBridge's rules: every value an object or
+    a non-empty array), so a typo fails ``make template``, not the deployment."""
+    from moto.events.models import EventPatternParser
+
+    try:
+        EventPatternParser(json.dumps(pattern)).parse()
+    except Exception as exc:  # moto's InvalidEventPatternException (a JsonRESTError) and its kin
+        reason = getattr(exc, "message", None) or str(exc)
+        raise ValueError(f"pattern: not an EventBridge event pattern: {reason}") from None
+
+
+def bus_logical_id(bus: str) -> str:
+    """The logical id of a bus the template creates: ``orders`` → ``OrdersEventBus``."""
+    return "".join(part[:1].upper() + part[1:] for part in bus.split("-")) + "EventBus"
+
+
+def event_buses(triggers: Sequence[TriggerDeclaration]) -> str:
+    """One ``AWS::Events::EventBus`` per bus an event trigger names (not the default bus), named ``<stack>-<bus>``."""
+    names = sorted({trigger.bus for trigger in triggers if trigger.kind == "event" and trigger.bus})
+    return "".join(
+        f"""\
+  # A bus the event triggers of triggers.yaml name: put events on it (aws events put-events --event-bus-name ...).
+  {bus_logical_id(name)}:
+    Type: AWS::Events::EventBus
+    Properties:
+      Name: !Sub "${{AWS::StackName}}-{name}"
+
+"""
+        for name in names
+    )
+
+
+def _event_rule(trigger: TriggerDeclaration) -> str:
+    """An event trigger's source: its rule (pattern, bus, target the queue with retries and the dead-letter queue)
+    and the queues' policy that lets that rule alone send to them."""
+    p = trigger.pascal
+    state = f"!Ref {SAMPLE_TRIGGERS_PARAMETER}" if trigger.sample else "ENABLED"
+    bus = "default" if trigger.bus is None else f"!Ref {bus_logical_id(trigger.bus)}"
+    description = f"Events of trigger {trigger.name} on bus {trigger.bus_name}"
+    return f"""\
+  {p}Rule:
+    Type: AWS::Events::Rule
+    Properties:
+      Description: {json.dumps(description)}
+      EventBusName: {bus}
+      EventPattern: {json.dumps(trigger.pattern, separators=(", ", ": "))}
+      State: {state}
+      Targets:
+        # The event as it is: its id names the occurrence (a redelivered event starts nothing new).
+        - Id: {trigger.name}
+          Arn: !GetAtt {p}TriggerQueue.Arn
+          RetryPolicy:
+            MaximumEventAgeInSeconds: {_MAX_EVENT_AGE}
+            MaximumRetryAttempts: {_MAX_RETRIES}
+          DeadLetterConfig:
+            Arn: !GetAtt {p}TriggerDeadLetterQueue.Arn
+
+  # EventBridge sends the rule's events to the trigger's queue, and what it cannot deliver to its dead-letter queue:
+  # this rule only (aws:SourceArn), no other rule, account or service.
+  {p}TriggerQueuePolicy:
+    Type: AWS::SQS::QueuePolicy
+    Properties:
+      Queues:
+        - !Ref {p}TriggerQueue
+        - !Ref {p}TriggerDeadLetterQueue
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: RuleSendsEvents
+            Effect: Allow
+            Principal:
+              Service: events.amazonaws.com
+            Action: sqs:SendMessage
+            Resource:
+              - !GetAtt {p}TriggerQueue.Arn
+              - !GetAtt {p}TriggerDeadLetterQueue.Arn
+            Condition:
+              ArnEquals:
+                aws:SourceArn: !GetAtt {p}Rule.Arn
+
+"""
 
 
 def sample_parameter(triggers: list[TriggerDeclaration]) -> str:

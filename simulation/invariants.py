@@ -67,14 +67,15 @@
     queue) comes within `POISON_REDELIVERY_SECONDS` of that return. A receive whose invocation died or whose poller
     was lost is not held to it: SQS hides the message for the visibility timeout then, whatever the handler does.
     Its dead letter explains itself: it belongs to no workflow.
-20. Triggers (``simulation/triggers.py``): exactly one workflow per occurrence. No two workflows carry the same
-    trigger and occurrence; every workflow a trigger started belongs to a tick that was sent; every tick sent has
-    its workflow, or waits in the trigger's dead-letter queue (its deliveries failed five receives: an operator
+20. Triggers (``simulation/triggers.py``; the seed drives the schedule or, one seed in five, the event trigger):
+    exactly one workflow per occurrence (a tick's time, an event's id). No two workflows carry the same trigger and
+    occurrence; every workflow a trigger started belongs to a tick or event that was sent; every one sent has its
+    workflow, or waits in the trigger's dead-letter queue (its deliveries failed five receives: an operator
     redrives it, and it starts the same workflow), or was skipped because an operator had paused the trigger, or
     missed because it was handled later than the trigger's catch-up window (never within it); a tick
     handled while the trigger was paused starts nothing (checked at every handler call); an operator's run-now is an
-    occurrence of its own, one workflow however often it is sent with its Idempotency-Key. Every message that is
-    not a tick is in that dead-letter queue,
+    occurrence of its own, one workflow however often it is sent with its Idempotency-Key, and an event trigger's is
+    refused (409). Every message that is not a tick (or not an event) is in that dead-letter queue,
     refused with its code and reason (or as it was, after five failed receives), and started nothing; nothing a
     trigger could start was refused. Overlap (the seed's, ``run.SIM_OVERLAPS``): under skip and buffer_one no two
     of the trigger's runs ever ran at once (checked as each run is first seen: of two runs, the one created first

@@ -53,7 +53,7 @@ from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
 from sasflow.registry import DefinitionRegistry
 from sasflow.states import ENDED_RUN, Outcome
-from sasflow.triggers import ON_TIME_SECONDS, Overlap, TriggerConfig, TriggerService
+from sasflow.triggers import ON_TIME_SECONDS, Overlap, TriggerConfig, TriggerKind, TriggerService
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
 from simulation.triggers import Delivery, TriggerLog, plan_deliveries
@@ -97,6 +97,15 @@ SIM_CLAIM_CHECK_THRESHOLD = 1_024
 SIM_CATCH_UP_SECONDS = 120
 #: The trigger's overlap policy, by seed (``seed % 3``): every run of make sim has each.
 SIM_OVERLAPS = ("allow", "skip", "buffer_one")
+#: Which trigger of triggers.yaml a seed drives: the event trigger when ``seed % 5 == 4``, else the schedule.
+SIM_EVENT_SEEDS = 5
+
+
+def trigger_kind(seed: int) -> str:
+    """The kind of trigger the simulation of ``seed`` drives (``SIM_EVENT_SEEDS``)."""
+    return "event" if seed % SIM_EVENT_SEEDS == SIM_EVENT_SEEDS - 1 else "schedule"
+
+
 POISON_BODIES = ("{not json", "[]", "null", '{"hello": "world"}', '{"step": 1, "attempt": "one"}', "")
 
 
@@ -172,7 +181,9 @@ class RunReport:
     trigger_skipped: int = 0
     trigger_missed: int = 0
     trigger_run_nows: int = 0
-    #: The trigger's overlap policy in this run, and the ticks it kept waiting for the slot (buffer_one).
+    #: The kind of trigger this run drove (``trigger_kind``), its overlap policy (a schedule's), and the ticks it kept
+    #: waiting for the slot (buffer_one).
+    trigger_kind: str = "schedule"
     trigger_overlap: str = "allow"
     trigger_buffered: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
@@ -246,6 +257,7 @@ class Simulation:
             round(workflows * self.faults.triggered),
             duplicate=self.faults.trigger_duplicate,
             bad=self.faults.trigger_bad,
+            events=f"sim-{seed}" if trigger_kind(seed) == "event" else None,
         )
 
     # ------------------------------------------------------------------ setup
@@ -287,8 +299,15 @@ class Simulation:
         self.modules["OpsFunction"] = self._load_ops_function(specs["OpsFunction"])
         for agent, logical_id in AGENT_FUNCTIONS.items():
             self.modules[logical_id] = self._load_agent_function(specs[logical_id], agent)
-        # The trigger of triggers.yaml, and the definition it starts, published as an operator would.
-        self.trigger_id = next(logical_id for logical_id, spec in specs.items() if "TRIGGER" in spec.environment)
+        # The trigger of triggers.yaml this seed drives (trigger_kind), and the definition it starts, published as an
+        # operator would.
+        kind = trigger_kind(self.seed)
+        self.trigger_id = next(
+            logical_id
+            for logical_id, spec in specs.items()
+            if "TRIGGER" in spec.environment
+            and TriggerConfig.from_env(function_environment(spec)["TRIGGER"]).kind.value == kind
+        )
         # A catch-up window shorter than a redelivery after a crash (180 s of visibility timeout): some ticks are
         # handled too late and missed, as after an outage.
         # Its overlap policy is the seed's (SIM_OVERLAPS), as triggers.yaml would declare it.
@@ -301,6 +320,8 @@ class Simulation:
                 "overlap": Overlap(SIM_OVERLAPS[self.seed % len(SIM_OVERLAPS)]),
                 "queue_url": self.trigger_queue_url,
             }
+            if kind == "schedule"
+            else {}
         )
         trigger_spec = specs[self.trigger_id]
         environment = {**trigger_spec.environment, "TRIGGER": self.trigger_config.model_dump_json()}
@@ -310,11 +331,13 @@ class Simulation:
         DefinitionRegistry(self.state_store()).publish(
             definition["name"], 1, parse_definition(definition), owner="sim-operator", now=int(START)
         )
+        # Every consumer but the triggers this seed does not drive (their queues get nothing).
         self.consumers: list[tuple[str, SqsEventSpec]] = [
             (spec.logical_id, event)
             for spec in specs.values()
             for event in spec.events
             if isinstance(event, SqsEventSpec)
+            and ("TRIGGER" not in spec.environment or spec.logical_id == self.trigger_id)
         ]
 
     def _install_hooks(self, client: Any, crashes: CrashInjector) -> None:
@@ -986,6 +1009,7 @@ class Simulation:
             return
         name = self.trigger_config.name
         action = self.trigger_rng.choice(["resume" if self.trigger_paused else "pause", "run-now"])
+        event_trigger = self.trigger_config.kind is TriggerKind.EVENT
         if action == "run-now" and self.run_now_keys and self.trigger_rng.random() < 0.3:
             key = self.run_now_keys[-1]  # the same request again: a double click, a retried command
         else:
@@ -993,6 +1017,13 @@ class Simulation:
         body = {"reason": f"sim operator: {action}"}
         response = self._operator_request(f"/ops/triggers/{name}/{action}", body, key, f"trigger {action}", name)
         if response is None:
+            return
+        if event_trigger and action == "run-now":
+            # an event trigger has no tick to run now: refused, and nothing sent
+            if response["statusCode"] != 409:
+                self.trigger_log.seen.append(
+                    Violation("an event trigger ran now", "-", f"{response['statusCode']} {response['body'][:80]}")
+                )
             return
         if action == "run-now":
             self.run_now_keys.append(key)
@@ -1186,6 +1217,7 @@ class Simulation:
         self.report.trigger_dead_letters = len(self.queues.messages[self.trigger_config.dead_letter_url])
         self.report.trigger_skipped = len(self.trigger_log.skipped)
         self.report.trigger_missed = len(self.trigger_log.missed)
+        self.report.trigger_kind = self.trigger_config.kind.value
         self.report.trigger_overlap = self.trigger_config.overlap.value
         self.report.trigger_buffered = len(self.trigger_log.buffered)
         self.report.trigger_run_nows = len(set(self.run_now_keys))
@@ -1405,9 +1437,14 @@ def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
 
 
 def run_one(seed: int, workflows: int, faults: Faults | None = None, world: str = "fast") -> RunReport:
-    """Run one simulation (a separate moto backend; safe to call in a worker process)."""
+    """Run one simulation (a separate moto backend; safe to call in a worker process). Logging is off while it runs
+    and as it was afterwards (a bench run later in the process counts the functions' log lines)."""
+    previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)  # the handlers log every injected crash; the report says what matters
-    return Simulation(seed, workflows, faults, world=world).run()
+    try:
+        return Simulation(seed, workflows, faults, world=world).run()
+    finally:
+        logging.disable(previous)
 
 
 def run_many(

@@ -1,4 +1,5 @@
-"""Triggers in the simulation: workflows started by a schedule's ticks through the real trigger function.
+"""Triggers in the simulation: workflows started by a schedule's ticks or a bus's events through the real trigger
+function (``run.trigger_kind``: the seed says which).
 
 Besides the API's starts, the template's trigger function (triggers.yaml's ``every-minute-trip``, its ``TRIGGER`` as
 the template renders it) receives ticks on its own queue, as EventBridge Scheduler sends them: at least once, and
@@ -59,22 +60,54 @@ def _iso(epoch: float) -> str:
 
 
 def plan_deliveries(
-    rng: random.Random, start: float, window: float, ticks: int, *, duplicate: float, bad: float
+    rng: random.Random,
+    start: float,
+    window: float,
+    ticks: int,
+    *,
+    duplicate: float,
+    bad: float,
+    events: str | None = None,
 ) -> list[Delivery]:
     """The messages of one run: ``ticks`` ticks within ``window`` seconds of ``start`` (whole seconds apart), each
     delivered again with probability ``duplicate`` (twice more with its square), each late by up to 45 s; and a bad
-    message in place of a tick with probability ``bad``. Sorted by time."""
+    message in place of a tick with probability ``bad``. Sorted by time.
+
+    ``events`` (a prefix of their ids): events as an EventBridge rule delivers them instead of ticks, each copy of one
+    the same event (its id); a bad one names no detail."""
     deliveries: list[Delivery] = []
     interval = max(1.0, window / (ticks + 1))
     for i in range(ticks):
         at = float(int(start + interval * (i + 1)))
         if rng.random() < bad:
-            body = json.dumps({"scheduled_time": f"not-a-time-{i}"})
+            body = json.dumps({"scheduled_time": f"not-a-time-{i}"} if events is None else {"id": f"{events}-bad-{i}"})
             deliveries.append(Delivery(at + rng.uniform(0, 45), body, None))
             continue
-        tick = _iso(at)
+        if events is None:
+            tick = _iso(at)
+            body, identity = json.dumps({"scheduled_time": tick}), f"tick {tick}"
+        else:
+            body, identity = _event(f"{events}-{i}", at, rng), f"event {events}-{i}"
         copies = 1 + (rng.random() < duplicate) + (rng.random() < duplicate * duplicate)
         for _ in range(copies):
-            deliveries.append(Delivery(at + rng.uniform(0, 45), json.dumps({"scheduled_time": tick}), f"tick {tick}"))
+            deliveries.append(Delivery(at + rng.uniform(0, 45), body, identity))
     deliveries.sort(key=lambda delivery: delivery.at)
     return deliveries
+
+
+def _event(event_id: str, at: float, rng: random.Random) -> str:
+    """An event of the sample event trigger (triggers.yaml's trip-requested) as its rule delivers it."""
+    detail = {"traveller": f"traveller {event_id}", "route": "CDG-NRT", "nights": rng.randint(1, 5), "amount": 240}
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "detail-type": "TripRequested",
+            "source": "sasflow.demo",
+            "account": "123456789012",
+            "time": _iso(at),
+            "region": "us-east-1",
+            "resources": [],
+            "detail": detail,
+        }
+    )

@@ -147,7 +147,7 @@ def test_a_bad_entry_is_refused_with_the_trigger_and_the_reason(tmp_path: Path, 
 def test_no_triggers_file_declares_none_and_the_repositorys_sits_beside_agents_yaml(tmp_path: Path) -> None:
     assert load_triggers(tmp_path / "triggers.yaml") == []
     assert triggers_file(AGENTS_FILE) == AGENTS_FILE.parent / "triggers.yaml"
-    assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == ["every-minute-trip"]
+    assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == ["every-minute-trip", "trip-requested"]
 
 
 def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
@@ -157,9 +157,20 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
 
     stack = Stack.from_file(TEMPLATE_FILE, parameters={"DeploySampleServices": "false"})
     quiet = SimpleNamespace(stack=stack, scheduler_schedules={})
-    assert trigger_lines(quiet) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)"]
-    ticking = SimpleNamespace(stack=stack, scheduler_schedules={"EveryMinuteTripSchedule": object()})
-    assert trigger_lines(ticking) == ["EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here"]
+    assert trigger_lines(quiet) == [
+        "EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)",
+        "TripRequestedRule: events on bus default, DISABLED (its State)",
+    ]
+    enabled = Stack.from_file(
+        TEMPLATE_FILE, parameters={"DeploySampleServices": "false", "SampleTriggersState": "ENABLED"}
+    )
+    ticking = SimpleNamespace(stack=enabled, scheduler_schedules={"EveryMinuteTripSchedule": object()})
+    assert trigger_lines(ticking) == [
+        "EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here",
+        "TripRequestedRule: events on bus default matching "
+        '{"source":["sasflow.demo"],"detail-type":["TripRequested"]}: '
+        "python -m devstack emit --source ... --detail-type ... --detail JSON",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -225,4 +236,121 @@ def test_an_overlap_that_is_not_one_is_refused(tmp_path: Path) -> None:
     declared = tmp_path / "triggers.yaml"
     declared.write_text(NIGHTLY + "    overlap: queue\n")
     with pytest.raises(TriggersFileError, match="overlap"):
+        load_triggers(declared)
+
+
+ORDERS = """\
+triggers:
+  order-placed:
+    kind: event
+    definition: fulfil
+    bus: orders
+    pattern:
+      source: [shop.orders]
+      detail-type: [OrderPlaced]
+      detail:
+        total: [{numeric: [">", 0]}]
+    input:
+      order.$: detail.order_id
+"""
+
+
+def test_an_event_trigger_gets_its_rule_bus_queue_policy_and_function_and_removing_it_removes_them(
+    tmp_path: Path,
+) -> None:
+    with_it = translate(load_template(rendered(tmp_path, ORDERS)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith(("OrderPlaced", "Orders"))}
+    assert mine == {
+        "OrdersEventBus",
+        "OrderPlacedRule",
+        "OrderPlacedTriggerQueuePolicy",
+        "OrderPlacedTriggerQueue",
+        "OrderPlacedTriggerDeadLetterQueue",
+        "OrderPlacedTriggerFunction",
+        "OrderPlacedTriggerFunctionRole",
+        "OrderPlacedTriggerOccurrences",
+        "OrderPlacedTriggerLogGroup",
+        "OrderPlacedTriggerFunctionErrorsAlarm",
+        "OrderPlacedTriggerFunctionThrottlesAlarm",
+        "OrderPlacedTriggerDeadLetterAlarm",
+    }
+    assert set(with_it) - mine == set(without)
+    assert with_it["OrdersEventBus"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}-orders"}
+    # the rule: its pattern on its bus, the queue as target (the event as it is), retried, then the DLQ
+    rule = with_it["OrderPlacedRule"]["Properties"]
+    assert rule["EventBusName"] == {"Ref": "OrdersEventBus"} and rule["State"] == "ENABLED"
+    assert rule["EventPattern"] == {
+        "source": ["shop.orders"],
+        "detail-type": ["OrderPlaced"],
+        "detail": {"total": [{"numeric": [">", 0]}]},
+    }
+    [target] = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": ["OrderPlacedTriggerQueue", "Arn"]} and "Input" not in target
+    assert target["RetryPolicy"] == {"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 185}
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["OrderPlacedTriggerDeadLetterQueue", "Arn"]}}
+    # the queues take events from EventBridge for this rule only
+    policy = with_it["OrderPlacedTriggerQueuePolicy"]["Properties"]
+    assert policy["Queues"] == [{"Ref": "OrderPlacedTriggerQueue"}, {"Ref": "OrderPlacedTriggerDeadLetterQueue"}]
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert (statement["Principal"], statement["Action"]) == ({"Service": "events.amazonaws.com"}, "sqs:SendMessage")
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["OrderPlacedRule", "Arn"]}}}
+    # the function starts an event's workflow: no catch-up, no overlap (a schedule's)
+    stack = Stack(
+        load_template(rendered(tmp_path, ORDERS)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    config = json.loads(stack.function("OrderPlacedTriggerFunction").environment["TRIGGER"])
+    assert config == {
+        "name": "order-placed",
+        "kind": "event",
+        "definition": "fulfil",
+        "input": {"order.$": "detail.order_id"},
+        "dead_letter_url": stack.physical_id("OrderPlacedTriggerDeadLetterQueue"),
+    }
+    [local] = stack.event_rules()
+    assert (local.bus, local.enabled, local.queue_urls) == (
+        "sasflow-orders",
+        True,
+        (stack.physical_id("OrderPlacedTriggerQueue"),),
+    )
+    assert stack.get_att("OrderPlacedRule", "Arn").endswith(":rule/sasflow-orders/sasflow-OrderPlacedRule")
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ("    expression: rate(1 hour)\n", "expression: a schedule's"),
+        ("    overlap: skip\n", "overlap: a schedule's"),
+        ("    catch_up_window: 1h\n", "catch_up_window: a schedule's"),
+    ],
+)
+def test_an_event_trigger_with_a_schedules_field_is_refused(tmp_path: Path, extra: str, reason: str) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(ORDERS + extra)
+    with pytest.raises(TriggersFileError, match=reason):
+        load_triggers(declared)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("    pattern: {}\n", "an event trigger needs an EventBridge event pattern"),
+        ("    pattern:\n      source: shop.orders\n", "not an EventBridge event pattern"),
+        ("    pattern:\n      source: []\n", "not an EventBridge event pattern"),
+    ],
+)
+def test_an_event_trigger_without_a_valid_pattern_is_refused(tmp_path: Path, pattern: str, reason: str) -> None:
+    declared = tmp_path / "triggers.yaml"
+    text = ORDERS.split("    pattern:")[0] + pattern + "    input:\n      order.$: detail.order_id\n"
+    declared.write_text(text)
+    with pytest.raises(TriggersFileError, match=reason):
+        load_triggers(declared)
+
+
+def test_a_schedule_with_an_events_fields_is_refused(tmp_path: Path) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(NIGHTLY + "    bus: orders\n")
+    with pytest.raises(TriggersFileError, match="bus and pattern: an event trigger's"):
         load_triggers(declared)

@@ -126,7 +126,8 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
     driver = deployed.driver(FUNCTION)
     status, listing = deployed.ops("GET", "/ops/triggers")
     assert status == 200
-    [trigger] = listing["triggers"]
+    assert [t["name"] for t in listing["triggers"]] == ["every-minute-trip", "trip-requested"]
+    trigger = listing["triggers"][0]
     assert trigger == {
         "name": "every-minute-trip",
         "kind": "schedule",
@@ -186,7 +187,7 @@ def test_the_cli_lists_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_s
     from tests.integration.test_cli import cli
 
     publish(deployed)
-    [listed] = cli(deployed, "triggers", "list")["triggers"]
+    listed = cli(deployed, "triggers", "list")["triggers"][0]
     assert (listed["name"], listed["paused"], listed["source"]) == (
         "every-minute-trip",
         False,
@@ -293,3 +294,38 @@ def test_buffer_one_keeps_one_tick_waiting_and_the_run_s_end_starts_it_under_eve
     assert [w["status"] for w in runs] == ["COMPLETED", "COMPLETED"]
     [trigger] = [t for t in slotted.ops("GET", "/ops/triggers")[1]["triggers"] if t["name"] == "hourly-trip"]
     assert (trigger["running"], trigger["waiting"]) == (None, None)
+
+
+def test_an_event_delivered_again_after_a_crash_starts_one_workflow_that_completes(deployed: Deployed) -> None:
+    from devstack.events import envelope
+
+    publish(deployed)
+    driver = deployed.driver("TripRequestedTriggerFunction")
+    queue = deployed.queue_url("TripRequestedTriggerQueue")
+    detail = {"traveller": "Grace", "route": "CDG-NRT", "nights": 2, "amount": 240}
+    event = json.dumps(envelope("sasflow.demo", "TripRequested", detail, region="us-east-1", event_id="evt-7"))
+    sqs = boto3.client("sqs")
+    # what the rule sends (the event as it is), twice; and a run whose acknowledgement was lost
+    sqs.send_message(QueueUrl=queue, MessageBody=event)
+    sqs.send_message(QueueUrl=queue, MessageBody=event)
+    crashed = driver.receive()
+    driver.function.invoke(_event(driver, crashed))
+    for message in crashed:
+        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    while driver.deliver() is not None:
+        pass
+    assert deployed.depth("TripRequestedTriggerQueue") == 0
+    deployed.pump()
+    [workflow] = started(deployed)
+    assert (workflow["status"], workflow["owner"]) == ("COMPLETED", "trigger:trip-requested")
+    assert workflow["trigger"] == {"name": "trip-requested", "occurrence": "event evt-7"}
+    assert workflow["input"] == {**detail, "booked_for": json.loads(event)["time"]}
+    # an event trigger has no tick to run now
+    status, body = deployed.ops("POST", "/ops/triggers/trip-requested/run-now", {"reason": "try"})
+    assert (status, body["error"]) == (409, "TRIGGER_NOT_RUNNABLE")
+    # what is not an event goes to its dead-letter queue with its reason
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({"scheduled_time": "2027-01-15T08:00:00Z"}))
+    driver.deliver()
+    status, listing = deployed.ops("GET", "/ops/dead-letters", query="queue=TripRequestedTriggerDeadLetterQueue")
+    [letter] = listing["queues"][0]["messages"]
+    assert letter["kind"] == "trigger.refused" and "MALFORMED_OCCURRENCE" in letter["reason"]

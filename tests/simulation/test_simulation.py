@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import boto3
@@ -514,6 +515,32 @@ def test_a_run_that_never_gives_its_slot_back_is_caught(monkeypatch: pytest.Monk
     }
 
 
+def test_events_delivered_again_out_of_order_and_under_every_fault_start_one_workflow_each() -> None:
+    """Invariant 20 on the event trigger (seeds with ``seed % 5 == 4``): each event delivered once to three times,
+    reordered, under crashes between the start's write and the acknowledgement, paused and resumed, with events that
+    are not ones: one workflow per event id; a run-now of an event trigger is refused (409) and starts nothing."""
+    report = run_one(74, 30, TRIGGER_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert (report.trigger_kind, report.trigger_overlap) == ("event", "allow")
+    assert report.trigger_deliveries > 30 and report.trigger_dead_letters >= 1
+    assert report.operator_actions["trigger run-now 409"] >= 1 and "trigger run-now 202" not in report.operator_actions
+    assert sum(report.triggered.values()) >= 10 and set(report.triggered) <= TERMINAL_STATES
+
+
+def test_an_event_named_by_its_delivery_starts_two_workflows_for_one_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "an event's occurrence is its delivery"): an identity
+    that changes with every delivery starts a workflow per copy of an event."""
+    real = sasflow.triggers.event_occurrence
+
+    def per_delivery(config: Any, event: dict[str, Any]) -> Any:
+        occurrence = real(config, event)
+        return dataclasses.replace(occurrence, identity=f"{occurrence.identity} {id(event)}")
+
+    monkeypatch.setattr(sasflow.triggers, "event_occurrence", per_delivery)
+    kinds = {v.kind for v in run_one(74, 30, TRIGGER_HEAVY).violations}
+    assert "workflow of no occurrence" in kinds
+
+
 def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a trigger's key derives from the delivery"): a key that
     changes with every delivery starts a workflow per copy of a tick."""
@@ -547,3 +574,13 @@ def test_a_catch_up_that_misses_ticks_on_time_is_caught(monkeypatch: pytest.Monk
     monkeypatch.setattr(sasflow.triggers, "epoch_seconds", lambda clock: int(clock.now()) + 100)
     kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert "a tick missed within its catch-up window" in kinds
+
+
+def test_a_run_leaves_logging_as_it_found_it() -> None:
+    """Found by a test run: run_one turned logging off for good, so a bench run later in the same process counted no
+    log line of any function (test_bench_cost's hand count then failed, depending on the order of the tests)."""
+    import logging
+
+    before = logging.root.manager.disable
+    run_one(72, 2, TRIGGER_HEAVY)
+    assert logging.root.manager.disable == before == logging.NOTSET

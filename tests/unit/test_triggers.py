@@ -286,3 +286,68 @@ def test_a_tick_handled_later_than_its_catch_up_window_is_missed_and_counted(
     # a run-now is never late: it is the operator's request, now
     run_now = occurrence_of(trigger.config, run_now_body("k", occurrence.at, "ops"))
     assert trigger.handle(run_now).created
+
+
+def event_body(event_id: str = "6a7e8feb-b491-4cf7-a9f1-bf3703467718", **detail: Any) -> str:
+    """An event as an EventBridge rule delivers it to the trigger's queue."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": event_id,
+            "detail-type": "TripRequested",
+            "source": "sasflow.demo",
+            "account": "123456789012",
+            "time": "2027-01-15T08:00:05Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {"traveller": "Ada", "route": "CDG-NRT", "amount": 240, **detail},
+        }
+    )
+
+
+def event_trigger(pipeline: Pipeline) -> TriggerService:
+    return service(
+        pipeline,
+        kind="event",
+        input={"traveller.$": "detail.traveller", "route.$": "detail.route", "amount.$": "detail.amount"},
+    )
+
+
+def test_an_event_starts_one_workflow_named_by_its_id_however_often_it_is_delivered(pipeline: Pipeline) -> None:
+    trigger = event_trigger(pipeline)
+    first = trigger.handle(occurrence_of(trigger.config, event_body()))
+    # EventBridge delivers at least once: the same event (its id) again, even with another body, is the same one
+    again = trigger.handle(occurrence_of(trigger.config, event_body()))
+    other = trigger.handle(occurrence_of(trigger.config, event_body("e-2")))
+    assert first.created and (again.workflow_id, again.created) == (first.workflow_id, False)
+    assert other.created and other.workflow_id != first.workflow_id
+    workflow = pipeline.snapshot(first.workflow_id).workflow
+    assert (workflow.owner, workflow.trigger.occurrence) == (PRINCIPAL, "event 6a7e8feb-b491-4cf7-a9f1-bf3703467718")
+    assert workflow.input == {"traveller": "Ada", "route": "CDG-NRT", "amount": 240}
+    # an event is never late: a catch-up window is a schedule's
+    pipeline.clock.advance(30 * 86_400)
+    assert trigger.handle(occurrence_of(trigger.config, event_body("e-3"))).created
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ('{"id": "e-1", "time": "2027-01-15T08:00:05Z"}', "names no id and detail"),
+        ('{"detail": {}, "time": "2027-01-15T08:00:05Z"}', "names no id and detail"),
+        ('{"id": "e-1", "detail": {}}', "names no time"),
+        ('{"id": "e-1", "detail": {}, "time": "yesterday"}', "is not an ISO-8601 time"),
+        ('{"scheduled_time": "2027-01-15T08:00:00Z"}', "names no id and detail"),
+    ],
+)
+def test_a_message_that_is_not_an_event_is_refused_as_malformed_by_an_event_trigger(body: str, why: str) -> None:
+    with pytest.raises(TriggerRefusedError, match=why) as refused:
+        occurrence_of(config(kind="event"), body)
+    assert refused.value.code == "MALFORMED_OCCURRENCE"
+
+
+def test_overlap_and_catch_up_are_a_schedules_not_an_event_triggers() -> None:
+    from pydantic import ValidationError
+
+    for changes in ({"overlap": "skip"}, {"catch_up_seconds": 60}):
+        with pytest.raises(ValidationError, match="a schedule's"):
+            config(kind="event", **changes)

@@ -112,6 +112,10 @@ class TriggerAlreadyPausedError(PermanentError):
     """Another pause holds the trigger (HTTP 409): its who, when and why are kept until it is resumed."""
 
 
+class TriggerNotRunnableError(PermanentError):
+    """A run-now of an event trigger (HTTP 409): it starts on its bus's events, it has no tick to run."""
+
+
 class UnauthenticatedError(PermanentError):
     """The request carries no verified identity (HTTP 403, as API Gateway answers an unsigned request)."""
 

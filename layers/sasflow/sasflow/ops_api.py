@@ -46,7 +46,7 @@ from .api import (
 )
 from .api_models import HistoryPage, WorkflowView
 from .clock import epoch_seconds
-from .errors import RetryableError, TriggerNotFoundError, WorkflowNotFoundError
+from .errors import RetryableError, TriggerNotFoundError, TriggerNotRunnableError, WorkflowNotFoundError
 from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
 from .identity import principal_of
 from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
@@ -494,6 +494,11 @@ def build_ops_app(
         route = trigger_route(name)
         now = epoch_seconds(scheduler.clock)
         audit = {"action": f"trigger-{action}", "trigger": name, "principal": principal, "reason": request.reason}
+        if action == "run-now" and route.kind == "event":
+            raise TriggerNotRunnableError(
+                f"trigger {name} starts a workflow for each event its rule matches on its bus: it has no tick to run "
+                "now; put an event on the bus (aws events put-events, or python -m devstack emit on the local stack)"
+            )
         if action == "run-now":
             key = idempotency_key or str(uuid.uuid4())
             occurrence = run_now_occurrence(key, principal)

@@ -28,9 +28,11 @@ class TriggerRoute(BaseModel):
 
     queue_url: str = Field(min_length=1)
     principal: str = Field(min_length=1)
-    kind: Literal["schedule"]
+    kind: Literal["schedule", "event"]
     definition: str = Field(min_length=1)
-    source: str = Field(default="", description="The schedule's expression and time zone.")
+    source: str = Field(
+        default="", description="The schedule's expression and time zone, or the event's bus and pattern."
+    )
 
 
 class DeadLetterQueue(BaseModel):

@@ -1,15 +1,15 @@
-"""Triggers: workflows started by a schedule's ticks, exactly one per occurrence (docs/triggers.md).
+"""Triggers: workflows started by a schedule's ticks or a bus's events, exactly one per occurrence (docs/triggers.md).
 
 A trigger is declared once in ``triggers.yaml`` and rendered into template.yaml (``devstack/triggers.py``): its own
 queue and dead-letter queue, its own function and role, and its source. EventBridge Scheduler sends each tick of a
-schedule to the trigger's queue (``{"scheduled_time": "<aws.scheduler.scheduled-time>"}``), so every occurrence is
-one SQS message, and a failure is a batch-item failure that SQS delivers again and, after five receives, moves to
-the trigger's dead-letter queue.
+schedule to the trigger's queue (``{"scheduled_time": "<aws.scheduler.scheduled-time>"}``); an EventBridge rule
+sends each event its pattern matches there, as it is. So every occurrence is one SQS message, and a failure is a
+batch-item failure that SQS delivers again and, after five receives, moves to the trigger's dead-letter queue.
 
 One occurrence, one workflow: the Idempotency-Key of the start derives from the occurrence, never from its delivery
-(a schedule's tick time). A redelivered message or a retried tick asks for the same workflow id, and the start's
-conditional create answers the existing workflow (``scheduler.workflow_id_for``). The workflow's owner is the
-trigger's principal (its role), and its record and history name the trigger and the occurrence.
+(a schedule's tick time, an event's id). A redelivered message or a retried tick asks for the same workflow id, and
+the start's conditional create answers the existing workflow (``scheduler.workflow_id_for``). The workflow's owner is
+the trigger's principal (its role), and its record and history name the trigger and the occurrence.
 
 An occurrence that cannot start a workflow (no such definition, an input the definition refuses) is refused: it goes
 to the trigger's dead-letter queue with its reason (`TriggerService.refuse`), where ``sasflow dlq list`` shows it and
@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .clock import Clock, epoch_seconds
 from .definition import render
@@ -74,6 +74,7 @@ __all__ = [
     "TriggerRefusedError",
     "TriggerService",
     "TriggerState",
+    "event_occurrence",
     "occurrence_key",
     "occurrence_of",
     "run_now_body",
@@ -99,6 +100,7 @@ class TriggerKind(StrEnum):
     """What starts the workflows of a trigger."""
 
     SCHEDULE = "schedule"
+    EVENT = "event"
 
 
 class Overlap(StrEnum):
@@ -121,7 +123,8 @@ class TriggerConfig(BaseModel):
     input
         The workflow input: an object whose ``key.$`` entries are JMESPath expressions over the occurrence's
         document (as a step's input is rendered), or one expression whose value (an object) is the input; null
-        takes the document itself. A schedule's document is ``{trigger, scheduled_time, at}``.
+        takes the document itself. A schedule's document is ``{trigger, scheduled_time, at}``; an event's is the
+        event as EventBridge delivers it (``id``, ``source``, ``detail-type``, ``time``, ``detail``...).
     catch_up_seconds
         How late a tick may be handled and still start (seconds; None: however late, ``catch_up_window: all``): after
         an outage the ticks wait in the trigger's queue, and those later than this (and than `ON_TIME_SECONDS`)
@@ -149,6 +152,12 @@ class TriggerConfig(BaseModel):
     def slot(self) -> bool:
         """Whether its runs hold the trigger's slot (``skip`` and ``buffer_one``)."""
         return self.overlap is not Overlap.ALLOW
+
+    @model_validator(mode="after")
+    def _schedules_only(self) -> TriggerConfig:
+        if self.kind is TriggerKind.EVENT and (self.overlap is not Overlap.ALLOW or self.catch_up_seconds is not None):
+            raise ValueError("overlap and catch_up_seconds are a schedule's: an event trigger starts every event")
+        return self
 
     @classmethod
     def from_env(cls, text: str) -> TriggerConfig:
@@ -294,9 +303,10 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         The trigger.
     body
         The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), an
-        operator's run-now (`run_now_body`), or a refused occurrence redriven from the dead-letter queue
-        (``{"refused": ..., "body": ...}``: read as its original body, so its identity and Idempotency-Key are the
-        original's).
+        event as an EventBridge rule delivers it (`event_occurrence`), an operator's run-now (`run_now_body`), a
+        tick kept waiting for the slot (`Occurrence.body`), or a refused occurrence redriven from the dead-letter
+        queue (``{"refused": ..., "body": ...}``: read as its original body, so its identity and Idempotency-Key
+        are the original's).
 
     Raises
     ------
@@ -320,6 +330,8 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
             return Occurrence(identity, kept, at, run_now=bool(inner["run_now"]), buffered=True)
         except (KeyError, TypeError, ValueError):
             raise _malformed(config, "a waiting tick names no identity, document, at and run_now") from None
+    if config.kind is TriggerKind.EVENT:
+        return event_occurrence(config, document)
     if "scheduled_time" not in document:
         raise _malformed(config, "a schedule's message names no scheduled_time")
     tick = document["scheduled_time"]
@@ -331,6 +343,21 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
         raise _malformed(config, f"scheduled_time {tick!r} is not an ISO-8601 time") from None
     canonical = iso_utc(at)
     return Occurrence(f"tick {canonical}", {"trigger": config.name, "scheduled_time": canonical, "at": at}, at)
+
+
+def event_occurrence(config: TriggerConfig, event: dict[str, Any]) -> Occurrence:
+    """An event as an EventBridge rule delivers it: the occurrence is its ``id`` (EventBridge delivers at least
+    once, every copy with the same id), its document the event itself, its time the event's ``time``."""
+    event_id, when = event.get("id"), event.get("time")
+    if not (isinstance(event_id, str) and event_id and isinstance(event.get("detail"), dict)):
+        raise _malformed(config, "an event names no id and detail (EventBridge delivers both)")
+    if not isinstance(when, str):
+        raise _malformed(config, "an event names no time")
+    try:
+        at = _iso_seconds(when)
+    except ValueError:
+        raise _malformed(config, f"the event's time {when!r} is not an ISO-8601 time") from None
+    return Occurrence(f"event {event_id}", event, at)
 
 
 def run_now_occurrence(key: str, principal: str) -> str:
@@ -442,7 +469,7 @@ class TriggerService:
             Retryable: the message fails and SQS delivers it again.
         """
         config, now = self.config, epoch_seconds(self.clock)
-        scheduled = not (occurrence.run_now or occurrence.buffered)  # a tick of the schedule, as it came
+        scheduled = not (occurrence.run_now or occurrence.buffered)  # a tick or an event, as it came
         if scheduled:
             late = now - occurrence.at
             window = config.catch_up_seconds

@@ -47,6 +47,7 @@ class DeadLetter:
     kind:
         ``step.request`` (to an agent), ``step.reply`` (to the scheduler), ``trigger.refused`` (an occurrence a
         trigger could not start: ``reason`` says why), ``trigger.tick`` (a schedule's tick that failed five times),
+        ``trigger.event`` (an event that failed five times, or that its rule could not deliver),
         or ``unreadable``.
     workflow_id, step, phase, attempt:
         What the message is about (None when the body is not a sasflow message).
@@ -229,6 +230,8 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
         kind, reason = "trigger.refused", _text(f"{refused.get('code')}: {refused.get('reason')}", 1024)
     elif "scheduled_time" in document:
         kind = "trigger.tick"
+    elif "detail-type" in document and "id" in document:  # an event as an EventBridge rule delivers it
+        kind = "trigger.event"
     return DeadLetter(
         queue=queue,
         message_id=message["MessageId"],

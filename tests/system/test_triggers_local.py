@@ -1,0 +1,111 @@
+"""System tier: the sample event trigger of triggers.yaml on the local stack (127.0.0.1 only), every call of its
+function checked against its role: an event put on the default bus (by ``python -m devstack emit``, twice with one
+id) starts one workflow, which completes and is listed by its trigger; an event trigger has no tick to run now."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import devstack.cli
+from devstack.cli import push_definitions
+from devstack.events import LocalRule
+from devstack.stack import LocalStack
+from devstack.template import remote_service_parameters
+from http_server import serve_all
+from sasflow_cli.app import CliState, app
+from sasflow_cli.targets import build_client
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    servers = serve_all(rng_seed=5)
+    parameters = {
+        **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
+        "LogLevel": "WARN",
+        "SampleTriggersState": "ENABLED",
+    }
+    try:
+        with LocalStack(parameters=parameters, schedule_interval_seconds=0.5) as running:
+            push_definitions(running.api_url)
+            yield running
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def emit(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """``python -m devstack emit ARGS`` against this stack, as the lock of its `make up` would describe it."""
+    lock = {
+        "endpoint_url": stack.endpoint_url,
+        "region": stack.region,
+        "stack_name": stack.stack.stack_name,
+        "event_rules": [LocalRule.of(rule).document() for rule in stack.stack.event_rules()],
+    }
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    result = CliRunner().invoke(devstack.cli.app, ["emit", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def sasflow(stack: LocalStack, *args: str, exit_code: int = 0) -> Any:
+    state = CliState(client_=build_client(url=stack.api_url, stack=None, caller="operator"))
+    result = CliRunner().invoke(app, [*args, "--json"], obj=state)
+    assert result.exit_code == exit_code, result.output
+    return json.loads(result.stdout)
+
+
+def test_an_event_put_twice_with_one_id_starts_one_workflow_that_completes(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    detail = json.dumps({"traveller": "Grace", "route": "CDG-NRT", "nights": 2, "amount": 240})
+    event = ["--source", "sasflow.demo", "--detail-type", "TripRequested", "--detail", detail]
+    for _ in range(2):
+        out = emit(stack, monkeypatch, *event, "--id", "evt-1")
+        assert out.strip() == "event evt-1 put on bus default: TripRequestedRule"
+    # another source matches no rule: nothing starts
+    assert emit(
+        stack, monkeypatch, "--source", "other.app", "--detail-type", "TripRequested", "--detail", detail
+    ).endswith("no rule (nothing matched its pattern)\n")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = sasflow(stack, "list", "--trigger", "trip-requested")
+        workflows = listed["workflows"]
+        if workflows and all(w["status"] == "COMPLETED" for w in workflows):
+            break
+        time.sleep(0.2)
+    [workflow] = workflows
+    view = sasflow(stack, "get", workflow["workflow_id"])
+    assert (view["owner"], view["trigger"]) == (
+        "trigger:trip-requested",
+        {"name": "trip-requested", "occurrence": "event evt-1"},
+    )
+    assert view["input"]["traveller"] == "Grace" and view["input"]["route"] == "CDG-NRT"
+    # no tick to run now; the list shows its bus and pattern
+    state = CliState(client_=build_client(url=stack.api_url, stack=None, caller="operator"))
+    refused = CliRunner().invoke(app, ["triggers", "run-now", "trip-requested", "--reason", "try"], obj=state)
+    assert refused.exit_code != 0, refused.output
+    assert "TRIGGER_NOT_RUNNABLE" in refused.output and "devstack emit" in refused.output
+    [trigger] = [t for t in sasflow(stack, "triggers", "list")["triggers"] if t["name"] == "trip-requested"]
+    assert trigger["kind"] == "event" and trigger["source"].startswith('bus default: {"source":["sasflow.demo"]')
+
+
+def test_emit_refuses_a_bus_the_stack_does_not_have_and_a_detail_that_is_not_an_object(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "event_rules": []}
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    runner = CliRunner()
+    args = ["emit", "--source", "s", "--detail-type", "t"]
+    wrong_bus = runner.invoke(devstack.cli.app, [*args, "--bus", "orders"])
+    assert wrong_bus.exit_code == 2 and "no bus 'orders' in this stack; its buses: default" in wrong_bus.output
+    not_object = runner.invoke(devstack.cli.app, [*args, "--detail", "[1]"])
+    assert not_object.exit_code == 2 and "an event's detail is a JSON object" in not_object.output
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: None)
+    down = runner.invoke(devstack.cli.app, args)
+    assert down.exit_code == 1 and "no `make up` is running" in down.output
