@@ -303,7 +303,9 @@ def _up(
 def emit(
     source: Annotated[str, typer.Option(help="The event's source (e.g. sasflow.demo).")],
     detail_type: Annotated[str, typer.Option("--detail-type", help="The event's detail-type (e.g. TripRequested).")],
-    detail: Annotated[str, typer.Option(help="The event's detail: a JSON object.")] = "{}",
+    detail: Annotated[
+        str, typer.Option(help="The event's detail: a JSON object, or @FILE to read it from a file.")
+    ] = "{}",
     bus: Annotated[str, typer.Option(help="The bus: default, or a bus name of triggers.yaml.")] = "default",
     event_id: Annotated[
         str | None, typer.Option("--id", help="The event's id (default: a new one); the same id twice is one event.")
@@ -321,8 +323,12 @@ def emit(
             highlight=False,
         )
         raise typer.Exit(code=1)
+    if event_id is not None and not event_id.strip():
+        raise typer.BadParameter("an event's id is not blank; leave --id out for a new one", param_hint="--id")
     try:
-        document = json.loads(detail)
+        document = json.loads(Path(detail[1:]).read_text(encoding="utf-8") if detail.startswith("@") else detail)
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {detail[1:]}: {error.strerror}", param_hint="--detail") from None
     except ValueError as error:
         raise typer.BadParameter(f"not JSON: {error}", param_hint="--detail") from None
     if not isinstance(document, dict):
@@ -335,9 +341,21 @@ def emit(
         raise typer.BadParameter(f"no bus {bus!r} in this stack; its buses: {', '.join(buses)}", param_hint="--bus")
     region = running.get("region", "us-east-1")
     event = envelope(source, detail_type, document, region=region, event_id=event_id)
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from devstack import _aws
 
-    matched = put_event(_aws.client("sqs", region=region, endpoint_url=running["endpoint_url"]), rules, physical, event)
+    try:
+        matched = put_event(
+            _aws.client("sqs", region=region, endpoint_url=running["endpoint_url"]), rules, physical, event
+        )
+    except (BotoCoreError, ClientError) as error:
+        console.print(
+            f"[bold red]error:[/] the local stack did not take the event ({error}); is `make up` still running?",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=1) from None
     targets = ", ".join(rule.name for rule in matched) or "no rule (nothing matched its pattern)"
     console.print(f"event {event['id']} put on bus {physical}: {targets}", highlight=False, soft_wrap=True)
 

@@ -350,17 +350,18 @@ def overdue_tables(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
     )
 
 
-#: A trigger's columns: its name, state and what it starts are kept; the principal and the count give way first.
+#: A trigger's columns: its name, state and what it starts are kept; the buffered count and the slot give way first,
+#: then missed and skipped (what a person checks after a pause), who paused it last.
 TRIGGER_COLUMNS = (
     Col("trigger", "whole"),
     Col("state", "whole"),
     Col("definition", "whole"),
     Col("source", "wrap", minimum=14),
-    Col("slot", drop=4),
-    Col("skipped", drop=1, justify="right"),
-    Col("missed", drop=2, justify="right"),
-    Col("buffered", drop=2, justify="right"),
-    Col("paused by", drop=3, into="reason", sep=": ", before=True),
+    Col("slot", drop=2),
+    Col("skipped", drop=4, justify="right"),
+    Col("missed", drop=3, justify="right"),
+    Col("buffered", drop=1, justify="right"),
+    Col("paused by", drop=5, into="reason", sep=": ", before=True),
     Col("reason", "wrap", minimum=12),
 )
 

@@ -63,6 +63,7 @@ def handle_record(record: SQSRecord) -> dict[str, Any]:
             "workflow_id": outcome.workflow_id,
             # not "created": a LogRecord attribute, which logging refuses to overwrite (KeyError)
             "workflow_created": outcome.created,
+            "skipped": outcome.skipped,  # why it started nothing: paused, missed, a run holds the slot, waiting
         },
     )
     return {"workflow_id": outcome.workflow_id, "created": outcome.created}

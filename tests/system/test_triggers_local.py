@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,11 +62,14 @@ def sasflow(stack: LocalStack, *args: str, exit_code: int = 0) -> Any:
 
 
 def test_an_event_put_twice_with_one_id_starts_one_workflow_that_completes(
-    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     detail = json.dumps({"traveller": "Grace", "route": "CDG-NRT", "nights": 2, "amount": 240})
     event = ["--source", "sasflow.demo", "--detail-type", "TripRequested", "--detail", detail]
-    for _ in range(2):
+    detail_file = tmp_path / "detail.json"
+    detail_file.write_text(detail)
+    for source in (detail, f"@{detail_file}"):  # inline, and from a file
+        event[-1] = source
         out = emit(stack, monkeypatch, *event, "--id", "evt-1")
         assert out.strip() == "event evt-1 put on bus default: TripRequestedRule"
     # another source matches no rule: nothing starts
@@ -106,6 +110,19 @@ def test_emit_refuses_a_bus_the_stack_does_not_have_and_a_detail_that_is_not_an_
     assert wrong_bus.exit_code == 2 and "no bus 'orders' in this stack; its buses: default" in wrong_bus.output
     not_object = runner.invoke(devstack.cli.app, [*args, "--detail", "[1]"])
     assert not_object.exit_code == 2 and "an event's detail is a JSON object" in not_object.output
+    blank = runner.invoke(devstack.cli.app, [*args, "--id", " "])
+    assert blank.exit_code == 2 and "an event's id is not blank" in blank.output
+    missing = runner.invoke(devstack.cli.app, [*args, "--detail", "@no-such-file.json"])
+    assert missing.exit_code == 2 and "cannot read no-such-file.json" in missing.output
+    gone = {
+        **lock,
+        "endpoint_url": "http://127.0.0.1:9",
+        "event_rules": [LocalRule.of(rule).document() for rule in stack.stack.event_rules()],
+    }
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: gone)
+    stopped = runner.invoke(devstack.cli.app, ["emit", "--source", "sasflow.demo", "--detail-type", "TripRequested"])
+    assert stopped.exit_code == 1 and "the local stack did not take the event" in stopped.output
+    assert "Traceback" not in stopped.output
     monkeypatch.setattr(devstack.cli, "read_running", lambda path: None)
     down = runner.invoke(devstack.cli.app, args)
     assert down.exit_code == 1 and "no `make up` is running" in down.output

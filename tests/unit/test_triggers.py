@@ -164,6 +164,7 @@ def test_a_refused_occurrence_redriven_from_the_dead_letter_queue_is_the_same_oc
         (None, {"trigger": "every-minute-trip", "scheduled_time": "2026-12-06T09:00:00Z", "at": 1796547600}),
         ({"day.$": "scheduled_time", "fixed": 1}, {"day": "2026-12-06T09:00:00Z", "fixed": 1}),
         ("{when: at, who: trigger}", {"when": 1796547600, "who": "every-minute-trip"}),
+        ({"format.$": {"expression": "detail.format", "default": "pdf"}}, {"format": "pdf"}),  # docs/triggers.md
     ],
 )
 def test_the_input_renders_from_the_tick(template: Any, expected: dict[str, Any]) -> None:
@@ -332,11 +333,11 @@ def test_an_event_starts_one_workflow_named_by_its_id_however_often_it_is_delive
 @pytest.mark.parametrize(
     ("body", "why"),
     [
-        ('{"id": "e-1", "time": "2027-01-15T08:00:05Z"}', "names no id and detail"),
-        ('{"detail": {}, "time": "2027-01-15T08:00:05Z"}', "names no id and detail"),
+        ('{"id": "e-1", "time": "2027-01-15T08:00:05Z"}', "needs an id \\(text\\) and a detail"),
+        ('{"detail": {}, "time": "2027-01-15T08:00:05Z"}', "needs an id \\(text\\) and a detail"),
         ('{"id": "e-1", "detail": {}}', "names no time"),
         ('{"id": "e-1", "detail": {}, "time": "yesterday"}', "is not an ISO-8601 time"),
-        ('{"scheduled_time": "2027-01-15T08:00:00Z"}', "names no id and detail"),
+        ('{"scheduled_time": "2027-01-15T08:00:00Z"}', "needs an id \\(text\\) and a detail"),
     ],
 )
 def test_a_message_that_is_not_an_event_is_refused_as_malformed_by_an_event_trigger(body: str, why: str) -> None:
@@ -351,3 +352,24 @@ def test_overlap_and_catch_up_are_a_schedules_not_an_event_triggers() -> None:
     for changes in ({"overlap": "skip"}, {"catch_up_seconds": 60}):
         with pytest.raises(ValidationError, match="a schedule's"):
             config(kind="event", **changes)
+
+
+def test_a_refused_event_names_the_sender_as_the_fix_once_and_a_copy_of_a_started_one_is_not_refused(
+    pipeline: Pipeline,
+) -> None:
+    trigger = event_trigger(pipeline)
+    without_route = json.loads(event_body("e-5"))
+    del without_route["detail"]["route"]
+    with pytest.raises(TriggerRefusedError) as refused:
+        trigger.handle(occurrence_of(trigger.config, json.dumps(without_route)))
+    message = str(refused.value)
+    assert message.count("triggers[every-minute-trip].input") == 1  # found by the trial: the place said twice
+    assert "put a corrected event on the bus (a new id)" in message
+    with pytest.raises(TriggerRefusedError, match="its rule delivers the event as it was put on the bus"):
+        occurrence_of(trigger.config, '{"id": 5, "detail": {}}')
+    # the same event id put again by hand with a detail the input cannot read: its workflow exists, nothing refused
+    started = trigger.handle(occurrence_of(trigger.config, event_body("e-6")))
+    again = json.loads(event_body("e-6"))
+    del again["detail"]["route"]
+    outcome = trigger.handle(occurrence_of(trigger.config, json.dumps(again)))
+    assert (outcome.workflow_id, outcome.created) == (started.workflow_id, False)

@@ -276,10 +276,14 @@ def iso_utc(at: int) -> str:
 
 
 def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
+    sender = (
+        "the schedule's target input is rendered by make template"
+        if config.kind is TriggerKind.SCHEDULE
+        else "its rule delivers the event as it was put on the bus"
+    )
     return TriggerRefusedError(
         "MALFORMED_OCCURRENCE",
-        f"trigger {config.name}: {why}; no delivery of this message can start a workflow: fix what sent it (the "
-        "schedule's target input is rendered by make template)",
+        f"trigger {config.name}: {why}; no delivery of this message can start a workflow: fix what sent it ({sender})",
     )
 
 
@@ -350,7 +354,7 @@ def event_occurrence(config: TriggerConfig, event: dict[str, Any]) -> Occurrence
     once, every copy with the same id), its document the event itself, its time the event's ``time``."""
     event_id, when = event.get("id"), event.get("time")
     if not (isinstance(event_id, str) and event_id and isinstance(event.get("detail"), dict)):
-        raise _malformed(config, "an event names no id and detail (EventBridge delivers both)")
+        raise _malformed(config, "an event needs an id (text) and a detail (an object): EventBridge delivers both")
     if not isinstance(when, str):
         raise _malformed(config, "an event names no time")
     try:
@@ -385,7 +389,13 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         ``INVALID_INPUT``: an expression finds nothing (without a default), fails, or the input is not an object.
     """
     where = f"triggers[{config.name}].input"
-    fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
+    if config.kind is TriggerKind.EVENT:
+        fix = (
+            "; the event lacks what the trigger's input reads: put a corrected event on the bus (a new id), or fix "
+            "the trigger's input in triggers.yaml (make template, deploy) and redrive its dead-letter queue"
+        )
+    else:
+        fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
     try:
         if config.input is None:
             value: Any = occurrence.document
@@ -394,7 +404,8 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         else:
             value = render(config.input, occurrence.document, where=where)
     except SasflowError as exc:  # MissingReferenceError, and render's own errors for a bad expression
-        raise TriggerRefusedError("INVALID_INPUT", f"{where}: {exc}{fix}") from exc
+        said = str(exc) if str(exc).startswith(where) else f"{where}: {exc}"  # render names the place already
+        raise TriggerRefusedError("INVALID_INPUT", f"{said}{fix}") from exc
     except Exception as exc:  # jmespath raises its own errors for a wrong type, not ValueError
         raise TriggerRefusedError("INVALID_INPUT", f"{where}: {type(exc).__name__}: {exc}{fix}") from exc
     if not isinstance(value, dict):
@@ -485,10 +496,18 @@ class TriggerService:
             self.metrics("TriggerTicksSkipped")
             return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
         definition = self._definition()
-        workflow_input = trigger_input(config, occurrence)
-        request_hash = canonical_hash({"trigger": config.name, "occurrence": occurrence.identity})
         key = occurrence.idempotency_key(config.name)
         workflow_id = self.scheduler.workflow_id(self.principal, key)
+        try:
+            workflow_input = trigger_input(config, occurrence)
+        except TriggerRefusedError:
+            # A copy of an occurrence whose workflow exists (an event put again by hand with another detail, a tick
+            # whose input has changed since) is that occurrence: it found its workflow, nothing to refuse.
+            existing = self.scheduler.store.load(workflow_id)
+            if existing is not None:
+                return TriggerOutcome(workflow_id, created=False)
+            raise
+        request_hash = canonical_hash({"trigger": config.name, "occurrence": occurrence.identity})
         if state is not None and config.slot:
             busy = self._take_slot(state, occurrence, workflow_id, now)
             if busy is not None:

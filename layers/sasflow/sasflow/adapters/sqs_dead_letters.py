@@ -213,6 +213,22 @@ class DeadLetterQueues:
         ]
 
 
+def _occurrence(body: Any) -> str | None:
+    """Which tick or event a trigger's message is (``tick <time>``, ``event <id>``), so a person can tell two refused
+    ones apart; None when the body names neither."""
+    try:
+        document = json.loads(body) if isinstance(body, str) else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    if isinstance(document.get("scheduled_time"), str):
+        return _text(f"tick {document['scheduled_time']}", 80)
+    if isinstance(document.get("id"), str) and "detail" in document:
+        return _text(f"event {document['id']}", 80)
+    return None
+
+
 def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
     body = message.get("Body", "")
     attributes = message.get("Attributes", {})
@@ -227,11 +243,13 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
     kind, reason = str(document.get("kind", "unreadable")), None
     refused = document.get("refused")
     if isinstance(refused, dict):  # sasflow.triggers.TriggerService.refuse
-        kind, reason = "trigger.refused", _text(f"{refused.get('code')}: {refused.get('reason')}", 1024)
+        which = _occurrence(refused.get("body") if isinstance(refused.get("body"), str) else document.get("body"))
+        said = f"{refused.get('code')}: {refused.get('reason')}"
+        kind, reason = "trigger.refused", _text(f"{which}: {said}" if which else said, 1024)
     elif "scheduled_time" in document:
-        kind = "trigger.tick"
+        kind, reason = "trigger.tick", _occurrence(body)
     elif "detail-type" in document and "id" in document:  # an event as an EventBridge rule delivers it
-        kind = "trigger.event"
+        kind, reason = "trigger.event", _occurrence(body)
     return DeadLetter(
         queue=queue,
         message_id=message["MessageId"],
