@@ -315,11 +315,11 @@ def emit(
     matches it sends it to its target queue (an event trigger starts one workflow per event id)."""
     from devstack.events import LocalRule, envelope, put_event
 
-    running = read_running(DEFAULT_LOCK_PATH)
-    if running is None or not running.get("endpoint_url"):
+    running = _running_stack()
+    if not running.get("endpoint_url"):
         console.print(
-            f"[bold red]error:[/] no `make up` is running in this checkout (no live lock at {DEFAULT_LOCK_PATH}); "
-            "start one with `make up`, and run this from the same folder",
+            f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again in a few "
+            "seconds",
             highlight=False,
         )
         raise typer.Exit(code=1)
@@ -560,14 +560,7 @@ def faults(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show or set the fault knobs of the sample services of this checkout's running `make up`."""
-    running = read_running(DEFAULT_LOCK_PATH)
-    if running is None:
-        console.print(
-            f"[bold red]error:[/] no `make up` is running in this checkout (no live lock at {DEFAULT_LOCK_PATH}); "
-            "start one with `make up`, and run this from the same folder",
-            highlight=False,
-        )
-        raise typer.Exit(code=1)
+    running = _running_stack()
     services: dict[str, str] = running.get("services") or {}
     if not services:
         starting = "api_url" not in running
@@ -610,6 +603,19 @@ def faults(
         console.print_json(json.dumps({row.service: {"base_url": row.base_url, **row.knobs} for row in rows}))
     else:
         console.print(knobs_table(rows))
+
+
+def _running_stack() -> dict[str, Any]:
+    """What this checkout's running `make up` published (its lock); exit 1 saying so when none runs."""
+    running = read_running(DEFAULT_LOCK_PATH)
+    if running is None:
+        console.print(
+            f"[bold red]error:[/] no `make up` is running in this checkout (no live lock at {DEFAULT_LOCK_PATH}); "
+            "start one with `make up`, and run this from the same folder",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    return running
 
 
 def _send_poison(running: dict[str, Any], services: dict[str, str]) -> None:

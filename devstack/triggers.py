@@ -150,6 +150,11 @@ class TriggerDeclaration(BaseModel):
         return self
 
     @property
+    def state(self) -> str:
+        """Its source's ``State``: a sample's follows the sample parameter (off in a deployment), any other's ticks."""
+        return f"!Ref {SAMPLE_TRIGGERS_PARAMETER}" if self.sample else "ENABLED"
+
+    @property
     def bus_name(self) -> str:
         """The bus its rule is on: ``default``, or a name the template creates (``bus``)."""
         return self.bus or "default"
@@ -259,7 +264,7 @@ def _schedule(trigger: TriggerDeclaration) -> str:
         for key, value in (("StartDate", trigger.start_date), ("EndDate", trigger.end_date))
         if value
     )
-    state = f"!Ref {SAMPLE_TRIGGERS_PARAMETER}" if trigger.sample else "ENABLED"
+    state = trigger.state
     description = f"Ticks of trigger {trigger.name}: {trigger.expression} ({trigger.timezone})"
     return f"""\
   {p}Schedule:
@@ -552,7 +557,7 @@ def _event_rule(trigger: TriggerDeclaration) -> str:
     """An event trigger's source: its rule (pattern, bus, target the queue with retries and the dead-letter queue)
     and the queues' policy that lets that rule alone send to them."""
     p = trigger.pascal
-    state = f"!Ref {SAMPLE_TRIGGERS_PARAMETER}" if trigger.sample else "ENABLED"
+    state = trigger.state
     bus = "default" if trigger.bus is None else f"!Ref {bus_logical_id(trigger.bus)}"
     description = f"Events of trigger {trigger.name} on bus {trigger.bus_name}"
     return f"""\

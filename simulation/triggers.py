@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from devstack.events import envelope
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -98,16 +100,7 @@ def plan_deliveries(
 def _event(event_id: str, at: float, rng: random.Random) -> str:
     """An event of the sample event trigger (triggers.yaml's trip-requested) as its rule delivers it."""
     detail = {"traveller": f"traveller {event_id}", "route": "CDG-NRT", "nights": rng.randint(1, 5), "amount": 240}
+    when = datetime.fromtimestamp(int(at), UTC)
     return json.dumps(
-        {
-            "version": "0",
-            "id": event_id,
-            "detail-type": "TripRequested",
-            "source": "sasflow.demo",
-            "account": "123456789012",
-            "time": _iso(at),
-            "region": "us-east-1",
-            "resources": [],
-            "detail": detail,
-        }
+        envelope("sasflow.demo", "TripRequested", detail, region="us-east-1", event_id=event_id, time=when)
     )

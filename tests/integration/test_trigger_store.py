@@ -13,7 +13,7 @@ from devstack.provision import provision
 from devstack.template import Stack
 from sasflow.adapters.memory import InMemoryTriggerStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore
-from sasflow.ports import TriggerStore
+from sasflow.ports import Outgoing, TriggerStore
 from sasflow.triggers import SlotTakenError
 from tests.support.lambdas import ROOT
 
@@ -50,9 +50,9 @@ def test_one_tick_waits_and_the_give_back_answers_it_until_its_own_claim_takes_i
     assert store.state(NAME, consistent=True).buffered == 1
     assert store.release(NAME, "wf-0") is None  # not the holder: nothing moves
     assert store.state(NAME, consistent=True).running == "wf-1"
-    assert store.release(NAME, "wf-1") == ("queue/hourly-trip", '{"buffered": 1}')
+    assert store.release(NAME, "wf-1") == Outgoing("queue/hourly-trip", '{"buffered": 1}')
     # a give-back made again (its first send may be lost) answers the waiting tick again
-    assert store.release(NAME, "wf-1") == ("queue/hourly-trip", '{"buffered": 1}')
+    assert store.release(NAME, "wf-1") == Outgoing("queue/hourly-trip", '{"buffered": 1}')
     with pytest.raises(SlotTakenError):
         store.claim(NAME, "wf-2", 103, expect=None, buffered='{"buffered": 2}')  # not the tick that waits
     store.claim(NAME, "wf-2", 103, expect=None, buffered='{"buffered": 1}')

@@ -4,10 +4,12 @@ an occurrence it cannot start goes to the trigger's dead-letter queue with its r
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from devstack.events import envelope
 from sasflow.adapters.memory import InMemoryTriggerStore
 from sasflow.definition import parse_definition
 from sasflow.history import decode
@@ -291,18 +293,10 @@ def test_a_tick_handled_later_than_its_catch_up_window_is_missed_and_counted(
 
 def event_body(event_id: str = "6a7e8feb-b491-4cf7-a9f1-bf3703467718", **detail: Any) -> str:
     """An event as an EventBridge rule delivers it to the trigger's queue."""
+    event_detail = {"traveller": "Ada", "route": "CDG-NRT", "amount": 240, **detail}
+    when = datetime(2027, 1, 15, 8, 0, 5, tzinfo=UTC)
     return json.dumps(
-        {
-            "version": "0",
-            "id": event_id,
-            "detail-type": "TripRequested",
-            "source": "sasflow.demo",
-            "account": "123456789012",
-            "time": "2027-01-15T08:00:05Z",
-            "region": "us-east-1",
-            "resources": [],
-            "detail": {"traveller": "Ada", "route": "CDG-NRT", "amount": 240, **detail},
-        }
+        envelope("sasflow.demo", "TripRequested", event_detail, region="us-east-1", event_id=event_id, time=when)
     )
 
 

@@ -207,8 +207,8 @@ class TriggerStore(Protocol):
         back) if none waits yet, and count it ``buffered``; False when one does (this tick is then skipped)."""
         ...
 
-    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
-        """Give the slot back if ``workflow_id`` holds it; the tick waiting for it (queue URL, body), which stays
+    def release(self, name: str, workflow_id: str) -> Outgoing | None:
+        """Give the slot back if ``workflow_id`` holds it; the message that starts the tick waiting for it, which stays
         kept until its own claim takes it (a send lost in between is sent again by the next tick)."""
         ...
 

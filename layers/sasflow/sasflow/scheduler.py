@@ -586,7 +586,7 @@ class SchedulerService:
                 "no trigger store to give it back"
             )
         waiting = self.triggers.release(workflow.trigger.name, workflow.workflow_id)
-        return [] if waiting is None else [Outgoing(*waiting)]
+        return [] if waiting is None else [waiting]
 
     # ------------------------------------------------------------------ map steps' children (transitions.mapping)
     def _run_children(self, parent: Snapshot, commands: Sequence[ChildCommand]) -> list[Outgoing]:

@@ -549,7 +549,7 @@ class TriggerService:
         """Give the slot back if ``workflow_id`` holds it, and send the tick waiting for it."""
         waiting = self.triggers.release(self.config.name, workflow_id)
         if waiting is not None:
-            self.bus.send([Outgoing(*waiting)])  # lost: the next tick sends it again (`_take_slot`)
+            self.bus.send([waiting])  # lost: the next tick sends it again (`_take_slot`)
 
     def _take_slot(
         self, state: TriggerState, occurrence: Occurrence, workflow_id: str, now: int

@@ -404,11 +404,11 @@ class InMemoryTriggerStore:
             self.items[name] = replace(state, waiting=body, waiting_queue=queue_url, buffered=state.buffered + 1)
             return True
 
-    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
+    def release(self, name: str, workflow_id: str) -> Outgoing | None:
         """See ``ports.TriggerStore.release``."""
         with self._lock:
             state = self.items.get(name)
             if state is None or state.running not in (None, workflow_id):
                 return None
             self.items[name] = replace(state, running=None, running_since=None)
-            return None if state.waiting is None else (state.waiting_queue or "", state.waiting)
+            return None if state.waiting is None else Outgoing(state.waiting_queue or "", state.waiting)

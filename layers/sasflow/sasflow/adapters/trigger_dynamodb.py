@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from ..ports import Outgoing
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class DynamoDBTriggerStore:
             return False
         return True
 
-    def release(self, name: str, workflow_id: str) -> tuple[str, str] | None:
+    def release(self, name: str, workflow_id: str) -> Outgoing | None:
         """See ``ports.TriggerStore.release``: conditional on ``workflow_id`` holding the slot, or nobody (a give-back
         made again answers the waiting tick again: its message may have been lost)."""
         try:
@@ -206,4 +207,4 @@ class DynamoDBTriggerStore:
         state = _state(name, response.get("Attributes"))
         if state.waiting is None:
             return None
-        return (state.waiting_queue or "", state.waiting)
+        return Outgoing(state.waiting_queue or "", state.waiting)
