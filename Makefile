@@ -8,6 +8,7 @@
 #   make security     checkov on template.yaml, cfn-lint's serverless rules, bandit on layers/ + functions/ (offline;
 #                     0 unsuppressed findings, and it prints every suppression with its reason)
 #   make test         lint, typecheck, cfn-lint, sam-validate, security, docs, pytest, mutants-fast (all run; fails on any)
+#   make browser      Debian's chromium (apt, when missing) for tests/browser; make screenshots redraws the docs' PNGs
 #   make check        the edit-test loop (~80 s): lint, typecheck, tests/unit + tests/integration
 #   make template     render the agents' parts of template.yaml from agents.yaml (build, run and up do it first)
 #   make build        sam build (no container) -> .aws-sam/build
@@ -87,6 +88,7 @@ PYTEST_ARGS ?=
 ARGS ?=
 
 .PHONY: help venv sam-venv checkov-venv docs-venv docs lint fmt typecheck cfn-lint sam-validate pytest test check build run up \
+	browser screenshots \
 	map lock lock-dev lock-sam lock-checkov lock-docs clean distclean
 
 help:
@@ -175,8 +177,22 @@ pytest: venv
 	if [ $$rc -eq 5 ] && [ "$${ALLOW_NO_TESTS:-0}" = 1 ]; then echo "pytest collected no tests (allowed by ALLOW_NO_TESTS=1)"; rc=0; fi; \
 	exit $$rc
 
+# Debian's chromium for the console's browser tests (tests/browser; Playwright drives it, never a browser of its own
+# download): installed with apt when missing (as root, or with sudo). SASFLOW_CHROMIUM names another chromium.
+browser:
+	@if [ -n "$${SASFLOW_CHROMIUM:-}" ]; then echo "chromium: $$SASFLOW_CHROMIUM (SASFLOW_CHROMIUM)"; \
+	elif command -v chromium >/dev/null 2>&1; then echo "chromium: $$(chromium --version 2>/dev/null | head -1)"; \
+	else echo "installing chromium with apt (the console's browser tests drive it headless)"; \
+		if [ "$$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi; \
+		$$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; fi
+
+# The console's screenshots in the docs (docs/assets/console/*.png, 1280x800 and 390x844): the browser tests, run
+# with SASFLOW_SCREENSHOTS pointing there.
+screenshots: venv browser
+	SASFLOW_SCREENSHOTS=docs/assets/console $(PY) -m pytest -q -p no:cacheprovider tests/browser
+
 # Runs every check even when an earlier one fails, then fails if any did.
-test: venv sam-venv checkov-venv docs-venv
+test: venv sam-venv checkov-venv docs-venv browser
 	@failed=""; \
 	for t in lint typecheck cfn-lint sam-validate security docs pytest mutants-fast; do \
 		echo "==> make $$t"; \

@@ -16,7 +16,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,6 +33,9 @@ from devstack.stack import DEFAULT_LOG_DIR, DEFAULT_TEMPLATE, LocalStack
 from devstack.template import HttpApiEventSpec, Stack, TemplateError, remote_service_parameters
 from devstack.triggers import SAMPLE_TRIGGERS_PARAMETER
 from devstack.uplock import DEFAULT_LOCK_PATH, StackAlreadyRunningError, UpLock, read_running
+
+if TYPE_CHECKING:
+    from sasflow_cli.console import ConsoleServer
 
 __all__ = ["app", "cli_examples", "example_requests", "main", "parse_parameters", "resources_table"]
 
@@ -216,6 +219,12 @@ def up(
         bool, typer.Option("--swagger/--no-swagger", help="Serve Swagger UI at /swagger (local only, unauthenticated).")
     ] = True,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample services' fault draws.")] = 0,
+    console_port: Annotated[
+        int,
+        typer.Option(
+            "--console-port", min=0, max=65535, help="Port of the operators' web console on 127.0.0.1 (0 = any free)."
+        ),
+    ] = 0,
 ) -> None:
     """Start the local stack and keep it running until Ctrl-C (one per checkout: .devstack/up.lock)."""
     logging.basicConfig(
@@ -231,7 +240,7 @@ def up(
         if lock.stale_pid is not None:
             console.print(f"[dim]took over {lock.path}: its pid {lock.stale_pid} is not running[/]", highlight=False)
         _up(lock, port, template, param, stack_name, schedule_interval, sqs_concurrency, visibility_timeout, log_dir,
-            verbose, swagger, seed)  # fmt: skip
+            verbose, swagger, seed, console_port)  # fmt: skip
     finally:
         lock.release()
 
@@ -249,6 +258,7 @@ def _up(
     verbose: bool,
     swagger: bool,
     seed: int,
+    console_port: int = 0,
 ) -> None:
     parameters = parse_parameters(param)
     stack = _load_stack(template, param, stack_name)  # fail fast, before starting anything
@@ -293,10 +303,29 @@ def _up(
             stack_name=local.stack.stack_name,
             event_rules=[LocalRule.of(rule).document() for rule in local.stack.event_rules()],
         )
-        _serve_until_stopped(local, servers, log_dir, verbose, swagger)
+        operators = _console_server(local.api_url, console_port)
+        try:
+            _serve_until_stopped(local, servers, log_dir, verbose, swagger, operators.url)
+        finally:
+            operators.stop()
     finally:
         for server in servers.values():
             server.stop()
+
+
+def _console_server(api_url: str, port: int) -> ConsoleServer:
+    """The operators' web console (``sasflow console``) of the local stack, signed as the local operator, in a
+    thread of this process."""
+    from sasflow_cli.console import Console as OperatorsConsole
+    from sasflow_cli.console import ConsoleServer
+    from sasflow_cli.targets import build_client
+
+    client = build_client(url=api_url, stack=None, caller="operator")
+    try:
+        return ConsoleServer(lambda bound: OperatorsConsole(client, "operator", bound), port).start()
+    except OSError as error:
+        console.print(f"[bold red]error:[/] console: {error} (is port {port} free? try --console-port 0)")
+        raise typer.Exit(code=1) from None
 
 
 @app.command()
@@ -414,7 +443,7 @@ def _request_queues(local: LocalStack) -> dict[str, dict[str, str]]:
 
 
 def _serve_until_stopped(
-    local: LocalStack, servers: dict[str, Any], log_dir: Path, verbose: bool, swagger: bool
+    local: LocalStack, servers: dict[str, Any], log_dir: Path, verbose: bool, swagger: bool, console_url: str
 ) -> None:
     stopping = threading.Event()
 
@@ -425,6 +454,13 @@ def _serve_until_stopped(
     try:
         # What a person needs next comes first; the long lists follow, the resources only on --verbose.
         console.print(f"[bold]HTTP API[/]      {local.api_url}")
+        console.print(
+            f"[bold]console[/]       {console_url}\n"
+            "              (the operators' web page, signed here as the operator; open it on this machine; "
+            "docs/console.md)",
+            soft_wrap=True,
+            highlight=False,
+        )
         console.print("\n[bold]next[/], in another terminal (sasflow signs as the operator; --as client-a)")
         for command in cli_examples(local.api_url):
             console.print(f"  {command}", soft_wrap=True, highlight=False)

@@ -69,6 +69,8 @@ class CliState:
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], float] = time.time
     new_key: Callable[[], str] = field(default=lambda: str(uuid.uuid4()))
+    #: Who signs, in words (the local identity, or the AWS credentials of a stack's caller).
+    identity: str = "operator"
 
     @property
     def client(self) -> SasflowClient:
@@ -241,6 +243,7 @@ def target(
     state: CliState = ctx.obj
     if state.factory is None and state.client_ is None:
         state.factory = lambda: build_client(url=url, stack=stack, caller=caller, region=region)
+        state.identity = f"your AWS credentials (stack {stack})" if stack else caller
 
 
 # ----------------------------------------------------------------------------------------------------- workflows
@@ -385,6 +388,7 @@ def list_(
     ] = False,
     definition: Annotated[str | None, typer.Option("--definition", help="Definition name.")] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
+    started_before: Annotated[int | None, typer.Option("--started-before", min=0, help="Epoch seconds.")] = None,
     trigger: Annotated[
         str | None,
         typer.Option(
@@ -412,6 +416,7 @@ def list_(
                 status=one,
                 definition=definition,
                 started_after=started_after,
+                started_before=started_before,
                 trigger=trigger,
                 limit=limit,
                 follow=all_,
@@ -914,6 +919,34 @@ def dlq_redrive(
     if wait and task is not None and task["status"] not in render.MOVE_ENDED:
         errors.print(f"still moving after {timeout:g} s: follow it with sasflow dlq list {queue}")
         raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------------------------- console
+@app.command("console")
+@_handled
+def console_command(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free one).")] = 0,
+) -> None:
+    """Serve the operators' web console on 127.0.0.1 and print its URL (with a one-run token) until Ctrl-C.
+
+    The console signs every API call here with the target's credentials (--url/--as, --stack): the browser holds
+    only a session cookie. See docs/console.md."""
+    from .console import Console, ConsoleServer
+
+    state = _state(ctx)
+    client = state.client  # the target is checked before anything listens
+    try:
+        server = ConsoleServer(lambda bound: Console(client, state.identity, bound), port)
+    except OSError as error:
+        raise CliUsageError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({error.strerror})") from None
+    console.print(f"sasflow console for {client.base_url}, signed as {state.identity}:")
+    console.print(f"  {server.url}", soft_wrap=True)
+    console.print("Open it in a browser on this machine (Ctrl-C stops the console).")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("console stopped")
 
 
 def main() -> None:

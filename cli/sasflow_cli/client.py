@@ -239,12 +239,13 @@ class SasflowClient:
         status: str | None = None,
         definition: str | None = None,
         started_after: int | None = None,
+        started_before: int | None = None,
         trigger: str | None = None,
         limit: int | None = None,
+        cursor: str | None = None,
         follow: bool = False,
     ) -> Iterator[dict[str, Any]]:
-        """Pages of ``GET /ops/workflows``; only the first unless ``follow``."""
-        cursor: str | None = None
+        """Pages of ``GET /ops/workflows`` from ``cursor`` (None: the first); only one page unless ``follow``."""
         while True:
             page = self.request(
                 "GET",
@@ -253,6 +254,7 @@ class SasflowClient:
                     "status": status,
                     "definition": definition,
                     "started_after": started_after,
+                    "started_before": started_before,
                     "trigger": trigger,
                     "limit": limit,
                     "cursor": cursor,

@@ -36,6 +36,7 @@ __all__ = [
     "Timeline",
     "draw",
     "layout",
+    "svg",
     "timeline",
     "write_html",
     "write_png",
@@ -472,8 +473,9 @@ table { border-collapse: collapse; margin-top: 12px; } td, th { padding: 2px 8px
 """
 
 
-def write_html(line: Timeline, path: Path) -> Path:
-    """Write ``line`` as one self-contained HTML page (inline SVG and CSS; no script, no link). Returns the path."""
+def svg(line: Timeline) -> str:
+    """``line`` as one SVG element (bars coloured by outcome, complete-bys, markers; every text escaped): the page of
+    `write_html` and the console's workflow page draw the same picture."""
     esc = html.escape
     lanes = list(line.lanes) or ["(no steps)"]
     label_width, plot_width, row_height = 260, 760, 26
@@ -492,7 +494,8 @@ def write_html(line: Timeline, path: Path) -> Path:
     top = 40 + 14 * max(0, max((level for _, _, level in stacked), default=0))
     height = top + row_height * len(lanes) + 30
 
-    parts = [f'<svg width="{label_width + plot_width + 20}" height="{height}" role="img">']
+    full_width = label_width + plot_width + 20
+    parts = [f'<svg width="{full_width}" height="{height}" viewBox="0 0 {full_width} {height}" role="img">']
     for second in _ticks(span):
         parts.append(
             f'<line class="grid" x1="{x(line.start + second):.1f}" y1="{top - 6}" '
@@ -538,6 +541,12 @@ def write_html(line: Timeline, path: Path) -> Path:
     for text, (left, _, level) in zip(action_texts, stacked, strict=True):
         parts.append(f'<text class="optext" x="{left:.1f}" y="{top - 18 - 14 * level}">{esc(text)}</text>')
     parts.append("</svg>")
+    return "".join(parts)
+
+
+def write_html(line: Timeline, path: Path) -> Path:
+    """Write ``line`` as one self-contained HTML page (inline SVG and CSS; no script, no link). Returns the path."""
+    esc = html.escape
     legend = "".join(
         f'<span><i style="background:{colour}"></i>{esc(name.replace("_", " "))}</span>'
         for name, colour in COLOURS.items()
@@ -558,7 +567,7 @@ def write_html(line: Timeline, path: Path) -> Path:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{esc(line.workflow_id)} timeline</title><style>{_CSS}</style></head><body>"
         f"<h1>{esc(_title(line))}</h1><div class='legend'>{legend}<span>| complete-by</span></div>"
-        + "".join(parts)
+        + svg(line)
         + "<table><tr><th>lane</th><th>attempt</th><th>start</th><th>end</th><th>outcome</th><th>error</th>"
         f"<th>complete-by</th></tr>{rows}</table>"
         + (f"<h2>operator actions</h2><ul>{actions}</ul>" if actions else "")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -96,10 +100,22 @@ def test_up_serves_until_interrupted(mini_template: Path, tmp_path: Path) -> Non
         assert any("ready" in line for line in output), "".join(output)
         api_url = next(line.split()[-1] for line in output if line.startswith("HTTP API"))
 
-        # Then the URL and the next commands come first, and the resources table only on --verbose
+        # Then the URLs (the API's, the console's) and the next commands come first, the resources only on --verbose
         text = "".join(output)
-        assert output[0].startswith("HTTP API") and output[2].startswith("next")
-        assert f"sasflow --url {api_url} list" in output[3] + output[4]
+        assert output[0].startswith("HTTP API") and output[1].startswith("console") and output[4].startswith("next")
+        assert f"sasflow --url {api_url} list" in output[5] + output[6]
+        console_url = output[1].split()[1]
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[\w-]{40,}", console_url), console_url
+        # And the console answers on loopback: its token gives a strict cookie, nothing is served without one
+        split = urllib.parse.urlsplit(console_url)
+        opened = http.client.HTTPConnection(split.hostname or "", split.port, timeout=10)
+        opened.request("GET", f"/?{split.query}")
+        first = opened.getresponse()
+        assert first.status == 303 and "SameSite=Strict" in (first.getheader("Set-Cookie") or "")
+        opened.close()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{split.port}/", timeout=10)
+        assert refused.value.code == 403
         assert "created in moto" not in text and "curl -sS" not in text
         assert "--verbose also prints the" in text
 

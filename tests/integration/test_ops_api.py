@@ -276,3 +276,28 @@ def test_an_action_naming_a_step_the_workflow_does_not_have_is_422_no_such_step(
     assert body["message"] == "the workflow has no step 'nosuch'; its steps: reserve_flight, book_hotel, charge_card"
     status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
     assert (status, view["status"]) == (200, "HELD")  # nothing changed
+
+
+def test_started_after_and_before_bound_the_listing_and_each_step_names_what_it_waits_for(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert status == 200
+    created = view["created_at"]
+    # Each step names the steps it waits for: a plain list is a chain
+    assert [(s["name"], s["depends_on"]) for s in view["steps"]] == [
+        ("reserve_flight", []),
+        ("book_hotel", ["reserve_flight"]),
+        ("charge_card", ["book_hotel"]),
+    ]
+
+    def listed(query: str) -> list[str]:
+        status, page = deployed.ops("GET", "/ops/workflows", query=f"status=HELD&{query}")
+        assert status == 200, page
+        return [w["workflow_id"] for w in page["workflows"]]
+
+    # Both bounds are strict: started after created - 1 and before created + 1 is this one; at created, neither
+    assert listed(f"started_after={created - 1}") == [wid]
+    assert listed(f"started_after={created}") == []
+    assert listed(f"started_before={created + 1}") == [wid]
+    assert listed(f"started_before={created}") == []
+    assert listed(f"started_after={created - 1}&started_before={created + 1}") == [wid]

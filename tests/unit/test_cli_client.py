@@ -294,6 +294,14 @@ def test_list_without_a_filter_lists_what_waits_for_a_person_newest_first() -> N
     state = CliState(client_=client(transport, []))
     assert CliRunner().invoke(app, ["list", "--in-flight", "--json"], obj=state).exit_code == 0
     assert [url for _, url, _, _ in transport.requests] == ["http://api.test/ops/workflows"]
+    # And the start's bounds are sent as given
+    transport = FakeTransport((200, page(counts=counts)))
+    state = CliState(client_=client(transport, []))
+    bounded = ["list", "--in-flight", "--started-after", "1800000000", "--started-before", "1800000600", "--json"]
+    assert CliRunner().invoke(app, bounded, obj=state).exit_code == 0
+    assert [url.split("?")[1] for _, url, _, _ in transport.requests] == [
+        "started_after=1800000000&started_before=1800000600"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,9 @@ class StepView(BaseModel):
     type: str = Field(
         default="task", description="task (an agent's action), wait (a timer), callback or map (a child per item)."
     )
+    depends_on: list[str] = Field(
+        default_factory=list, description="The steps it waits for (the previous one unless its definition says)."
+    )
     agent: str | None = Field(default=None, description="The task's agent; null for a wait.")
     action: str | None = Field(default=None, description="The task's action; null for a wait.")
     status: StepStatus
@@ -174,6 +177,7 @@ class WorkflowView(BaseModel):
                 StepView(
                     name=step.name,
                     type=step.type,
+                    depends_on=list(workflow.definition.dependencies[step.name]),
                     agent=getattr(step, "agent", None),
                     action=getattr(step, "action", None),
                     status=record.status if record else StepStatus.PENDING,

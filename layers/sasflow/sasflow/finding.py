@@ -91,6 +91,7 @@ class WorkflowFinder:
         status: str | None = None,
         definition: str | None = None,
         started_after: int | None = None,
+        started_before: int | None = None,
         trigger: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
@@ -105,6 +106,8 @@ class WorkflowFinder:
             Only workflows of this definition name.
         started_after:
             Only workflows created after this time (epoch seconds).
+        started_before:
+            Only workflows created before this time (epoch seconds).
         trigger:
             Only workflows this trigger started, in any status unless ``status`` is given (the trigger index).
         limit:
@@ -128,6 +131,7 @@ class WorkflowFinder:
             return (
                 (definition is None or summary.definition_name == definition)
                 and (started_after is None or summary.created_at > started_after)
+                and (started_before is None or summary.created_at < started_before)
                 and (status is None or status in (summary.status, summary.attention))
                 and (trigger is None or summary.trigger == trigger)
             )

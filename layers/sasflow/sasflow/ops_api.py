@@ -2,8 +2,9 @@
 
 Routes
 ------
-- ``GET /ops/workflows``: workflows by ``status``, ``definition`` and ``started_after``, a page at a time, with
-  counts by status (``finding.WorkflowFinder``: the sparse indexes, never a scan unless finished ones are asked for).
+- ``GET /ops/workflows``: workflows by ``status``, ``definition``, ``trigger`` and start (``started_after``,
+  ``started_before``), a page at a time, with counts by status (``finding.WorkflowFinder``: the sparse indexes,
+  never a scan unless finished ones are asked for).
 - ``GET /ops/workflows/{workflow_id}`` and ``.../history``: any workflow, whoever started it.
 - ``POST /ops/workflows/{workflow_id}/{action}``: an operator action (``scheduler.OPERATOR_ACTIONS``), audited in the
   history with the caller's principal and the body's ``reason``. An ``Idempotency-Key`` header makes a retried
@@ -269,6 +270,7 @@ def build_ops_app(
         status: Annotated[StatusFilter | None, Query(description="A status, or PAUSED")] = None,
         definition: Annotated[str | None, Query(max_length=80)] = None,
         started_after: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
+        started_before: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
         trigger: Annotated[
             TriggerName | None, Query(description="Only the workflows this trigger started (any status)")
         ] = None,
@@ -284,6 +286,7 @@ def build_ops_app(
             status=status,
             definition=definition,
             started_after=started_after,
+            started_before=started_before,
             trigger=trigger,
             limit=limit,
             cursor=cursor,

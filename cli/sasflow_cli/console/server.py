@@ -1,0 +1,461 @@
+"""``sasflow console``: the operators' web page, served on 127.0.0.1 and signed on the server (issue 35).
+
+The console is a WSGI application (Werkzeug routing, Jinja2 templates, all in this package: nothing is fetched from
+the internet and nothing is built). Every page is one or a few calls to the HTTP API through the CLI's own
+`SasflowClient`, signed with the operator's credentials in this process: the browser never holds a credential, and
+nothing new is deployed.
+
+Safe on loopback:
+
+- **Bound to 127.0.0.1** (`serve`), on a port of its own.
+- **A token.** `serve` prints ``http://127.0.0.1:<port>/?token=<random>`` (as Jupyter does). The first request
+  with the token gets a session cookie (``HttpOnly``, ``SameSite=Strict``) and is redirected to the same page
+  without the token in its address; every other request needs the cookie and is refused with 403 without it.
+- **The Host header** must name the loopback address and the console's port (``127.0.0.1``, ``localhost`` or
+  ``[::1]``): a page of another site whose name resolves to 127.0.0.1 (DNS rebinding) is refused with 403.
+- **Escaped.** Every value from a workflow (ids, names, inputs, outputs, errors, reasons) reaches the page through
+  Jinja2's autoescape or `html.escape`; links to other pages are built from URL-quoted ids, never from a value.
+- **Headers.** A Content-Security-Policy allows scripts and styles from the console itself only (no inline
+  script, no inline style), no framing, forms only to itself; ``no-store``, ``nosniff``, ``no-referrer``.
+- **What the credentials may do.** A client identity reads its own workflows by id through the clients' routes;
+  the operator pages (the lists, dead letters) say why they are not shown. A 403 or 404 from the API is shown with
+  its message and what it means.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from ..client import ApiError, SasflowClient
+from ..timeline import COLOURS
+from ..timeline import svg as timeline_svg
+from ..timeline import timeline as build_timeline
+from . import graph
+
+__all__ = ["COOKIE", "SECURITY_HEADERS", "Console", "ConsoleServer"]
+
+#: The session cookie's name.
+COOKIE = "sasflow_console"
+#: Sent with every answer.
+SECURITY_HEADERS: Mapping[str, str] = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+#: The statuses a workflow waits for a person in, listed first.
+NEEDS_A_PERSON = ("HELD", "COMPENSATION_FAILED", "PAUSED")
+STATUSES = (
+    "RUNNING",
+    "COMPENSATING",
+    "CANCELLING",
+    "HELD",
+    "COMPENSATION_FAILED",
+    "PAUSED",
+    "COMPLETED",
+    "COMPENSATED",
+    "CANCELLED",
+)
+#: A workflow in these statuses moves by itself: its page refreshes itself.
+MOVING = ("RUNNING", "COMPENSATING", "CANCELLING")
+#: Workflows per page of a listing.
+PAGE = 50
+#: A JSON value longer than this is cut on the page (the whole of it is one click away, as a download).
+SHOWN_CHARS = 20_000
+#: Seconds between refreshes of a page whose workflow still runs.
+REFRESH_SECONDS = 3
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _time(epoch: Any) -> str:
+    if epoch is None or epoch == "":
+        return ""
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _epoch(text: str | None) -> int | None:
+    """A ``datetime-local`` field's value (UTC) as epoch seconds; None when empty."""
+    if not text:
+        return None
+    try:
+        return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp())
+    except ValueError:
+        raise UsageError(f"{text!r} is not a date and time (YYYY-MM-DDTHH:MM, UTC)") from None
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def _cut(text: str) -> tuple[str, bool]:
+    return (text[:SHOWN_CHARS], True) if len(text) > SHOWN_CHARS else (text, False)
+
+
+def _status_css(status: Any) -> str:
+    return "st-" + str(status or "pending").lower().replace("_", "-")
+
+
+def _path(*segments: Any) -> str:
+    return "/" + "/".join(quote(str(s), safe="") for s in segments)
+
+
+class UsageError(Exception):
+    """A filter that cannot be used: shown on the page beside the form (400)."""
+
+
+@dataclass
+class Console:
+    """The console's WSGI application.
+
+    Parameters
+    ----------
+    client:
+        Signs and sends the API calls (the CLI's client for ``--url`` or ``--stack``).
+    identity:
+        Who signs, as the header says (``operator``, ``client-a``, a stack's name).
+    port:
+        The port it is served on: the Host header must name it.
+    token:
+        The secret of the printed URL (random when not given).
+    """
+
+    client: SasflowClient
+    identity: str
+    port: int
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    now: Callable[[], float] = field(default_factory=lambda: lambda: datetime.now(UTC).timestamp())
+
+    def __post_init__(self) -> None:
+        self.env = Environment(
+            loader=PackageLoader("sasflow_cli.console", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters.update(time=_time, pretty=_pretty, status_css=_status_css)
+        self.env.globals.update(path=_path, identity=self.identity, operator=self.operator, statuses=STATUSES)
+        self.routes = Map(
+            [
+                Rule("/", endpoint="workflows"),
+                Rule("/workflows/<path:workflow_id>/steps/<step>/output.json", endpoint="step_output"),
+                Rule("/workflows/<path:workflow_id>", endpoint="workflow"),
+                Rule("/dead-letters", endpoint="dead_letters"),
+                Rule("/dead-letters/<queue>", endpoint="dead_letter_queue"),
+                Rule("/definitions", endpoint="definitions"),
+                Rule("/definitions/<name>", endpoint="definition"),
+                Rule("/definitions/<name>/<int:version>", endpoint="definition_version"),
+                Rule("/static/<file>", endpoint="static"),
+            ],
+            strict_slashes=False,
+        )
+
+    @property
+    def operator(self) -> bool:
+        return self.client.routes.operator
+
+    @property
+    def url(self) -> str:
+        """The URL to open: the only one that carries the token."""
+        return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    # ------------------------------------------------------------------ WSGI
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self.respond(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers[name] = value
+        return response(environ, start_response)
+
+    def respond(self, request: Request) -> Response:
+        if not self._host_allowed(request.host):
+            return self._refusal(
+                403,
+                "This console answers only at its loopback address",
+                f"the request named the host {request.host!r}; open the URL that sasflow console printed "
+                f"(http://127.0.0.1:{self.port}/...). A page of another site that resolves to 127.0.0.1 is refused.",
+                bare=True,
+            )
+        adapter = self.routes.bind_to_environ(request.environ)
+        try:
+            endpoint, values = adapter.match()
+        except NotFound:
+            return self._refusal(404, "No such page", f"{request.path} is not a page of this console", bare=True)
+        except HTTPException as error:
+            return error.get_response(request.environ)
+        if endpoint == "static":
+            return self._static(values["file"])
+        token = request.args.get("token")
+        if token is not None:
+            if not hmac.compare_digest(token.encode(), self.token.encode()):
+                why = "open the URL that sasflow console printed, token included"
+                return self._refusal(403, "Wrong token", why, bare=True)
+            response = Response(status=303, headers={"Location": request.path})
+            response.set_cookie(COOKIE, self.session, httponly=True, samesite="Strict", path="/")
+            return response
+        if not hmac.compare_digest(request.cookies.get(COOKIE, "").encode(), self.session.encode()):
+            return self._refusal(
+                403,
+                "Open the console with its token",
+                "this browser has no session of this console: open the URL that sasflow console printed, with its "
+                "?token=..., once; the console then keeps a cookie. A new run of sasflow console has a new token.",
+                bare=True,
+            )
+        if request.method not in ("GET", "HEAD"):
+            return self._refusal(405, "Reading only", "this console reads; it does not act (yet)")
+        try:
+            page: Response = getattr(self, f"page_{endpoint}")(request, **values)
+        except ApiError as error:
+            return self._api_refusal(error)
+        except UsageError as error:
+            return self._refusal(400, "This filter cannot be used", str(error))
+        return page
+
+    def _host_allowed(self, host: str) -> bool:
+        return host in {f"{name}:{self.port}" for name in LOOPBACK_HOSTS}
+
+    # ------------------------------------------------------------------ answers
+    def _html(self, template: str, status: int = 200, **context: Any) -> Response:
+        body = self.env.get_template(template).render(**context)
+        return Response(body, status=status, content_type="text/html; charset=utf-8")
+
+    def _refusal(self, status: int, title: str, message: str, *, bare: bool = False) -> Response:
+        """An error page; ``bare`` (no session yet) shows no navigation and not who signs."""
+        return self._html("error.html", status, title=title, message=message, code=str(status), bare=bare)
+
+    def _api_refusal(self, error: ApiError) -> Response:
+        if error.status == 0:
+            return self._refusal(502, "The API did not answer", error.message)
+        if error.status == 403:
+            why = (
+                f"signed as {self.identity}, the API refused the call: {error.message}. The operator pages need an "
+                "operator's credentials (locally --as operator; on AWS a role granted execute-api:Invoke on /ops)."
+            )
+            return self._html("error.html", 403, title="Not allowed", message=why, code=error.code)
+        if error.status == 404 and not self.operator:
+            why = (
+                f"{error.message}. Signed as {self.identity} (a client), you see only the workflows you started; an "
+                "operator sees every workflow."
+            )
+            return self._html("error.html", 404, title="Not found", message=why, code=error.code)
+        title = "Not found" if error.status == 404 else "The API refused the call"
+        return self._html(
+            "error.html", error.status, title=title, message=error.message, code=error.code, details=error.details
+        )
+
+    def _static(self, file: str) -> Response:
+        types = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
+        suffix = file[file.rfind(".") :] if "." in file else ""
+        resource = resources.files("sasflow_cli.console").joinpath("static", file)
+        if suffix not in types or "/" in file or not resource.is_file():
+            return self._refusal(404, "No such file", f"{file} is not a file of this console", bare=True)
+        response = Response(resource.read_bytes(), content_type=types[suffix])
+        return response
+
+    # ------------------------------------------------------------------ pages
+    def page_workflows(self, request: Request) -> Response:
+        args = request.args
+        wanted = args.get("id", "").strip()
+        if wanted:
+            return Response(status=303, headers={"Location": _path("workflows", wanted)})
+        if not self.operator:
+            return self._html("workflows_client.html", workflow_id="")
+        status = args.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise UsageError(f"status {status!r}: one of {', '.join(STATUSES)}")
+        filters: dict[str, Any] = {
+            "status": status,
+            "definition": args.get("definition") or None,
+            "trigger": args.get("trigger") or None,
+            "started_after": _epoch(args.get("started_after")),
+            "started_before": _epoch(args.get("started_before")),
+        }
+        filtered = any(value is not None for value in filters.values())
+        cursor = args.get("cursor") or None
+        waiting: list[tuple[str, list[dict[str, Any]]]] = []
+        if not filtered and cursor is None:
+            for kind in NEEDS_A_PERSON:  # the ones that need a person first
+                [first] = self.client.list_pages(status=kind, limit=PAGE)
+                waiting.append((kind, first["workflows"]))
+        [listing] = self.client.list_pages(**filters, cursor=cursor, limit=PAGE)
+        counts = listing.get("counts") or {}
+        next_query = {k: v for k, v in args.items() if k != "cursor" and v}
+        following = listing["next_cursor"]
+        next_url = "/?" + urlencode({**next_query, "cursor": following}) if following else None
+        return self._html(
+            "workflows.html",
+            args=args,
+            counts=counts,
+            waiting=waiting,
+            listing=listing,
+            filtered=filtered,
+            next_url=next_url,
+            page_size=PAGE,
+            now=int(self.now()),
+        )
+
+    def page_workflow(self, request: Request, workflow_id: str) -> Response:
+        view = self.client.get(workflow_id)
+        history = self.client.history(workflow_id)
+        events = history["events"]
+        line = build_timeline(events, view)
+        steps = []
+        for step in view["steps"]:
+            shown = {}
+            for key in ("output", "error", "compensation_output", "compensation_error"):
+                if step.get(key) is not None:
+                    text, cut = _cut(_pretty(step[key]))
+                    shown[key] = {"text": text, "cut": cut}
+            attempts = [e for e in events if e.get("step") == step["name"] and e.get("attempt") is not None]
+            steps.append({"view": step, "shown": shown, "events": attempts})
+        input_text, input_cut = _cut(_pretty(view["input"]))
+        return self._html(
+            "workflow.html",
+            view=view,
+            steps=steps,
+            graph=graph.layout(view["steps"]),
+            box=(graph.BOX_WIDTH, graph.BOX_HEIGHT),
+            events=events,
+            timeline=Markup(timeline_svg(line)) if line.bars or line.markers else None,  # nosec B704 # escaped
+            colours=COLOURS,
+            input_text=input_text,
+            input_cut=input_cut,
+            refresh=REFRESH_SECONDS if view["status"] in MOVING and not view.get("paused") else None,
+            actor=_actor,
+        )
+
+    def page_step_output(self, request: Request, workflow_id: str, step: str) -> Response:
+        view = self.client.get(workflow_id)
+        found = [s for s in view["steps"] if s["name"] == step]
+        if not found:
+            return self._refusal(404, "No such step", f"workflow {workflow_id} has no step {step!r}")
+        body = json.dumps(found[0].get("output"), indent=2, ensure_ascii=False)
+        name = f"{workflow_id}-{step}-output.json".replace(":", "_").replace("/", "_")
+        return Response(
+            body,
+            content_type="application/json; charset=utf-8",
+            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name, safe='')}"},
+        )
+
+    def page_dead_letters(self, request: Request) -> Response:
+        if not self.operator:
+            return self._operators_only("dead-letter queues")
+        listing = self.client.dead_letters()
+        return self._html("dead_letters.html", queues=listing["queues"])
+
+    def page_dead_letter_queue(self, request: Request, queue: str) -> Response:
+        if not self.operator:
+            return self._operators_only("dead-letter queues")
+        listing = self.client.dead_letters(queue, limit=50)
+        [found] = listing["queues"]
+        return self._html("dead_letter_queue.html", queue=found, messages=found.get("messages") or [])
+
+    def page_definitions(self, request: Request) -> Response:
+        listing = self.client.definitions()
+        return self._html("definitions.html", definitions=listing["definitions"])
+
+    def page_definition(self, request: Request, name: str) -> Response:
+        listing = self.client.definitions(name)
+        return self._html("definition.html", name=name, listing=listing)
+
+    def page_definition_version(self, request: Request, name: str, version: int) -> Response:
+        definition = self.client.request("GET", _path("definitions", name, "versions", version))
+        shown = []
+        previous: list[str] = []
+        for step in definition.get("steps", []):  # without depends_on a step waits for the previous one
+            depends = step.get("depends_on")
+            shown.append({**step, "status": "PENDING", "depends_on": previous if depends is None else depends})
+            previous = [step["name"]]
+        text, _ = _cut(_pretty(definition))
+        return self._html(
+            "definition_version.html",
+            name=name,
+            version=version,
+            text=text,
+            graph=graph.layout(shown),
+            box=(graph.BOX_WIDTH, graph.BOX_HEIGHT),
+        )
+
+    def _operators_only(self, what: str) -> Response:
+        why = (
+            f"the {what} are the operators' (/ops routes): signed as {self.identity}, a client, this console shows "
+            "only the workflows you started, by id. Start it --as operator (or with an operator's credentials)."
+        )
+        return self._html("error.html", 403, title="Operators only", message=why, code="OPERATORS_ONLY")
+
+
+def _actor(event: Mapping[str, Any]) -> str:
+    """Who made an event: the principal of an operator action or a start, else the engine's part that wrote it."""
+    detail = event.get("detail") or {}
+    if isinstance(detail, Mapping) and detail.get("principal"):
+        return str(detail["principal"])
+    kind = str(event.get("kind", ""))
+    if kind in ("resent", "compensation_resent", "timed_out", "compensation_timed_out"):
+        return "supervisor"
+    if kind.endswith("reply_applied"):
+        return "agent (reply)"
+    return "scheduler"
+
+
+class ConsoleServer:
+    """The console served on 127.0.0.1: bound to ``port`` (0: any free one) first, then the console is built for
+    the port bound (its Host check names it). `serve_forever` for ``sasflow console``; `start` runs it in a
+    thread (``make up``, the browser tests) until `stop`."""
+
+    def __init__(self, console_factory: Callable[[int], Console], port: int = 0) -> None:
+        from werkzeug.serving import make_server
+
+        self._late = _Late()
+        self._server = make_server("127.0.0.1", port, self._late, threaded=True)
+        self.console = console_factory(self._server.port)
+        self._late.console = self.console
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return self.console.url
+
+    def serve_forever(self) -> None:
+        try:
+            self._server.serve_forever()
+        finally:
+            self._server.server_close()
+
+    def start(self) -> ConsoleServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="sasflow-console", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+class _Late:
+    """The WSGI application of a server bound before the console knows its port."""
+
+    console: Console | None = None
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        assert self.console is not None  # nosec B101 # set before the server serves
+        return self.console(environ, start_response)

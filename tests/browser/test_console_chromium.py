@@ -1,0 +1,268 @@
+"""The operators' console in a real browser: Debian's chromium, headless, driven by Playwright, on the local stack.
+
+Chromium comes from the system (``make browser`` installs it with apt; ``.ci/run`` does), never from Playwright's
+own download: ``SASFLOW_CHROMIUM`` names it, else ``chromium`` on the PATH. A machine without it fails here, saying
+how to install it (a skipped browser test would hide that the page was never tried).
+
+What is tried is the reading half of the on-call drill of docs/operate.md from the page alone: find a HELD workflow
+from the list, open it, read the failed step's error and the workflow's input; a map's children; a dead letter
+peeked; a step output holding markup stays text (no script runs); a request without the token, or naming another
+host, is refused. Screenshots of every page at 1280x800 and 390x844 are written to ``SASFLOW_SCREENSHOTS`` (``make
+screenshots`` points it at docs/assets/console) or a temporary folder, and their size checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from devstack.client import SignedHttp
+from devstack.stack import LocalStack
+from devstack.template import remote_service_parameters
+from http_server import RunningServer, serve_all
+from sasflow.messages import StepRequest, encode
+from sasflow_cli.console import Console, ConsoleServer
+from sasflow_cli.targets import build_client
+from tests.support.lambdas import ROOT
+from tests.system.test_roles_local import MAP
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("SASFLOW_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+SIZES = {"wide": (1280, 800), "phone": (390, 844)}
+XSS = {"note": "<script>document.title='pwned'</script>", "link": "javascript:alert(1)"}
+
+
+@dataclass
+class Drill:
+    stack: LocalStack
+    servers: dict[str, RunningServer]
+    console: ConsoleServer
+    client_a: SignedHttp
+    operator: SignedHttp
+
+    def start(self, request: dict[str, Any]) -> str:
+        status, started = self.client_a.post("/workflows", request)
+        assert status == 201, started
+        return str(started["workflow_id"])
+
+    def held_trip(self) -> str:
+        """A trip whose payment is refused, under the hold policy: HELD once it has failed."""
+        self.servers["payments"].service.update_knobs({"rejection_rate": 1.0})
+        try:
+            workflow_id = self.start(trip(on_failure="hold"))
+            self.wait(workflow_id, lambda v: v["status"] == "HELD")
+        finally:
+            self.servers["payments"].service.update_knobs({"rejection_rate": 0.0})
+        return workflow_id
+
+    def wait(self, workflow_id: str, done: Callable[[dict[str, Any]], bool], seconds: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + seconds
+        while True:
+            _, view = self.operator.get(f"/ops/workflows/{quote(workflow_id, safe='')}")
+            if done(view) or time.monotonic() > deadline:
+                assert done(view), view
+                return view  # type: ignore[no-any-return]
+            time.sleep(0.2)
+
+
+def trip(**definition: Any) -> dict[str, Any]:
+    request: dict[str, Any] = json.loads((ROOT / "events" / "trip_booking_request.json").read_text())
+    request["definition"].update(definition)
+    return request
+
+
+@pytest.fixture(scope="module")
+def drill() -> Iterator[Drill]:
+    servers = serve_all(rng_seed=13)
+    parameters = {
+        **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
+        "LogLevel": "WARN",
+    }
+    try:
+        with LocalStack(parameters=parameters, schedule_interval_seconds=0.5, max_workers_per_function=1) as stack:
+            client = build_client(url=stack.api_url, stack=None, caller="operator")
+            console = ConsoleServer(lambda port: Console(client, "operator", port)).start()
+            try:
+                yield Drill(
+                    stack, servers, console, SignedHttp(stack.api_url), SignedHttp(stack.api_url, caller="operator")
+                )
+            finally:
+                console.stop()
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert CHROMIUM, "no chromium on this machine: run `make browser` (apt install chromium), or set SASFLOW_CHROMIUM"
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where chromium's sandbox cannot start
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("SASFLOW_SCREENSHOTS")
+    return Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+
+
+def signed_in(browser: Browser, drill: Drill, size: str = "wide") -> Page:
+    width, height = SIZES[size]
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.goto(drill.console.url)
+    assert urlsplit(page.url).query == ""  # the token is gone from the address bar
+    return page
+
+
+def screenshot(browser: Browser, drill: Drill, shots: Path, name: str, path: str) -> None:
+    """The page at ``path`` at both sizes, each checked to be a PNG of that size."""
+    for size, (width, height) in SIZES.items():
+        page = signed_in(browser, drill, size)
+        page.goto(drill.console.url.split("/?")[0] + path)
+        file = shots / f"{name}-{size}.png"
+        file.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(file))
+        header = file.read_bytes()[:24]
+        assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24]) == (width, height)
+        page.close()
+
+
+def test_the_reading_drill_finds_a_held_workflow_and_reads_its_failed_step(
+    drill: Drill, browser: Browser, shots: Path
+) -> None:
+    # Given a trip whose payment is refused, under the hold policy: HELD
+    wid = drill.held_trip()
+    page = signed_in(browser, drill)
+    # When the operator finds it among those that need a person, with the keyboard alone
+    held = page.locator("section", has=page.get_by_role("heading", name="Needs a person: HELD"))
+    link = held.get_by_role("link", name=wid)
+    expect(link).to_be_visible()
+    link.focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/workflows/{wid}")
+    # Then the page names it, its status in words, and the failed step in the graph
+    expect(page.get_by_role("heading", level=1)).to_have_text(wid)
+    graph = page.get_by_role("img", name="Steps and their dependencies")
+    expect(graph).to_contain_text("charge_card")
+    expect(graph.locator("g.node.st-failed")).to_contain_text("FAILED")
+    # And the failed step's error, beside the workflow's input
+    step = page.locator("#step-charge_card")
+    expect(step.get_by_role("heading", level=2)).to_contain_text("FAILED")
+    expect(step.locator("pre.json").first).to_contain_text('"code": "CARD_DECLINED"')
+    expect(page.locator("section", has=page.get_by_role("heading", name="Workflow input"))).to_contain_text(
+        "Ada Lovelace"
+    )
+    # And the history says who held it, when
+    expect(page.locator("table.history")).to_contain_text("held")
+    # A HELD workflow's page does not refresh itself; every form control on the list has a label
+    assert page.locator("main").get_attribute("data-refresh") is None
+    page.goto(drill.console.url.split("/?")[0] + "/")
+    unlabelled = page.evaluate(
+        "Array.from(document.querySelectorAll('input, select, textarea'))"
+        ".filter(e => e.type !== 'hidden' && e.labels.length === 0).map(e => e.name)"
+    )
+    assert unlabelled == []
+    page.close()
+    screenshot(browser, drill, shots, "workflows", "/")
+    screenshot(browser, drill, shots, "workflow", f"/workflows/{quote(wid, safe='')}")
+
+
+def test_a_map_step_shows_its_children_and_a_child_opens(drill: Drill, browser: Browser, shots: Path) -> None:
+    wid = drill.start(MAP)
+    view = drill.wait(wid, lambda v: v["status"] == "COMPLETED")
+    children = view["steps"][0]["children"]
+    page = signed_in(browser, drill)
+    page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+    expect(page.get_by_role("img", name="Steps and their dependencies")).to_contain_text("map: 3/3 ended")
+    page.get_by_role("link", name="the first").click()
+    page.wait_for_url(f"**/workflows/{quote(children['id_prefix'], safe='')}0")
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"{children['id_prefix']}0")
+    expect(page.locator("main")).to_contain_text("COMPLETED")
+    page.close()
+
+
+def test_a_dead_letter_is_peeked_without_being_consumed(drill: Drill, browser: Browser, shots: Path) -> None:
+    letter = StepRequest(
+        workflow_id="wf-dead-letter",
+        step="reserve_flight",
+        phase="action",  # type: ignore[arg-type]
+        agent="flights",
+        action="reserve",
+        attempt=2,
+        complete_by=int(time.time()) - 60,
+        token="0" * 32,
+        input={"traveller": "Ada Lovelace"},
+    )
+    sqs = drill.stack.client("sqs")
+    sqs.send_message(QueueUrl=drill.stack.physical_ids["FlightsDeadLetterQueue"], MessageBody=encode(letter))
+    page = signed_in(browser, drill)
+    page.get_by_role("navigation", name="Pages").get_by_role("link", name="Dead letters").click()
+    row = page.get_by_role("row", name="FlightsDeadLetterQueue")
+    expect(row).to_contain_text("1")
+    row.get_by_role("link").click()
+    expect(page.locator("tbody")).to_contain_text("wf-dead-letter")
+    expect(page.locator("tbody")).to_contain_text("reserve_flight")
+    page.reload()  # peeked, not consumed: it is still there
+    expect(page.locator("tbody")).to_contain_text("wf-dead-letter")
+    page.close()
+    screenshot(browser, drill, shots, "dead-letters", "/dead-letters/FlightsDeadLetterQueue")
+    screenshot(browser, drill, shots, "definitions", "/definitions/trip-booking/1")
+
+
+def test_markup_in_a_step_output_stays_text_and_runs_nothing(drill: Drill, browser: Browser) -> None:
+    wid = drill.held_trip()
+    status, _ = drill.operator.post(
+        f"/ops/workflows/{quote(wid, safe='')}/skip",
+        {"reason": "<img src=x onerror=document.title='pwned'>", "step": "charge_card", "output": XSS},
+    )
+    assert status == 200
+    drill.wait(wid, lambda v: v["status"] == "COMPLETED")
+    page = signed_in(browser, drill)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+    output = page.locator("#step-charge_card pre.json").first
+    expect(output).to_contain_text("<script>document.title='pwned'</script>")  # shown as the text it is
+    expect(output).to_contain_text("javascript:alert(1)")
+    assert page.title() == f"{wid} · sasflow console"  # no script of the output ran
+    assert page.locator("main script").count() == 0 and page.locator("main img").count() == 0
+    assert page.locator("a[href^='javascript:']").count() == 0
+    assert errors == []
+    page.close()
+
+
+def test_without_the_token_or_with_another_host_nothing_is_served(drill: Drill, browser: Browser) -> None:
+    base = drill.console.url.split("/?")[0]
+    page = browser.new_page()
+    answer = page.goto(base + "/")
+    assert answer is not None and answer.status == 403
+    expect(page.get_by_role("heading", level=1)).to_have_text("Open the console with its token")
+    answer = page.goto(base + "/?token=not-the-token")
+    assert answer is not None and answer.status == 403
+    page.close()
+    # Another Host header (what a rebound DNS name sends) is refused, even with the right token
+    port = urlsplit(base).port
+    request = urllib.request.Request(drill.console.url, headers={"Host": f"rebound.example:{port}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)  # nosec B310 # loopback, the console under test
+    assert refused.value.code == 403
+    assert b"answers only at its loopback address" in refused.value.read()

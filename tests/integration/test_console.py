@@ -1,0 +1,227 @@
+"""The operators' console (``sasflow console``) against the real API handlers on moto.
+
+The console's client sends its calls through `DeployedTransport` (the API and operators' functions invoked
+in-process, as the CLI's tests do) and the pages are requested with Werkzeug's test client, so every page is the
+console's own rendering of the API's answers. The browser tests (tests/browser) drive chromium against the local
+stack over HTTP.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from html import unescape
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from werkzeug.test import Client, TestResponse
+
+from sasflow_cli.client import SasflowClient
+from sasflow_cli.console import Console
+from sasflow_cli.console.server import COOKIE
+from tests.integration.conftest import Deployed
+from tests.integration.test_cli import DeployedTransport
+from tests.integration.test_ops_api import held_at_payment, trip
+
+PORT = 8765
+HOST = f"127.0.0.1:{PORT}"
+XSS_OUTPUT = {"note": "<script>alert('out')</script>", "link": "javascript:alert(1)"}
+XSS_REASON = "<img src=x onerror=alert(2)>"
+
+
+def console_of(deployed: Deployed, caller: str = "operator") -> Console:
+    for function in ("ApiFunction", "OpsFunction"):
+        deployed.fn(function)
+    client = SasflowClient(
+        "http://deployed.test",
+        lambda m, u, b, h: dict(h),
+        transport=DeployedTransport(deployed, caller),
+        operator=caller == "operator",
+    )
+    return Console(client, caller, PORT, token="the-token", session="the-session")
+
+
+def signed_in(console: Console) -> Client:
+    """A browser that opened the printed URL: it holds the session cookie."""
+    browser = Client(console)
+    first = browser.get("/?token=the-token", headers={"Host": HOST})
+    assert first.status_code == 303 and first.headers["Location"] == "/"
+    return browser
+
+
+def page(browser: Client, path: str, status: int = 200) -> str:
+    answer = browser.get(path, headers={"Host": HOST})
+    assert answer.status_code == status, answer.get_data(as_text=True)
+    return answer.get_data(as_text=True)
+
+
+def text_of(html: str) -> str:
+    """The page's words, tags dropped and whitespace folded (what a person reads)."""
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html))).strip()
+
+
+@pytest.fixture
+def operator_console(deployed: Deployed) -> Iterator[Console]:
+    yield console_of(deployed)
+
+
+def test_the_token_becomes_a_strict_http_only_cookie_and_nothing_is_served_without_it(deployed: Deployed) -> None:
+    console = console_of(deployed)
+    browser = Client(console)
+    # Without the token or the cookie: refused, saying what to open
+    refused = browser.get("/", headers={"Host": HOST})
+    assert refused.status_code == 403
+    assert "Open the console with its token" in refused.get_data(as_text=True)
+    assert "signed as" not in refused.get_data(as_text=True)  # no session: not even who signs
+    # A wrong token: refused, and no cookie
+    wrong = browser.get("/?token=guess", headers={"Host": HOST})
+    assert (wrong.status_code, wrong.headers.get("Set-Cookie")) == (403, None)
+    # The printed URL's token: a cookie, HttpOnly and SameSite=Strict, and a redirect that drops the token
+    first = browser.get("/definitions?token=the-token", headers={"Host": HOST})
+    assert (first.status_code, first.headers["Location"]) == (303, "/definitions")
+    cookie = first.headers["Set-Cookie"]
+    assert cookie.startswith(f"{COOKIE}=the-session;")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert "the-token" not in cookie
+    assert page(browser, "/definitions").count("<h1>Definitions</h1>") == 1
+    # Another session value is no session
+    browser.set_cookie(COOKIE, "forged", domain="127.0.0.1")
+    assert browser.get("/definitions", headers={"Host": HOST}).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", f"evil.example:{PORT}", f"127.0.0.1:{PORT + 1}", "127.0.0.2:8765", f"10.0.0.1:{PORT}"]
+)
+def test_a_request_naming_another_host_is_refused_even_with_the_session(deployed: Deployed, host: str) -> None:
+    browser = signed_in(console_of(deployed))
+    answer = browser.get("/", headers={"Host": host})
+    assert answer.status_code == 403
+    assert "answers only at its loopback address" in answer.get_data(as_text=True)
+    # the loopback names with the console's port are served (a browser keeps a cookie per host name)
+    for name in ("127.0.0.1", "localhost", "[::1]"):
+        headers = {"Host": f"{name}:{PORT}", "Cookie": f"{COOKIE}=the-session"}
+        assert Client(browser.application, use_cookies=False).get("/definitions", headers=headers).status_code == 200
+
+
+def test_every_answer_carries_a_policy_without_inline_script_or_style(deployed: Deployed) -> None:
+    browser = signed_in(console_of(deployed))
+    for path in ("/", "/definitions", "/static/console.css", "/nope", "/workflows/not-there"):
+        answer = browser.get(path, headers={"Host": HOST})
+        policy = answer.headers["Content-Security-Policy"]
+        assert "script-src 'self';" in policy and "style-src 'self';" in policy
+        assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert answer.headers["Referrer-Policy"] == "no-referrer"
+        assert answer.headers["Cache-Control"] == "no-store"
+    # and the pages hold no inline script or style attribute
+    html = page(browser, "/")
+    assert re.findall(r"<script[^>]*>", html) == ['<script src="/static/console.js" defer>']
+    assert " style=" not in html
+    # the console only reads: a POST is refused
+    assert browser.post("/", headers={"Host": HOST}).status_code == 405
+
+
+def test_a_held_workflow_is_found_first_and_its_failed_step_read(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    listing = page(browser, "/")
+    # The workflows page: counts by status, and the HELD one first, in the "needs a person" table, linked
+    needs = listing.split('id="wait-HELD"', 1)[1].split("</section>", 1)[0]
+    link = f'href="/workflows/{quote(wid, safe="")}"'
+    assert link in needs
+    assert re.search(r'class="status st-held">HELD</span> <b>1</b>', listing)
+    assert "No workflow is COMPENSATION_FAILED, PAUSED: none of those needs a person." in text_of(listing)
+    assert 'id="wait-PAUSED"' not in listing  # an empty kind is one line, not an empty table
+    # The workflow page: status as a word, each step in the graph with its status word, the failed step's error
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    words = text_of(html)
+    assert f"{wid} Status HELD" in words
+    boxes = re.findall(r'<g class="node (st-[a-z-]+)">\s*<title>([^<]+)</title>', html)
+    assert boxes == [
+        ("st-completed", "reserve_flight: COMPLETED"),
+        ("st-completed", "book_hotel: COMPLETED"),
+        ("st-failed", "charge_card: FAILED"),
+    ]
+    assert len(re.findall(r'<line class="edge"', html)) == 2  # a chain: flight -> hotel -> payment
+    payment = html.split('id="step-charge_card"', 1)[1].split("</section>", 1)[0]
+    assert "Error" in text_of(payment) and '"code": "CARD_DECLINED"' in text_of(payment)
+    assert "Waits for" in payment and "book_hotel" in payment
+    # The history, with its times and actors, ends with the hold
+    assert "held" in words and "scheduler" in words
+    assert "data-refresh" not in html  # HELD waits for a person: the page stays still while they read it
+
+
+def test_values_from_a_workflow_are_text_never_markup(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    status, _ = deployed.ops(
+        "POST",
+        f"/ops/workflows/{wid}/skip",
+        {"reason": XSS_REASON, "step": "charge_card", "output": XSS_OUTPUT},
+    )
+    assert status == 200
+    deployed.pump()
+    html = page(signed_in(console_of(deployed)), f"/workflows/{quote(wid, safe='')}")
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(&#39;out&#39;)&lt;/script&gt;" in html  # the output, shown as text
+    assert 'href="javascript:' not in html and "javascript:alert(1)" in html  # text, never a link
+    assert "\\u003cimg src=x onerror=alert(2)\\u003e" in html  # the reason, in the history's detail
+
+
+def test_a_client_sees_its_own_workflow_and_is_told_why_not_the_rest(deployed: Deployed) -> None:
+    status, started = deployed.api("POST", "/workflows", trip(), caller="client-a")
+    assert status == 201
+    wid = started["workflow_id"]
+    deployed.pump()
+    mine = signed_in(console_of(deployed, "client-a"))
+    assert "COMPLETED" in text_of(page(mine, f"/workflows/{quote(wid, safe='')}"))
+    assert "the listings are the operators'" in text_of(page(mine, "/"))
+    assert 'href="/dead-letters"' not in page(mine, "/")  # no operator pages offered
+    refused = text_of(page(mine, "/dead-letters", 403))
+    assert "Operators only" in refused and "client-a" in refused
+    theirs = signed_in(console_of(deployed, "client-b"))
+    other = text_of(page(theirs, f"/workflows/{quote(wid, safe='')}", 404))
+    assert "you see only the workflows you started" in other
+
+
+def test_the_find_form_filters_by_status_definition_and_start_and_opens_an_id(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    opened = browser.get(f"/?id={quote(wid, safe='')}", headers={"Host": HOST})
+    assert (opened.status_code, opened.headers["Location"]) == (303, f"/workflows/{quote(wid, safe='')}")
+    held = page(browser, "/?status=HELD&definition=trip-booking&started_after=2000-01-01T00:00")
+    assert wid in held and "attention index" in held
+    assert wid not in page(browser, "/?status=HELD&started_before=2000-01-01T00:00")
+    assert wid not in page(browser, "/?status=HELD&definition=another")
+    bad = text_of(page(browser, "/?started_after=yesterday", 400))
+    assert "'yesterday' is not a date and time" in bad
+    assert "status 'DONE': one of RUNNING" in text_of(page(browser, "/?status=DONE", 400))
+
+
+def test_dead_letters_are_peeked_and_definitions_drawn(deployed: Deployed) -> None:
+    browser = signed_in(console_of(deployed))
+    queues = page(browser, "/dead-letters")
+    assert 'href="/dead-letters/ResponseDeadLetterQueue"' in queues
+    peek = text_of(page(browser, "/dead-letters/ResponseDeadLetterQueue"))
+    assert "ResponseDeadLetterQueue" in peek and "No message seen." in peek
+    unknown = text_of(page(browser, "/dead-letters/NoSuchQueue", 404))
+    assert "NoSuchQueue" in unknown
+    # a registered definition: its versions, and a version's graph
+    definition = {**trip()["definition"], "name": "trips", "version": 1}
+    status, _ = deployed.api("PUT", "/definitions/trips/versions/1", definition, caller="client-a")
+    assert status == 201, _
+    assert 'href="/definitions/trips/1"' in page(browser, "/definitions")
+    drawn = page(browser, "/definitions/trips/1")
+    assert len(re.findall(r'<g class="node st-defined">', drawn)) == 3
+    assert len(re.findall(r'<line class="edge"', drawn)) == 2
+
+
+def test_an_unreachable_api_is_a_page_that_says_so() -> None:
+    def down(method: str, url: str, body: bytes, headers: Any) -> tuple[int, bytes]:
+        raise ConnectionRefusedError("connection refused")
+
+    client = SasflowClient("http://127.0.0.1:9", lambda m, u, b, h: dict(h), transport=down, sleep=lambda _: None)
+    browser = signed_in(Console(client, "operator", PORT, token="the-token", session="the-session"))
+    answer: TestResponse = browser.get("/", headers={"Host": HOST})
+    assert answer.status_code == 502
+    assert "is the stack up?" in answer.get_data(as_text=True)
