@@ -387,6 +387,11 @@ def list_(
         bool, typer.Option("--in-flight", help="Every workflow in flight (RUNNING, COMPENSATING, CANCELLING).")
     ] = False,
     definition: Annotated[str | None, typer.Option("--definition", help="Definition name.")] = None,
+    version: Annotated[int | None, typer.Option("--version", min=1, help="Definition version.")] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="The principal that started it (its ARN).")] = None,
+    error_code: Annotated[
+        str | None, typer.Option("--error-code", help="A code of a step's last error, e.g. CARD_DECLINED.")
+    ] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
     started_before: Annotated[int | None, typer.Option("--started-before", min=0, help="Epoch seconds.")] = None,
     trigger: Annotated[
@@ -418,6 +423,9 @@ def list_(
                 started_after=started_after,
                 started_before=started_before,
                 trigger=trigger,
+                version=version,
+                owner=owner,
+                error_code=error_code,
                 limit=limit,
                 follow=all_,
             )

@@ -241,6 +241,9 @@ class SasflowClient:
         started_after: int | None = None,
         started_before: int | None = None,
         trigger: str | None = None,
+        version: int | None = None,
+        owner: str | None = None,
+        error_code: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
         follow: bool = False,
@@ -256,6 +259,9 @@ class SasflowClient:
                     "started_after": started_after,
                     "started_before": started_before,
                     "trigger": trigger,
+                    "version": version,
+                    "owner": owner,
+                    "error_code": error_code,
                     "limit": limit,
                     "cursor": cursor,
                 },
@@ -264,6 +270,21 @@ class SasflowClient:
             cursor = page.get("next_cursor")
             if not follow or not cursor:
                 return
+
+    def map_children(
+        self, workflow_id: str, step: str, *, status: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> Any:
+        """``GET /ops/workflows/{id}/steps/{step}/children``: one MapChildrenPage of a map step's children."""
+        path = api_path("ops", "workflows", workflow_id, "steps", step, "children")
+        return self.request("GET", path, query={"status": status, "cursor": cursor, "limit": limit})
+
+    def step_input(self, workflow_id: str, step: str) -> Any:
+        """``GET /ops/workflows/{id}/steps/{step}/input``: the StepInputView (the input rendered now)."""
+        return self.request("GET", api_path("ops", "workflows", workflow_id, "steps", step, "input"))
+
+    def payload(self, workflow_id: str, digest: str) -> Any:
+        """``GET /ops/workflows/{id}/payloads/{digest}``: a claim-checked payload of the workflow (PayloadView)."""
+        return self.request("GET", api_path("ops", "workflows", workflow_id, "payloads", digest))
 
     def act(
         self,

@@ -168,6 +168,9 @@ def test_the_reading_drill_finds_a_held_workflow_and_reads_its_failed_step(
     step = page.locator("#step-charge_card")
     expect(step.get_by_role("heading", level=2)).to_contain_text("FAILED")
     expect(step.locator("pre.json").first).to_contain_text('"code": "CARD_DECLINED"')
+    expect(step.locator("h3", has_text="Input").locator("xpath=following-sibling::pre[1]")).to_contain_text(
+        '"amount": 420'
+    )
     expect(page.locator("section", has=page.get_by_role("heading", name="Workflow input"))).to_contain_text(
         "Ada Lovelace"
     )
@@ -193,11 +196,21 @@ def test_a_map_step_shows_its_children_and_a_child_opens(drill: Drill, browser: 
     page = signed_in(browser, drill)
     page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
     expect(page.get_by_role("img", name="Steps and their dependencies")).to_contain_text("map: 3/3 ended")
-    page.get_by_role("link", name="the first").click()
+    # The children, filtered by status from the form, each a link
+    page.get_by_role("link", name="all of them, by status").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Children of map step charge_all")
+    page.get_by_label("Status").select_option("COMPLETED")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**/children?status=COMPLETED")
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.first).to_contain_text(f"{children['id_prefix']}0")
+    rows.first.get_by_role("link").click()
     page.wait_for_url(f"**/workflows/{quote(children['id_prefix'], safe='')}0")
     expect(page.get_by_role("heading", level=1)).to_have_text(f"{children['id_prefix']}0")
     expect(page.locator("main")).to_contain_text("COMPLETED")
     page.close()
+    screenshot(browser, drill, shots, "map-children", f"/workflows/{quote(wid, safe='')}/steps/charge_all/children")
 
 
 def test_a_dead_letter_is_peeked_without_being_consumed(drill: Drill, browser: Browser, shots: Path) -> None:
@@ -266,3 +279,26 @@ def test_without_the_token_or_with_another_host_nothing_is_served(drill: Drill, 
         urllib.request.urlopen(request, timeout=10)  # nosec B310 # loopback, the console under test
     assert refused.value.code == 403
     assert b"answers only at its loopback address" in refused.value.read()
+
+
+def test_a_running_workflows_page_follows_it_to_its_end_without_a_reload(drill: Drill, browser: Browser) -> None:
+    # Given a trip whose payment takes 4 s, open while it runs
+    drill.servers["payments"].service.update_knobs({"latency_ms": 4000})
+    try:
+        wid = drill.start(trip())
+        drill.wait(wid, lambda v: v["steps"][1]["status"] == "COMPLETED")
+        page = signed_in(browser, drill)
+        navigations: list[str] = []
+        page.on("framenavigated", lambda frame: navigations.append(frame.url))
+        page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+        expect(page.locator("main")).to_have_attribute("data-refresh", "3")
+        expect(page.locator("h1 + dl .status").first).to_have_text("RUNNING")
+        page.locator("#step-book_hotel details summary").click()  # a section the operator opened
+        # When it completes, the page says so by itself (the script fetches it again), and stops refreshing
+        expect(page.locator("h1 + dl .status").first).to_have_text("COMPLETED", timeout=30_000)
+        expect(page.locator("main")).not_to_have_attribute("data-refresh", "3")
+        assert len(navigations) == 1  # no reload: the one navigation is the goto
+        assert page.locator("#step-book_hotel details").get_attribute("open") is not None  # still open
+        page.close()
+    finally:
+        drill.servers["payments"].service.update_knobs({"latency_ms": 0})

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import boto3
 import pytest
@@ -118,7 +119,9 @@ class Deployed:
         elif body is not None:
             event["body"] = json.dumps(body)
         if query:
-            event["queryStringParameters"] = dict(part.split("=", 1) for part in query.split("&"))
+            # decoded, as API Gateway gives them (rawQueryString keeps the encoding)
+            pairs = (part.split("=", 1) for part in query.split("&"))
+            event["queryStringParameters"] = {unquote(key): unquote(value) for key, value in pairs}
         response = self.fn(function).invoke(event)
         text = response.get("body") or "null"
         return response["statusCode"], json.loads(text)

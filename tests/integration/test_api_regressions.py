@@ -333,11 +333,15 @@ def test_an_id_that_breaks_the_id_rule_is_422_naming_the_rule_on_every_route(dep
     # From a clean-clone trial: odd ids answered three ways (422, 404 "no such route", 403). As API Gateway hands an
     # event to the function: the route it matched, the id decoded in pathParameters and in the path.
     routes = workflow_routes()
-    assert len(routes) == 6  # get, history and cancel; the operators' get, history and actions
+    # get, history and cancel; the operators' get, history, actions, a map's children, a step's input, a payload
+    assert len(routes) == 9
+    others = {"action": "retry", "step": "charge_card", "digest": "0" * 64}
     for function, route in routes:
         method, template = route.split(" ", 1)
-        parameters = {"workflow_id": bad_id, **({"action": "retry"} if "{action}" in template else {})}
-        path = template.replace("{workflow_id}", bad_id).replace("{action}", "retry")
+        parameters = {"workflow_id": bad_id, **{k: v for k, v in others.items() if f"{{{k}}}" in template}}
+        path = template
+        for name, value in parameters.items():
+            path = path.replace(f"{{{name}}}", value)
         event = {
             "version": "2.0",
             "routeKey": route,

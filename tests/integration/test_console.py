@@ -8,6 +8,7 @@ stack over HTTP.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from html import unescape
@@ -193,6 +194,14 @@ def test_the_find_form_filters_by_status_definition_and_start_and_opens_an_id(de
     assert wid in held and "attention index" in held
     assert wid not in page(browser, "/?status=HELD&started_before=2000-01-01T00:00")
     assert wid not in page(browser, "/?status=HELD&definition=another")
+    # what only the item holds: the version, the owner, the codes of the steps' last errors
+    found = page(
+        browser, "/?status=HELD&version=1&error_code=CARD_DECLINED&owner=arn:aws:iam::123456789012:user/client-a"
+    )
+    assert wid in found and "trip-booking v1" in text_of(found) and "CARD_DECLINED" in text_of(found)
+    assert wid not in page(browser, "/?status=HELD&error_code=TIMEOUT")
+    assert wid not in page(browser, "/?status=HELD&version=2")
+    assert "version '0': a whole number, 1 or more" in text_of(page(browser, "/?version=0", 400))
     bad = text_of(page(browser, "/?started_after=yesterday", 400))
     assert "'yesterday' is not a date and time" in bad
     assert "status 'DONE': one of RUNNING" in text_of(page(browser, "/?status=DONE", 400))
@@ -225,3 +234,147 @@ def test_an_unreachable_api_is_a_page_that_says_so() -> None:
     answer: TestResponse = browser.get("/", headers={"Host": HOST})
     assert answer.status_code == 502
     assert "is the stack up?" in answer.get_data(as_text=True)
+
+
+def test_a_map_steps_children_are_listed_by_status_a_page_at_a_time(deployed: Deployed) -> None:
+    # Given a map of 105 children (two reads of 100), of which items 3 and 101 are refused, within its tolerance
+    child = {
+        "name": "charge-one",
+        "steps": [
+            {
+                "name": "charge",
+                "agent": "payments",
+                "action": "charge",
+                "input": {
+                    "amount.$": "input.item.amount",
+                    "simulate.$": {"expression": "input.item.simulate", "default": None},
+                },
+            }
+        ],
+    }
+    items = [{"amount": 5, **({"simulate": "reject"} if i in (3, 101) else {})} for i in range(105)]
+    request = {
+        "definition": {
+            "name": "charge-orders",
+            "steps": [
+                {
+                    "name": "charge_all",
+                    "type": "map",
+                    "items": "input.items",
+                    "tolerated_failure": 2,
+                    "definition": child,
+                }
+            ],
+        },
+        "input": {"items": items},
+    }
+    status, started = deployed.api("POST", "/workflows", request)
+    assert status == 201
+    wid = started["workflow_id"]
+    deployed.pump(rounds=400)
+    status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert view["status"] == "COMPLETED" and view["steps"][0]["children"]["failed"] == 2
+    children = f"/ops/workflows/{quote(wid, safe='')}/steps/charge_all/children"
+    # The API: the refused ones by their status, in item order, a page of one at a time
+    status, first = deployed.ops("GET", children, query="status=COMPENSATED&limit=1")
+    assert status == 200, first
+    assert [(c["index"], c["workflow_id"], c["status"]) for c in first["children"]] == [
+        (3, f"{wid}:0:3", "COMPENSATED")
+    ]
+    assert (first["total"], first["started"], first["next_cursor"], first["examined"]) == (105, 105, "4", 100)
+    _, second = deployed.ops("GET", children, query="status=COMPENSATED&limit=1&cursor=4")
+    assert [c["index"] for c in second["children"]] == [101] and second["next_cursor"] == "102"
+    _, last = deployed.ops("GET", children, query="status=COMPENSATED&limit=1&cursor=102")
+    assert (last["children"], last["next_cursor"], last["examined"]) == ([], None, 3)
+    _, every = deployed.ops("GET", children, query="limit=200")
+    assert [c["index"] for c in every["children"]] == list(range(105)) and every["next_cursor"] is None
+    # A step that is not a map, or no such step: 404 naming the map steps
+    status, refused = deployed.ops("GET", f"/ops/workflows/{quote(wid, safe='')}/steps/charge/children")
+    assert (status, refused["error"]) == (404, "STEP_NOT_FOUND")
+    assert refused["message"] == f"workflow {wid} has no map step 'charge'; its map steps: charge_all"
+    # The console: the workflow page links to the children, whose page filters them by status
+    browser = signed_in(console_of(deployed))
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    link = f"/workflows/{quote(wid, safe='')}/steps/charge_all/children"
+    assert f'href="{link}"' in html and "map: 105/105 ended, 2 failed" in html
+    compensated = page(browser, f"{link}?status=COMPENSATED")
+    rows = re.findall(r'<td>(\d+)</td>\s*<td><a href="([^"]+)">', compensated)
+    assert rows == [
+        ("3", f"/workflows/{quote(wid + ':0:3', safe='')}"),
+        ("101", f"/workflows/{quote(wid + ':0:101', safe='')}"),
+    ]
+    assert "Next page" not in compensated
+    child_page = text_of(page(browser, rows[0][1]))
+    assert f"{wid}:0:3 Status COMPENSATED" in child_page
+    assert "None COMPLETED among" not in text_of(page(browser, f"{link}?status=COMPLETED"))
+    assert "None HELD among the children read (105)." in text_of(page(browser, f"{link}?status=HELD"))
+
+
+def test_a_step_output_downloads_whole_as_json(deployed: Deployed) -> None:
+    status, started = deployed.api("POST", "/workflows", trip())
+    assert status == 201
+    deployed.pump()
+    wid = started["workflow_id"]
+    browser = signed_in(console_of(deployed))
+    answer = browser.get(f"/workflows/{quote(wid, safe='')}/steps/book_hotel/output.json", headers={"Host": HOST})
+    assert answer.status_code == 200 and answer.mimetype == "application/json"
+    assert answer.headers["Content-Disposition"] == f'attachment; filename="{wid}-book_hotel-output.json"'
+    _, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert answer.json == view["steps"][1]["output"]
+    missing = browser.get(f"/workflows/{quote(wid, safe='')}/steps/nope/output.json", headers={"Host": HOST})
+    assert missing.status_code == 404
+
+
+def test_a_steps_input_is_rendered_on_demand_and_a_claim_checked_payload_fetched(deployed: Deployed) -> None:
+    # Given a trip whose input is claim-checked (over 32 KiB) and whose flight is refused, held for a person
+    deployed.remote["flights"].service.update_knobs({"rejection_rate": 1.0})
+    request = trip(on_failure="hold")
+    request["input"]["notes"] = "n" * 40_000
+    status, started = deployed.api("POST", "/workflows", request)
+    assert status == 201, started
+    wid = started["workflow_id"]
+    deployed.pump()
+    status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert (view["status"], [s["status"] for s in view["steps"]]) == ("HELD", ["FAILED", "PENDING", "PENDING"])
+    reference = view["input"]["$claim_check"]
+    # The API: the failed step's input, rendered from the claim-checked input; a step not dispatched is a 409
+    status, shown = deployed.ops("GET", f"/ops/workflows/{wid}/steps/reserve_flight/input")
+    assert status == 200, shown
+    assert (shown["input"], shown["edited"]) == ({"traveller": "Ada Lovelace", "route": "LHR-JFK"}, False)
+    assert shown["bytes"] == len(json.dumps(shown["input"], separators=(",", ":")))
+    status, refused = deployed.ops("GET", f"/ops/workflows/{wid}/steps/book_hotel/input")
+    assert (status, refused["error"]) == (409, "STEP_NOT_DISPATCHED")
+    status, refused = deployed.ops("GET", f"/ops/workflows/{wid}/steps/nope/input")
+    assert (status, refused["error"]) == (404, "STEP_NOT_FOUND")
+    assert refused["message"].endswith("those that do: reserve_flight, book_hotel, charge_card")
+    # And the claim-checked input itself, by its digest; a digest of nothing is a 404
+    status, payload = deployed.ops("GET", f"/ops/workflows/{wid}/payloads/{reference['sha256']}")
+    assert status == 200, payload
+    assert payload["payload"]["notes"] == "n" * 40_000 and payload["bytes"] == reference["bytes"]
+    assert payload["key"] == f"{wid}/{reference['sha256']}"
+    status, missing = deployed.ops("GET", f"/ops/workflows/{wid}/payloads/{'0' * 64}")
+    assert (status, missing["error"]) == (404, "PAYLOAD_NOT_FOUND")
+    # The console: the failed step's input beside its error; the claim-checked input one click away
+    browser = signed_in(console_of(deployed))
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    flight = html.split('id="step-reserve_flight"', 1)[1].split("</section>", 1)[0]
+    assert "<h3>Input</h3>" in flight and "&#34;route&#34;: &#34;LHR-JFK&#34;" in flight
+    shown_link = f"/workflows/{quote(wid, safe='')}/payloads/{reference['sha256']}"
+    assert f"Claim-checked payload of {reference['bytes']:,} bytes" in text_of(html) and f'href="{shown_link}"' in html
+    assert "n" * 100 not in html  # the 40,000 characters are not on the workflow's page
+    full = text_of(page(browser, shown_link))
+    assert f"Object {wid}/{reference['sha256']} of the payload bucket: {reference['bytes']:,} bytes." in full
+    assert '"notes": "' + "n" * 100 in full
+    download = browser.get(shown_link + ".json", headers={"Host": HOST})
+    assert download.status_code == 200 and download.json["notes"] == "n" * 40_000
+    # And once retried with an edited input, the input shown is the operator's, said to be edited
+    deployed.remote["flights"].service.update_knobs({"rejection_rate": 0.0})
+    edited = {"traveller": "Ada King", "route": "LHR-JFK"}
+    status, _ = deployed.ops(
+        "POST", f"/ops/workflows/{wid}/retry", {"reason": "typo", "step": "reserve_flight", "input": edited}
+    )
+    assert status == 200
+    status, shown = deployed.ops("GET", f"/ops/workflows/{wid}/steps/reserve_flight/input")
+    assert (shown["input"], shown["edited"]) == (edited, True)
+    on_demand = text_of(page(browser, f"/workflows/{quote(wid, safe='')}/steps/reserve_flight/input"))
+    assert "What its attempts get: edited by an operator with a retry" in on_demand and "Ada King" in on_demand

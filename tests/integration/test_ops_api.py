@@ -301,3 +301,37 @@ def test_started_after_and_before_bound_the_listing_and_each_step_names_what_it_
     assert listed(f"started_before={created + 1}") == [wid]
     assert listed(f"started_before={created}") == []
     assert listed(f"started_after={created - 1}&started_before={created + 1}") == [wid]
+
+
+def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    client_a = "arn:aws:iam::123456789012:user/client-a"
+
+    def listed(query: str) -> tuple[list[str], list[str]]:
+        status, page = deployed.ops("GET", "/ops/workflows", query=query)
+        assert status == 200, page
+        return [w["workflow_id"] for w in page["workflows"]], page["notes"]
+
+    # The summary carries what only the item holds
+    status, page = deployed.ops("GET", "/ops/workflows", query="status=HELD")
+    [summary] = page["workflows"]
+    assert (summary["owner"], summary["definition_version"], summary["error_codes"]) == (client_a, 1, ["CARD_DECLINED"])
+    # Each filter keeps it when it matches and leaves it out, with a note, when it does not
+    assert listed("status=HELD&error_code=CARD_DECLINED") == ([wid], [])
+    assert listed("status=HELD&error_code=TIMEOUT") == (
+        [],
+        ["1 of this page's workflows do not match the filter: left out"],
+    )
+    assert listed("status=HELD&version=1&definition=trip-booking")[0] == [wid]
+    assert listed("status=HELD&version=2")[0] == []
+    assert listed(f"status=HELD&owner={client_a}")[0] == [wid]
+    assert listed("status=HELD&owner=arn:aws:iam::123456789012:user/client-b")[0] == []
+    # A finished workflow is found by the same filters (the scan reads them from the item)
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
+    status, _ = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "card fixed", "step": "charge_card"})
+    assert status == 200
+    deployed.pump()
+    assert listed("status=COMPLETED&error_code=CARD_DECLINED")[0] == []  # retried: its last error is gone
+    assert listed("status=COMPLETED&version=1")[0] == [wid]
+    status, bad = deployed.ops("GET", "/ops/workflows", query="version=0")
+    assert status == 422 and bad["details"][0]["loc"] == ["query", "version"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -81,6 +82,10 @@ MOVING = ("RUNNING", "COMPENSATING", "CANCELLING")
 PAGE = 50
 #: A JSON value longer than this is cut on the page (the whole of it is one click away, as a download).
 SHOWN_CHARS = 20_000
+#: What a step shows of its view, as JSON.
+SHOWN_KEYS = ("output", "error", "compensation_output", "compensation_error")
+#: Step types that take an input (``GET /ops/workflows/{id}/steps/{step}/input``).
+INPUT_STEPS = ("task", "callback")
 #: Seconds between refreshes of a page whose workflow still runs.
 REFRESH_SECONDS = 3
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
@@ -102,12 +107,51 @@ def _epoch(text: str | None) -> int | None:
         raise UsageError(f"{text!r} is not a date and time (YYYY-MM-DDTHH:MM, UTC)") from None
 
 
+def _positive(text: str | None, name: str) -> int | None:
+    """A whole number field (None when empty)."""
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise UsageError(f"{name} {text!r}: a whole number, 1 or more")
+    return int(text)
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
 
 def _cut(text: str) -> tuple[str, bool]:
     return (text[:SHOWN_CHARS], True) if len(text) > SHOWN_CHARS else (text, False)
+
+
+def _claim(value: Any) -> dict[str, Any] | None:
+    """A claim-check reference's digest and size (``claim_check.py``), or None when ``value`` is not one."""
+    if not (isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$claim_check"), dict)):
+        return None
+    claim = value["$claim_check"]
+    digest = claim.get("sha256") or str(claim.get("key", "")).rsplit("/", 1)[-1]
+    if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+        return None
+    return {"sha256": digest, "bytes": claim.get("bytes")}
+
+
+def _shown(value: Any) -> dict[str, Any]:
+    """How a JSON value is shown: its text (cut at `SHOWN_CHARS`), or the claim-check reference it is."""
+    claim = _claim(value)
+    if claim is not None:
+        return {"claim": claim}
+    text, cut = _cut(_pretty(value))
+    return {"text": text, "cut": cut}
+
+
+def _download(value: Any, name: str) -> Response:
+    """``value`` as a JSON file to save (its name made safe for any file system)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return Response(
+        json.dumps(value, indent=2, ensure_ascii=False),
+        content_type="application/json; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{safe}"'},
+    )
 
 
 def _status_css(status: Any) -> str:
@@ -158,6 +202,11 @@ class Console:
             [
                 Rule("/", endpoint="workflows"),
                 Rule("/workflows/<path:workflow_id>/steps/<step>/output.json", endpoint="step_output"),
+                Rule("/workflows/<path:workflow_id>/steps/<step>/children", endpoint="map_children"),
+                Rule("/workflows/<path:workflow_id>/steps/<step>/input", endpoint="step_input"),
+                Rule("/workflows/<path:workflow_id>/steps/<step>/input.json", endpoint="step_input_json"),
+                Rule("/workflows/<path:workflow_id>/payloads/<digest>.json", endpoint="payload_json"),
+                Rule("/workflows/<path:workflow_id>/payloads/<digest>", endpoint="payload"),
                 Rule("/workflows/<path:workflow_id>", endpoint="workflow"),
                 Rule("/dead-letters", endpoint="dead_letters"),
                 Rule("/dead-letters/<queue>", endpoint="dead_letter_queue"),
@@ -234,9 +283,9 @@ class Console:
         return host in {f"{name}:{self.port}" for name in LOOPBACK_HOSTS}
 
     # ------------------------------------------------------------------ answers
-    def _html(self, template: str, status: int = 200, **context: Any) -> Response:
+    def _html(self, template: str, http_status: int = 200, **context: Any) -> Response:
         body = self.env.get_template(template).render(**context)
-        return Response(body, status=status, content_type="text/html; charset=utf-8")
+        return Response(body, status=http_status, content_type="text/html; charset=utf-8")
 
     def _refusal(self, status: int, title: str, message: str, *, bare: bool = False) -> Response:
         """An error page; ``bare`` (no session yet) shows no navigation and not who signs."""
@@ -286,6 +335,9 @@ class Console:
             "status": status,
             "definition": args.get("definition") or None,
             "trigger": args.get("trigger") or None,
+            "version": _positive(args.get("version"), "version"),
+            "owner": args.get("owner") or None,
+            "error_code": args.get("error_code") or None,
             "started_after": _epoch(args.get("started_after")),
             "started_before": _epoch(args.get("started_before")),
         }
@@ -320,14 +372,12 @@ class Console:
         line = build_timeline(events, view)
         steps = []
         for step in view["steps"]:
-            shown = {}
-            for key in ("output", "error", "compensation_output", "compensation_error"):
-                if step.get(key) is not None:
-                    text, cut = _cut(_pretty(step[key]))
-                    shown[key] = {"text": text, "cut": cut}
+            shown = {key: _shown(step[key]) for key in SHOWN_KEYS if step.get(key) is not None}
             attempts = [e for e in events if e.get("step") == step["name"] and e.get("attempt") is not None]
-            steps.append({"view": step, "shown": shown, "events": attempts})
-        input_text, input_cut = _cut(_pretty(view["input"]))
+            takes_input = step.get("type") in INPUT_STEPS and step.get("status") != "PENDING"
+            if takes_input and self.operator and step.get("error"):
+                shown["input"] = self._step_input(workflow_id, step["name"])  # beside the error it led to
+            steps.append({"view": step, "shown": shown, "events": attempts, "takes_input": takes_input})
         return self._html(
             "workflow.html",
             view=view,
@@ -337,24 +387,86 @@ class Console:
             events=events,
             timeline=Markup(timeline_svg(line)) if line.bars or line.markers else None,  # nosec B704 # escaped
             colours=COLOURS,
-            input_text=input_text,
-            input_cut=input_cut,
+            workflow_input=_shown(view["input"]),
             refresh=REFRESH_SECONDS if view["status"] in MOVING and not view.get("paused") else None,
             actor=_actor,
         )
+
+    def _step_input(self, workflow_id: str, step: str) -> dict[str, Any]:
+        """A step's input as `_shown` gives it, or why the API did not give it."""
+        try:
+            answer = self.client.step_input(workflow_id, step)
+        except ApiError as error:
+            return {"refused": f"{error.code}: {error.message}"}
+        return {**_shown(answer["input"]), "edited": answer["edited"]}
 
     def page_step_output(self, request: Request, workflow_id: str, step: str) -> Response:
         view = self.client.get(workflow_id)
         found = [s for s in view["steps"] if s["name"] == step]
         if not found:
             return self._refusal(404, "No such step", f"workflow {workflow_id} has no step {step!r}")
-        body = json.dumps(found[0].get("output"), indent=2, ensure_ascii=False)
-        name = f"{workflow_id}-{step}-output.json".replace(":", "_").replace("/", "_")
-        return Response(
-            body,
-            content_type="application/json; charset=utf-8",
-            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name, safe='')}"},
+        return _download(found[0].get("output"), f"{workflow_id}-{step}-output.json")
+
+    def page_step_input(self, request: Request, workflow_id: str, step: str) -> Response:
+        if not self.operator:
+            return self._operators_only("step inputs")
+        answer = self.client.step_input(workflow_id, step)
+        what = "edited by an operator with a retry" if answer["edited"] else "rendered now from the workflow"
+        return self._value_page(
+            f"Input of step {step}",
+            workflow_id,
+            f"What its attempts get: {what}; {answer['bytes']:,} bytes as JSON.",
+            answer["input"],
+            _path("workflows", workflow_id, "steps", step, "input.json"),
         )
+
+    def page_step_input_json(self, request: Request, workflow_id: str, step: str) -> Response:
+        if not self.operator:
+            return self._operators_only("step inputs")
+        return _download(self.client.step_input(workflow_id, step)["input"], f"{workflow_id}-{step}-input.json")
+
+    def page_payload(self, request: Request, workflow_id: str, digest: str) -> Response:
+        if not self.operator:
+            return self._operators_only("claim-checked payloads")
+        answer = self.client.payload(workflow_id, digest)
+        return self._value_page(
+            "Claim-checked payload",
+            workflow_id,
+            f"Object {answer['key']} of the payload bucket: {answer['bytes']:,} bytes.",
+            answer["payload"],
+            _path("workflows", workflow_id, "payloads", f"{digest}.json"),
+        )
+
+    def page_payload_json(self, request: Request, workflow_id: str, digest: str) -> Response:
+        if not self.operator:
+            return self._operators_only("claim-checked payloads")
+        return _download(self.client.payload(workflow_id, digest)["payload"], f"{workflow_id}-{digest[:12]}.json")
+
+    def _value_page(self, title: str, workflow_id: str, about: str, value: Any, download: str) -> Response:
+        text, cut = _cut(_pretty(value))
+        return self._html(
+            "value.html",
+            title=title,
+            workflow_id=workflow_id,
+            about=about,
+            shown={"text": text, "cut": cut},
+            download=download,
+        )
+
+    def page_map_children(self, request: Request, workflow_id: str, step: str) -> Response:
+        if not self.operator:
+            return self._operators_only("listings of a map step's children")
+        status = request.args.get("status") or None
+        if status is not None and status not in STATUSES:
+            raise UsageError(f"status {status!r}: one of {', '.join(STATUSES)}")
+        cursor = request.args.get("cursor") or None
+        found = self.client.map_children(workflow_id, step, status=status, cursor=cursor, limit=PAGE)
+        following = found.get("next_cursor")
+        next_url = None
+        if following:
+            query = {k: v for k, v in {"status": status, "cursor": following}.items() if v}
+            next_url = _path("workflows", workflow_id, "steps", step, "children") + "?" + urlencode(query)
+        return self._html("map_children.html", found=found, wanted=status, next_url=next_url)
 
     def page_dead_letters(self, request: Request) -> Response:
         if not self.operator:

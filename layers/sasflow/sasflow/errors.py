@@ -96,6 +96,20 @@ class WorkflowNotFoundError(PermanentError):
     """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
 
 
+class StepNotFoundError(PermanentError):
+    """A read names a step the workflow does not have, or one that is not of the kind asked for (HTTP 404): the
+    message names the steps that are."""
+
+
+class StepNotDispatchedError(PermanentError):
+    """A step's input is asked for before the step was dispatched (HTTP 409): it renders once its dependencies
+    complete."""
+
+
+class PayloadNotFoundError(PermanentError):
+    """No claim-checked payload of that digest under the workflow (HTTP 404)."""
+
+
 class InvalidCursorError(PermanentError):
     """A page cursor that this API did not give (HTTP 400)."""
 

@@ -12,7 +12,9 @@ Each question is answered from the cheapest place that holds the answer at any t
 - started by a trigger (``--trigger``), in any status: the sparse *trigger index*, which holds the keys of exactly
   those workflows, newest first (written once, by the start).
 
-Pages are bounded; a ``cursor`` (opaque to callers) continues where a page stopped.
+Every page is re-read from its items, which also answer what no index projects: the definition's version, the
+owner, and the codes of the steps' last errors (a page may then hold fewer workflows than its limit; the cursor goes
+on). Pages are bounded; a ``cursor`` (opaque to callers) continues where a page stopped.
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ class Page:
     counts: dict[str, int] | None = None
     source: str = ""
     notes: list[str] = field(default_factory=list)
+
+
+#: Children a call of `WorkflowFinder.children` reads at most (ten BatchGetItem requests of 100 keys).
+CHILDREN_READ_BUDGET = 1_000
+
+
+@dataclass
+class ChildrenPage:
+    """A page of a map step's children: (item index, summary) pairs, where the next page starts (None: no more),
+    and how many children this page read."""
+
+    children: list[tuple[int, WorkflowSummary]]
+    next_index: int | None
+    examined: int
 
 
 def _encode(state: dict[str, Any]) -> str:
@@ -93,6 +109,9 @@ class WorkflowFinder:
         started_after: int | None = None,
         started_before: int | None = None,
         trigger: str | None = None,
+        version: int | None = None,
+        owner: str | None = None,
+        error_code: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page:
@@ -110,6 +129,10 @@ class WorkflowFinder:
             Only workflows created before this time (epoch seconds).
         trigger:
             Only workflows this trigger started, in any status unless ``status`` is given (the trigger index).
+        version, owner, error_code:
+            Only workflows of this definition version, started by this principal, or with a step whose last error
+            (action or compensation) has this code. No index projects them: they are matched on the items the page
+            re-reads (`WorkflowIndex.current`), so a page may hold fewer workflows than ``limit``.
         limit:
             Workflows per page, at most `MAX_PAGE`.
         cursor:
@@ -136,28 +159,38 @@ class WorkflowFinder:
                 and (trigger is None or summary.trigger == trigger)
             )
 
+        def matches(summary: WorkflowSummary) -> bool:
+            """`wanted`, and what only the item holds."""
+            return (
+                wanted(summary)
+                and (version is None or summary.definition_version == version)
+                and (owner is None or summary.owner == owner)
+                and (error_code is None or error_code in summary.error_codes)
+            )
+
+        by_item = version is not None or owner is not None or error_code is not None
         if trigger is not None:
             found, next_key = self.index.by_trigger(trigger, limit, _resume_key(state))
-            page = self._current(found, wanted, source="trigger index", filtered=True)
+            page = self._current(found, matches, source="trigger index", filtered=True)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, _resume_key(state))
-            page = self._current(found, wanted, source="attention index")
+            page = self._current(found, matches, source="attention index", filtered=by_item)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in FINISHED:
             found, next_key = self.index.finished(str(status), limit, _resume_key(state))
-            page = Page([s for s in found if wanted(s)], None, source="table scan")
+            page = Page([s for s in found if matches(s)], None, source="table scan")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
             page.notes.append("finished workflows are listed by a scan of the table: its cost grows with the table")
         else:
-            page = self._in_flight(state, limit, wanted)
+            page = self._in_flight(state, limit, wanted, matches, filtered=by_item)
             if status is None:
                 page.notes.append("without a status: the workflows in flight; finished ones are listed by status")
         if cursor is None:
             page.counts = self.counts()
         return page
 
-    def _in_flight(self, state: dict[str, Any], limit: int, wanted: Any) -> Page:
+    def _in_flight(self, state: dict[str, Any], limit: int, wanted: Any, matches: Any, *, filtered: bool) -> Page:
         shard = state.get("s", 0)
         if not isinstance(shard, int) or isinstance(shard, bool) or not 0 <= shard < self.shards:
             raise InvalidCursorError("the cursor is not one this API gave")
@@ -168,7 +201,9 @@ class WorkflowFinder:
             found += [entry for entry in entries if wanted(entry)]
             if key is None:
                 shard += 1
-        page = self._current(found, lambda now: wanted(now) and now.status not in FINISHED, source="deadline index")
+        page = self._current(
+            found, lambda now: matches(now) and now.status not in FINISHED, source="deadline index", filtered=filtered
+        )
         page.cursor = None if shard >= self.shards else _encode({"s": shard, "k": key})
         return page
 
@@ -178,8 +213,9 @@ class WorkflowFinder:
         The indexes are GSIs, eventually consistent: a workflow retried a moment ago can still be listed as HELD.
         The page's items are re-read (``WorkflowIndex.current``, a strongly consistent BatchGetItem); an entry
         whose workflow no longer matches the filter, or no longer exists, is left out and counted in a note. The
-        cursor stays the index's, so paging is unchanged. An index that holds every status (``filtered``: the
-        trigger index) leaves out what does not match the status asked for, which is no lag.
+        cursor stays the index's, so paging is unchanged. An index that holds every status (the trigger index), or a
+        filter only the item answers (``filtered``: owner, version, error code), leaves out what does not match,
+        which is no lag.
         """
         if not found:
             return Page([], None, source=source)
@@ -194,6 +230,30 @@ class WorkflowFinder:
                 "table) and no longer match: left out"
             )
         return page
+
+    def children(self, prefix: str, started: int, *, status: str | None, start: int, limit: int) -> ChildrenPage:
+        """One page of a map step's children ``prefix + i`` for ``i`` in ``[start, started)``, in item order, those
+        of ``status`` (a status or an attention kind; None: every child).
+
+        Children are found by their ids (no index holds them): each round re-reads 100 of them from their items
+        (``WorkflowIndex.current``, one BatchGetItem), at most `CHILDREN_READ_BUDGET` a call, so a page filtered by a
+        rare status may come back short with a cursor to go on from.
+        """
+        limit = max(1, min(MAX_PAGE, limit))
+        kept: list[tuple[int, WorkflowSummary]] = []
+        position, examined = start, 0
+        while position < started and len(kept) < limit and examined < CHILDREN_READ_BUDGET:
+            indexes = range(position, min(started, position + 100))
+            now = self.index.current([f"{prefix}{i}" for i in indexes])
+            examined += len(indexes)
+            for i in indexes:
+                position = i + 1
+                summary = now.get(f"{prefix}{i}")
+                if summary is not None and (status is None or status in (summary.status, summary.attention)):
+                    kept.append((i, summary))
+                    if len(kept) == limit:
+                        break
+        return ChildrenPage(kept, position if position < started else None, examined)
 
     def counts(self) -> dict[str, int]:
         """Workflows by status of what the indexes hold: every workflow in flight or waiting (not the finished)."""

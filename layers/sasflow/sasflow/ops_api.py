@@ -2,9 +2,9 @@
 
 Routes
 ------
-- ``GET /ops/workflows``: workflows by ``status``, ``definition``, ``trigger`` and start (``started_after``,
-  ``started_before``), a page at a time, with counts by status (``finding.WorkflowFinder``: the sparse indexes,
-  never a scan unless finished ones are asked for).
+- ``GET /ops/workflows``: workflows by ``status``, ``definition`` (and ``version``), ``trigger``, start
+  (``started_after``, ``started_before``), ``owner`` and ``error_code``, a page at a time, with counts by status
+  (``finding.WorkflowFinder``: the sparse indexes, never a scan unless finished ones are asked for).
 - ``GET /ops/workflows/{workflow_id}`` and ``.../history``: any workflow, whoever started it.
 - ``POST /ops/workflows/{workflow_id}/{action}``: an operator action (``scheduler.OPERATOR_ACTIONS``), audited in the
   history with the caller's principal and the body's ``reason``. An ``Idempotency-Key`` header makes a retried
@@ -46,16 +46,29 @@ from .api import (
     install_error_handlers,
 )
 from .api_models import HistoryPage, WorkflowView
+from .claim_check import object_key
 from .clock import epoch_seconds
-from .errors import RetryableError, TriggerNotFoundError, TriggerNotRunnableError, WorkflowNotFoundError
+from .definition import render
+from .errors import (
+    ClaimCheckMissingError,
+    PayloadNotFoundError,
+    PayloadTooLargeError,
+    RetryableError,
+    StepNotDispatchedError,
+    StepNotFoundError,
+    TriggerNotFoundError,
+    TriggerNotRunnableError,
+    WorkflowNotFoundError,
+)
 from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
 from .identity import principal_of
+from .limits import json_size
 from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
 from .scheduler import SchedulerService
 from .settings import TriggerRoute
 from .transitions import NO_OUTPUT
 from .triggers import TriggerState, occurrence_key, run_now_body, run_now_occurrence
-from .types import IdempotencyKey, Reason, TriggerName, WorkflowId
+from .types import IdempotencyKey, Reason, StepName, TriggerName, WorkflowId
 
 if TYPE_CHECKING:
     # An annotation only: the adapter (and the botocore it imports) loads with the boto3 clients, in build_ops.
@@ -113,6 +126,54 @@ class WorkflowSummaryView(BaseModel):
     attention_since: int | None = None
     reason: str | None = None
     trigger: str | None = Field(default=None, description="The trigger that started it, if one did.")
+    owner: str | None = Field(default=None, description="The principal that started it (read from its item).")
+    definition_version: int | None = Field(default=None, description="Its definition's version (from its item).")
+    error_codes: list[str] = Field(
+        default_factory=list, description="The codes of its steps' last errors, sorted (from its item)."
+    )
+
+
+#: The largest payload the read routes answer with (a Lambda response is at most 6 MB, and JSON inside the JSON body
+#: grows as it is escaped); a larger one is refused with 413, naming where it is.
+MAX_READ_BYTES = 4 * 1024 * 1024
+
+
+class StepInputView(BaseModel):
+    """``GET /ops/workflows/{id}/steps/{step}/input``: what the step's attempts get, rendered now."""
+
+    workflow_id: str
+    step: str
+    input: Any = Field(description="The rendered input, claim-checked payloads read.")
+    bytes: int = Field(description="Its size as compact JSON.")
+    edited: bool = Field(description="An operator's edited input, given with a retry (not rendered).")
+
+
+class PayloadView(BaseModel):
+    """``GET /ops/workflows/{id}/payloads/{sha256}``: a claim-checked payload of the workflow."""
+
+    workflow_id: str
+    key: str = Field(description="Its object's key in the payload bucket.")
+    bytes: int
+    payload: Any
+
+
+class MapChildView(WorkflowSummaryView):
+    """A map step's child: its item index, and what a listing shows of it."""
+
+    index: int = Field(description="Its item's place in the map's list, from 0.")
+
+
+class MapChildrenPage(BaseModel):
+    """``GET /ops/workflows/{id}/steps/{step}/children``: children of a map step, in item order."""
+
+    workflow_id: str
+    step: str
+    total: int = Field(description="Items of the map: one child each.")
+    started: int = Field(description="Children started so far (ids prefix + 0 .. started - 1).")
+    id_prefix: str
+    children: list[MapChildView]
+    next_cursor: str | None = None
+    examined: int = Field(description="Children this page read (at most 1,000 a request).")
 
 
 class WorkflowListPage(BaseModel):
@@ -271,6 +332,14 @@ def build_ops_app(
         definition: Annotated[str | None, Query(max_length=80)] = None,
         started_after: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
         started_before: Annotated[int | None, Query(ge=0, description="Epoch seconds")] = None,
+        version: Annotated[
+            int | None, Query(ge=1, le=2_147_483_647, description="The definition's version (with or without name)")
+        ] = None,
+        owner: Annotated[str | None, Query(max_length=2048, description="The principal that started it")] = None,
+        error_code: Annotated[
+            str | None,
+            Query(max_length=128, description="A code of a step's last error (action or compensation)"),
+        ] = None,
         trigger: Annotated[
             TriggerName | None, Query(description="Only the workflows this trigger started (any status)")
         ] = None,
@@ -288,6 +357,9 @@ def build_ops_app(
             started_after=started_after,
             started_before=started_before,
             trigger=trigger,
+            version=version,
+            owner=owner,
+            error_code=error_code,
             limit=limit,
             cursor=cursor,
         )
@@ -321,6 +393,107 @@ def build_ops_app(
         caller()
         after = history_cursor(cursor)
         return HistoryPage.of(load(workflow_id), after=after, limit=limit)
+
+    @app.get(
+        "/ops/workflows/<workflow_id>/steps/<step>/children",
+        summary="A map step's child workflows, in item order, by status",
+        responses={200: doc(MapChildrenPage, "One page of children"), **ERROR_RESPONSES},
+    )
+    def map_children(
+        workflow_id: Annotated[WorkflowId, Path()],
+        step: Annotated[StepName, Path()],
+        status: Annotated[StatusFilter | None, Query(description="A status, or PAUSED")] = None,
+        cursor: Annotated[str | None, Query(max_length=16)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    ) -> MapChildrenPage:
+        caller()
+        scheduler, _, index, _ = services()
+        snapshot = load(workflow_id)
+        definition = snapshot.workflow.definition
+        maps = [s.name for s in definition.steps if s.type == "map"]
+        if step not in maps:
+            raise StepNotFoundError(
+                f"workflow {workflow_id} has no map step {step!r}"
+                + (f"; its map steps: {', '.join(maps)}" if maps else "; it has no map step")
+            )
+        record = snapshot.steps.get(step)
+        progress = record.map if record is not None else None
+        prefix = f"{workflow_id}:{definition.order.index(step)}:"
+        started = progress.launched if progress is not None else 0
+        found = WorkflowFinder(index, scheduler.config.deadline_shards).children(
+            prefix, started, status=status, start=history_cursor(cursor), limit=limit
+        )
+        return MapChildrenPage(
+            workflow_id=workflow_id,
+            step=step,
+            total=progress.total if progress is not None else 0,
+            started=started,
+            id_prefix=prefix,
+            children=[MapChildView.model_validate({**asdict(s), "index": i}) for i, s in found.children],
+            next_cursor=str(found.next_index) if found.next_index is not None else None,
+            examined=found.examined,
+        )
+
+    @app.get(
+        "/ops/workflows/<workflow_id>/steps/<step>/input",
+        summary="A step's input as its attempts get it: rendered now from the workflow, claim-checked payloads read",
+        responses={200: doc(StepInputView, "The step's input"), **ERROR_RESPONSES},
+    )
+    def step_input(workflow_id: Annotated[WorkflowId, Path()], step: Annotated[StepName, Path()]) -> StepInputView:
+        caller()
+        scheduler = services()[0]
+        snapshot = load(workflow_id)
+        definition = snapshot.workflow.definition
+        with_input = [s.name for s in definition.steps if getattr(s, "input", None) is not None]
+        if step not in with_input:
+            raise StepNotFoundError(
+                f"workflow {workflow_id} has no step {step!r} that takes an input; those that do: "
+                + (", ".join(with_input) or "none")
+            )
+        record = snapshot.steps.get(step)
+        if record is None:
+            raise StepNotDispatchedError(
+                f"step {step!r} of workflow {workflow_id} was not dispatched yet: its input renders from the steps "
+                "it waits for once they complete"
+            )
+        edited = record.input_override is not None
+        if edited:
+            value: Any = record.input_override
+        else:
+            context = snapshot.context()
+            if scheduler.claims is not None:
+                context = scheduler.claims.resolve_context(context, workflow_id)
+            template: dict[str, Any] = getattr(definition.step(step), "input", None) or {}
+            value = render(template, context, where=f"steps[{step}].input")
+        size = json_size(value, MAX_READ_BYTES + 1, what=f"steps[{step}].input")
+        if size > MAX_READ_BYTES:
+            raise PayloadTooLargeError(f"step {step!r}'s rendered input (read it with an SDK)", size, MAX_READ_BYTES)
+        return StepInputView(workflow_id=workflow_id, step=step, input=value, bytes=size, edited=edited)
+
+    @app.get(
+        "/ops/workflows/<workflow_id>/payloads/<digest>",
+        summary="A claim-checked payload of the workflow (an input or output above the claim-check threshold)",
+        responses={200: doc(PayloadView, "The payload"), **ERROR_RESPONSES},
+    )
+    def payload(
+        workflow_id: Annotated[WorkflowId, Path()],
+        digest: Annotated[str, Path(pattern="^[0-9a-f]{64}$", description="The reference's sha256")],
+    ) -> PayloadView:
+        caller()
+        scheduler = services()[0]
+        load(workflow_id)  # an unknown workflow is a 404 of its own
+        key = object_key(workflow_id, digest)
+        if scheduler.claims is None:
+            raise PayloadNotFoundError(f"{key}: this stack claim-checks nothing (no payload bucket)")
+        try:
+            body = scheduler.claims.store.get(key)
+        except ClaimCheckMissingError:
+            raise PayloadNotFoundError(f"no claim-checked payload {key}") from None
+        if len(body) > MAX_READ_BYTES:
+            raise PayloadTooLargeError(
+                f"payload {key} (read it from the payload bucket with an SDK)", len(body), MAX_READ_BYTES
+            )
+        return PayloadView(workflow_id=workflow_id, key=key, bytes=len(body), payload=json.loads(body))
 
     @app.post(
         "/ops/workflows/<workflow_id>/<action>",

@@ -112,6 +112,9 @@ class WorkflowSummary:
         Why it unwinds or waits, when the index projects it.
     trigger:
         The trigger that started it (``triggers.py``), if one did.
+    owner, definition_version, error_codes:
+        The principal that started it, its definition's version, and the codes of its steps' last errors: read from
+        the item (``current``, a finished listing's scan), never from an index, which does not project them.
     """
 
     workflow_id: str
@@ -124,6 +127,9 @@ class WorkflowSummary:
     attention_since: int | None = None
     reason: str | None = None
     trigger: str | None = None
+    owner: str | None = None
+    definition_version: int | None = None
+    error_codes: tuple[str, ...] = ()
 
 
 class WorkflowIndex(Protocol):

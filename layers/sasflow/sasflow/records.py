@@ -278,6 +278,17 @@ class Snapshot:
         return record.status if record else StepStatus.PENDING
 
     @property
+    def error_codes(self) -> tuple[str, ...]:
+        """The codes of its steps' last errors (action and compensation), sorted, each once: what ``/ops/workflows``
+        finds by ``error_code``."""
+        codes = set()
+        for record in self.steps.values():
+            for error in (record.error, record.comp_error):
+                if isinstance(error, dict) and isinstance(error.get("code"), str):
+                    codes.add(error["code"])
+        return tuple(sorted(codes))
+
+    @property
     def trouble(self) -> int:
         """Resends and deferrals of all its steps: how stuck it looks (``/ops/overdue`` lists those above a bar)."""
         return sum(r.resends + r.deferrals + r.comp_deferrals for r in self.steps.values())

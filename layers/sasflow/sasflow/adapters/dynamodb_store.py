@@ -76,7 +76,11 @@ _DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
 #: not read under throttling; the SDK guide advises asking again, with backoff, which botocore's retries give).
 _BATCH_GET_ROUNDS = 5
 #: What a summary (``ports.WorkflowSummary``) reads of a workflow's item.
-_SUMMARY_ATTRIBUTES = "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg"
+_SUMMARY_ATTRIBUTES = (
+    "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg, #owner, dver, errs"
+)
+#: ``status`` and ``owner`` are DynamoDB reserved words.
+_SUMMARY_NAMES = {"#status": "status", "#owner": "owner"}
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -291,6 +295,9 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "cc": True if workflow.claim_checked else None,
         # Projected into the deadline index, so /ops lists and counts workflows in flight from it.
         "dname": workflow.definition.name,
+        # Read by the operators' listings from the item (current), never projected: found by version and error code.
+        "dver": workflow.definition.version,
+        "errs": list(snapshot.error_codes) or None,
         "trouble": snapshot.trouble or None,
         # The sparse attention index: present only while the workflow waits for a person.
         "attn": workflow.attention,
@@ -353,6 +360,9 @@ def _summary(item: dict[str, Any]) -> WorkflowSummary:
         attention_since=item.get("attn_since"),
         reason=item.get("reason"),
         trigger=item.get("trg"),
+        owner=item.get("owner"),
+        definition_version=item.get("dver"),
+        error_codes=tuple(item.get("errs") or ()),
     )
 
 
@@ -751,9 +761,9 @@ class DynamoDBStateStore:
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "FilterExpression": "sk = :wf AND #status = :status",
-            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeNames": _SUMMARY_NAMES,
             "ExpressionAttributeValues": _ser({":wf": WORKFLOW_SORT_KEY, ":status": status}),
-            "ProjectionExpression": "pk, #status, dname, created_at, reason",
+            "ProjectionExpression": _SUMMARY_ATTRIBUTES,
             "Limit": max(limit, 100),
         }
         if start is not None:
@@ -784,7 +794,7 @@ class DynamoDBStateStore:
             rounds=_BATCH_GET_ROUNDS,
             ConsistentRead=True,
             ProjectionExpression=_SUMMARY_ATTRIBUTES,
-            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeNames=_SUMMARY_NAMES,
         )
         if left:
             raise ClientError(

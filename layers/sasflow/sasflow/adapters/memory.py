@@ -171,6 +171,9 @@ class InMemoryStateStore:
             attention_since=workflow.attention_since,
             reason=workflow.reason,
             trigger=workflow.trigger.name if workflow.trigger is not None else None,
+            owner=workflow.owner,
+            definition_version=workflow.definition.version,
+            error_codes=snapshot.error_codes,
         )
 
     @staticmethod
