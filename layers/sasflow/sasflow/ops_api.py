@@ -94,10 +94,17 @@ StatusFilter = Literal[
 OperatorAction = Literal["retry", "skip", "compensate", "retry-compensation", "resolve", "pause", "resume", "cancel"]
 
 
-class OperatorActionRequest(BaseModel):
+class _Model(BaseModel):
+    """The operators' routes' bodies: their validators are built on first use, not at import (``defer_build``), so
+    the ops function's cold start does not pay for the routes a sandbox never serves."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class OperatorActionRequest(_Model):
     """Body of ``POST /ops/workflows/{id}/{action}``: why (audited), and what the action needs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     reason: Reason = Field(description="Why: written to the history with your principal.")
     step: str | None = Field(
@@ -113,7 +120,7 @@ class OperatorActionRequest(BaseModel):
     )
 
 
-class WorkflowSummaryView(BaseModel):
+class WorkflowSummaryView(_Model):
     """A workflow as a listing shows it (``ports.WorkflowSummary``). Times are epoch seconds."""
 
     workflow_id: str
@@ -138,7 +145,7 @@ class WorkflowSummaryView(BaseModel):
 MAX_READ_BYTES = 4 * 1024 * 1024
 
 
-class StepInputView(BaseModel):
+class StepInputView(_Model):
     """``GET /ops/workflows/{id}/steps/{step}/input``: what the step's attempts get, rendered now."""
 
     workflow_id: str
@@ -148,7 +155,7 @@ class StepInputView(BaseModel):
     edited: bool = Field(description="An operator's edited input, given with a retry (not rendered).")
 
 
-class PayloadView(BaseModel):
+class PayloadView(_Model):
     """``GET /ops/workflows/{id}/payloads/{sha256}``: a claim-checked payload of the workflow."""
 
     workflow_id: str
@@ -163,7 +170,7 @@ class MapChildView(WorkflowSummaryView):
     index: int = Field(description="Its item's place in the map's list, from 0.")
 
 
-class MapChildrenPage(BaseModel):
+class MapChildrenPage(_Model):
     """``GET /ops/workflows/{id}/steps/{step}/children``: children of a map step, in item order."""
 
     workflow_id: str
@@ -176,7 +183,7 @@ class MapChildrenPage(BaseModel):
     examined: int = Field(description="Children this page read (at most 1,000 a request).")
 
 
-class WorkflowListPage(BaseModel):
+class WorkflowListPage(_Model):
     """One page of ``GET /ops/workflows``; ``next_cursor`` continues it (null on the last page)."""
 
     workflows: list[WorkflowSummaryView]
@@ -190,7 +197,7 @@ class WorkflowListPage(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class OverdueView(BaseModel):
+class OverdueView(_Model):
     """``GET /ops/overdue``: what the supervisor finds overdue now, and what looks stuck."""
 
     now: int = Field(description="Epoch seconds.")
@@ -203,7 +210,7 @@ class OverdueView(BaseModel):
     stuck: list[WorkflowSummaryView]
 
 
-class DeadLetterView(BaseModel):
+class DeadLetterView(_Model):
     """One dead-letter message (``adapters.sqs_dead_letters.DeadLetter``)."""
 
     queue: str
@@ -220,7 +227,7 @@ class DeadLetterView(BaseModel):
     reason: str | None = Field(default=None, description="Why a trigger refused the occurrence, when it did.")
 
 
-class DeadLetterQueueView(BaseModel):
+class DeadLetterQueueView(_Model):
     """A dead-letter queue: its depth and, when one queue is asked for, its messages and recent move tasks."""
 
     queue: str
@@ -229,23 +236,23 @@ class DeadLetterQueueView(BaseModel):
     move_tasks: list[dict[str, Any]] = Field(default_factory=list)
 
 
-class DeadLetterList(BaseModel):
+class DeadLetterList(_Model):
     """``GET /ops/dead-letters``."""
 
     queues: list[DeadLetterQueueView]
 
 
-class RedriveRequest(BaseModel):
+class RedriveRequest(_Model):
     """Body of ``POST /ops/dead-letters/redrive``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     queue: str = Field(min_length=1, max_length=80, description="The dead-letter queue's name (GET /ops/dead-letters).")
     reason: Reason = Field(description="Why: written to the operators' audit log line with your principal.")
     max_per_second: int | None = Field(default=None, ge=1, le=500, description="SQS's move rate; default: as fast.")
 
 
-class TriggerStateView(BaseModel):
+class TriggerStateView(_Model):
     """A trigger of triggers.yaml as the operators see it."""
 
     name: str
@@ -266,21 +273,21 @@ class TriggerStateView(BaseModel):
     waiting: str | None = Field(default=None, description="The occurrence waiting for the slot (buffer_one).")
 
 
-class TriggerList(BaseModel):
+class TriggerList(_Model):
     """``GET /ops/triggers``."""
 
     triggers: list[TriggerStateView]
 
 
-class TriggerActionRequest(BaseModel):
+class TriggerActionRequest(_Model):
     """Body of ``POST /ops/triggers/{name}/{action}``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     reason: Reason = Field(description="Why: kept with a pause, logged for every action.")
 
 
-class RunNowResult(BaseModel):
+class RunNowResult(_Model):
     """A run-now sent: the occurrence and the workflow it starts (its id is known before it starts)."""
 
     trigger: str
@@ -288,7 +295,7 @@ class RunNowResult(BaseModel):
     workflow_id: str
 
 
-class RedriveResult(BaseModel):
+class RedriveResult(_Model):
     """The move that started: SQS's task handle, and the queue's depth when it started."""
 
     queue: str
