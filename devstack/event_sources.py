@@ -899,6 +899,11 @@ class _ApiRequestHandler(http.server.BaseHTTPRequestHandler):
             return
         taken_as: identities.Identity | None = None
         if api.swagger is not None:  # local only (devstack.swagger): the page, and its "Try it out" prefix
+            if api.swagger.ours(raw_path):
+                refused = api.swagger.refusal(dict(self.headers.items()), self.server.server_address[1])
+                if refused is not None:
+                    self._send_json(403, {"message": f"Forbidden: {refused}"})
+                    return
             page = api.swagger.page(self.command, raw_path, raw_query)
             if page is not None:
                 self._send(*page)

@@ -33,6 +33,8 @@ SWAGGER_PATH: Final = "/swagger"
 TRY_PREFIX: Final = "/swagger/as/"
 #: The documents merged into the page, in order (the first one's info wins).
 DOCUMENT_PATHS: Final = ("/openapi.json", "/ops/openapi.json")
+#: The names of the loopback address a Host header may give (with the stack's port).
+LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost", "[::1]")
 
 
 def merge_documents(documents: Sequence[Mapping[str, Any]], *, servers: Sequence[Mapping[str, str]]) -> dict[str, Any]:
@@ -124,6 +126,25 @@ class SwaggerPages:
             return 200, [("content-type", "application/json")], json.dumps(document).encode()
         page = swagger_html(document).encode()
         return 200, [("content-type", "text/html; charset=utf-8"), ("cache-control", "no-store")], page
+
+    @staticmethod
+    def ours(raw_path: str) -> bool:
+        """Whether ``raw_path`` is the page or under its unsigned "Try it out" prefix."""
+        return raw_path.rstrip("/") == SWAGGER_PATH or raw_path.startswith(TRY_PREFIX)
+
+    @staticmethod
+    def refusal(headers: Mapping[str, str], port: int) -> str | None:
+        """Why a request to the page or its prefix is refused, or None: it must name the loopback address and this
+        port as its Host, and come from no other origin. The prefix acts unsigned as any local identity, so a page
+        of another site (a DNS name rebound to 127.0.0.1, or a cross-site request) must not reach it."""
+        allowed = {f"{name}:{port}" for name in LOOPBACK_HOSTS}
+        host = headers.get("Host") or headers.get("host") or ""
+        if host not in allowed:
+            return f"Host {host!r} is not this stack's loopback address (127.0.0.1:{port})"
+        origin = headers.get("Origin") or headers.get("origin")
+        if origin is not None and origin.removeprefix("http://") not in allowed:
+            return f"Origin {origin!r} is another site's"
+        return None
 
     @staticmethod
     def taken_as(raw_path: str) -> tuple[identities.Identity, str] | None:

@@ -246,6 +246,7 @@ class SasflowClient:
         error_code: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        counts: bool = True,
         follow: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Pages of ``GET /ops/workflows`` from ``cursor`` (None: the first); only one page unless ``follow``."""
@@ -264,6 +265,7 @@ class SasflowClient:
                     "error_code": error_code,
                     "limit": limit,
                     "cursor": cursor,
+                    "counts": None if counts else "false",
                 },
             )
             yield page

@@ -152,6 +152,8 @@ def test_the_reading_drill_finds_a_held_workflow_and_reads_its_failed_step(
     # Given a trip whose payment is refused, under the hold policy: HELD
     wid = drill.held_trip()
     page = signed_in(browser, drill)
+    page.keyboard.press("Tab")  # the first stop skips the navigation
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     # When the operator finds it among those that need a person, with the keyboard alone
     held = page.locator("section", has=page.get_by_role("heading", name="Needs a person: HELD"))
     link = held.get_by_role("link", name=wid)

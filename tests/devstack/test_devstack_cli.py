@@ -142,6 +142,7 @@ def test_up_serves_until_interrupted(mini_template: Path, tmp_path: Path) -> Non
         output.append(lines.get())
     assert code == 0, "".join(output)
     assert output[-1].strip() == "stopped"
+    assert sum("token=" in line for line in output) == 1  # printed once; the console logs no request line
 
 
 def test_up_serves_the_sample_services_unless_the_template_cannot_or_the_caller_named_services(

@@ -147,6 +147,29 @@ def test_try_it_out_is_taken_as_the_chosen_identity_under_its_policy(
     assert get(api, "/ops/workflows", sign("GET", url, caller="operator"))[0] == 200
 
 
+def test_the_page_and_its_prefix_answer_only_the_loopback_host_and_no_other_origin(
+    api: HttpApiServer, functions: dict[str, Function]
+) -> None:
+    # Found by a clean-clone trial: a page of another site whose name was rebound to 127.0.0.1 acted as the
+    # operator through the unsigned prefix (the Host header named that site)
+    calls = len(functions["OpsFunction"].callers)
+    for headers in (
+        {"Host": f"evil.example:{api.port}"},
+        {"Host": f"127.0.0.1:{api.port + 1}"},
+        {"Origin": "http://evil.example"},
+        {"Origin": f"http://evil.example:{api.port}"},
+    ):
+        for path in ("/swagger/as/operator/ops/workflows", "/swagger", "/swagger?format=json"):
+            status, _, body = get(api, path, headers)
+            assert status == 403, (headers, path)
+            assert json.loads(body)["message"].startswith("Forbidden: ")
+    assert len(functions["OpsFunction"].callers) == calls  # nothing reached the function
+    # The loopback names with the stack's port, and the page's own origin, are served
+    for name in ("127.0.0.1", "localhost"):
+        headers = {"Host": f"{name}:{api.port}", "Origin": f"http://{name}:{api.port}"}
+        assert get(api, "/swagger/as/operator/ops/workflows", headers)[0] == 200
+
+
 def test_without_swagger_there_is_no_page_and_no_prefix(functions: dict[str, Function]) -> None:
     server = serve(functions, swagger=False)
     try:

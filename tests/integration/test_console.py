@@ -8,18 +8,20 @@ stack over HTTP.
 
 from __future__ import annotations
 
+import http.client
 import json
+import logging
 import re
 from collections.abc import Iterator
 from html import unescape
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from werkzeug.test import Client, TestResponse
 
 from sasflow_cli.client import SasflowClient
-from sasflow_cli.console import Console
+from sasflow_cli.console import Console, ConsoleServer
 from sasflow_cli.console.server import COOKIE
 from tests.integration.conftest import Deployed
 from tests.integration.test_cli import DeployedTransport
@@ -82,12 +84,15 @@ def test_the_token_becomes_a_strict_http_only_cookie_and_nothing_is_served_witho
     first = browser.get("/definitions?token=the-token", headers={"Host": HOST})
     assert (first.status_code, first.headers["Location"]) == (303, "/definitions")
     cookie = first.headers["Set-Cookie"]
-    assert cookie.startswith(f"{COOKIE}=the-session;")
+    assert cookie.startswith(f"{COOKIE}_{PORT}=the-session;")  # one cookie per console: named by its port
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
     assert "the-token" not in cookie
+    # The token's page keeps the rest of its address (a link to a filtered list works once)
+    kept = Client(console).get("/?status=HELD&token=the-token", headers={"Host": HOST})
+    assert (kept.status_code, kept.headers["Location"]) == (303, "/?status=HELD")
     assert page(browser, "/definitions").count("<h1>Definitions</h1>") == 1
     # Another session value is no session
-    browser.set_cookie(COOKIE, "forged", domain="127.0.0.1")
+    browser.set_cookie(f"{COOKIE}_{PORT}", "forged", domain="127.0.0.1")
     assert browser.get("/definitions", headers={"Host": HOST}).status_code == 403
 
 
@@ -101,7 +106,7 @@ def test_a_request_naming_another_host_is_refused_even_with_the_session(deployed
     assert "answers only at its loopback address" in answer.get_data(as_text=True)
     # the loopback names with the console's port are served (a browser keeps a cookie per host name)
     for name in ("127.0.0.1", "localhost", "[::1]"):
-        headers = {"Host": f"{name}:{PORT}", "Cookie": f"{COOKIE}=the-session"}
+        headers = {"Host": f"{name}:{PORT}", "Cookie": f"{COOKIE}_{PORT}=the-session"}
         assert Client(browser.application, use_cookies=False).get("/definitions", headers=headers).status_code == 200
 
 
@@ -166,7 +171,7 @@ def test_values_from_a_workflow_are_text_never_markup(deployed: Deployed) -> Non
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(&#39;out&#39;)&lt;/script&gt;" in html  # the output, shown as text
     assert 'href="javascript:' not in html and "javascript:alert(1)" in html  # text, never a link
-    assert "\\u003cimg src=x onerror=alert(2)\\u003e" in html  # the reason, in the history's detail
+    assert "&#34;reason&#34;: &#34;&lt;img src=x onerror=alert(2)&gt;&#34;" in html  # the reason, as text
 
 
 def test_a_client_sees_its_own_workflow_and_is_told_why_not_the_rest(deployed: Deployed) -> None:
@@ -378,3 +383,45 @@ def test_a_steps_input_is_rendered_on_demand_and_a_claim_checked_payload_fetched
     assert (shown["input"], shown["edited"]) == (edited, True)
     on_demand = text_of(page(browser, f"/workflows/{quote(wid, safe='')}/steps/reserve_flight/input"))
     assert "What its attempts get: edited by an operator with a retry" in on_demand and "Ada King" in on_demand
+
+
+def test_a_step_its_when_skipped_has_no_input_and_an_inline_definition_says_where_its_steps_are(
+    deployed: Deployed,
+) -> None:
+    request = trip()
+    request["definition"]["steps"][1]["when"] = "input.nights > `5`"  # 3 nights: the hotel is skipped
+    status, started = deployed.api("POST", "/workflows", request)
+    assert status == 201
+    deployed.pump()
+    wid = started["workflow_id"]
+    status, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert [s["status"] for s in view["steps"]] == ["COMPLETED", "SKIPPED", "COMPLETED"]
+    status, refused = deployed.ops("GET", f"/ops/workflows/{wid}/steps/book_hotel/input")
+    assert (status, refused["error"]) == (409, "STEP_NOT_DISPATCHED")
+    assert "was never dispatched (it is pending, or its when skipped it)" in refused["message"]
+    browser = signed_in(console_of(deployed))
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    assert "Input of reserve_flight" in html and "Input of book_hotel" not in html
+    # The definition was given inline: its page says so instead of a bare 404
+    inline = text_of(page(browser, "/definitions/trip-booking", 404))
+    assert "Not registered" in inline and "its steps and their dependencies are on the workflow's own page" in inline
+    assert browser.get("/favicon.ico", headers={"Host": HOST}).status_code == 204
+
+
+def test_the_served_console_logs_no_request_line_so_the_token_stays_off_the_terminal(
+    deployed: Deployed, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    console = console_of(deployed)
+    server = ConsoleServer(lambda port: Console(console.client, "operator", port, token="the-token")).start()
+    try:
+        split = urlsplit(server.url)
+        connection = http.client.HTTPConnection("127.0.0.1", split.port, timeout=10)
+        connection.request("GET", f"/?{split.query}")
+        answer = connection.getresponse()
+        assert answer.status == 303 and answer.getheader("Set-Cookie", "").startswith(f"{COOKIE}_{split.port}=")
+        connection.close()
+    finally:
+        server.stop()
+    captured = capfd.readouterr()
+    assert "the-token" not in captured.out + captured.err + caplog.text

@@ -50,7 +50,8 @@ from . import graph
 
 __all__ = ["COOKIE", "SECURITY_HEADERS", "Console", "ConsoleServer"]
 
-#: The session cookie's name.
+#: The session cookie's name, followed by the console's port: a browser keeps cookies by host, not by port, so two
+#: consoles (an operator's and a client's) would otherwise end each other's session.
 COOKIE = "sasflow_console"
 #: Sent with every answer.
 SECURITY_HEADERS: Mapping[str, str] = {
@@ -114,6 +115,11 @@ def _positive(text: str | None, name: str) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise UsageError(f"{name} {text!r}: a whole number, 1 or more")
     return int(text)
+
+
+def _compact(value: Any) -> str:
+    """One line of JSON, characters as they are (the page escapes them; ``tojson`` would show ``\u003c``)."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def _pretty(value: Any) -> str:
@@ -196,7 +202,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(time=_time, pretty=_pretty, status_css=_status_css)
+        self.env.filters.update(time=_time, pretty=_pretty, compact=_compact, status_css=_status_css)
         self.env.globals.update(path=_path, identity=self.identity, operator=self.operator, statuses=STATUSES)
         self.routes = Map(
             [
@@ -214,9 +220,14 @@ class Console:
                 Rule("/definitions/<name>", endpoint="definition"),
                 Rule("/definitions/<name>/<int:version>", endpoint="definition_version"),
                 Rule("/static/<file>", endpoint="static"),
+                Rule("/favicon.ico", endpoint="favicon"),
             ],
             strict_slashes=False,
         )
+
+    @property
+    def cookie(self) -> str:
+        return f"{COOKIE}_{self.port}"
 
     @property
     def operator(self) -> bool:
@@ -253,15 +264,18 @@ class Console:
             return error.get_response(request.environ)
         if endpoint == "static":
             return self._static(values["file"])
+        if endpoint == "favicon":
+            return Response(status=204)  # none: a browser asks for one on every page
         token = request.args.get("token")
         if token is not None:
             if not hmac.compare_digest(token.encode(), self.token.encode()):
                 why = "open the URL that sasflow console printed, token included"
                 return self._refusal(403, "Wrong token", why, bare=True)
-            response = Response(status=303, headers={"Location": request.path})
-            response.set_cookie(COOKIE, self.session, httponly=True, samesite="Strict", path="/")
+            rest = urlencode([(k, v) for k, v in request.args.items(multi=True) if k != "token"])
+            response = Response(status=303, headers={"Location": request.path + (f"?{rest}" if rest else "")})
+            response.set_cookie(self.cookie, self.session, httponly=True, samesite="Strict", path="/")
             return response
-        if not hmac.compare_digest(request.cookies.get(COOKIE, "").encode(), self.session.encode()):
+        if not hmac.compare_digest(request.cookies.get(self.cookie, "").encode(), self.session.encode()):
             return self._refusal(
                 403,
                 "Open the console with its token",
@@ -346,7 +360,7 @@ class Console:
         waiting: list[tuple[str, list[dict[str, Any]]]] = []
         if not filtered and cursor is None:
             for kind in NEEDS_A_PERSON:  # the ones that need a person first
-                [first] = self.client.list_pages(status=kind, limit=PAGE)
+                [first] = self.client.list_pages(status=kind, limit=PAGE, counts=False)  # the listing counts
                 waiting.append((kind, first["workflows"]))
         [listing] = self.client.list_pages(**filters, cursor=cursor, limit=PAGE)
         counts = listing.get("counts") or {}
@@ -374,7 +388,7 @@ class Console:
         for step in view["steps"]:
             shown = {key: _shown(step[key]) for key in SHOWN_KEYS if step.get(key) is not None}
             attempts = [e for e in events if e.get("step") == step["name"] and e.get("attempt") is not None]
-            takes_input = step.get("type") in INPUT_STEPS and step.get("status") != "PENDING"
+            takes_input = step.get("type") in INPUT_STEPS and step.get("attempt", 0) > 0  # dispatched at least once
             if takes_input and self.operator and step.get("error"):
                 shown["input"] = self._step_input(workflow_id, step["name"])  # beside the error it led to
             steps.append({"view": step, "shown": shown, "events": attempts, "takes_input": takes_input})
@@ -486,7 +500,17 @@ class Console:
         return self._html("definitions.html", definitions=listing["definitions"])
 
     def page_definition(self, request: Request, name: str) -> Response:
-        listing = self.client.definitions(name)
+        try:
+            listing = self.client.definitions(name)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            why = (
+                f"no definition {name!r} is registered. A workflow started with its definition inline (in the start "
+                "request) runs on a definition that is not: its steps and their dependencies are on the workflow's "
+                "own page."
+            )
+            return self._html("error.html", 404, title="Not registered", message=why, code=error.code)
         return self._html("definition.html", name=name, listing=listing)
 
     def page_definition_version(self, request: Request, name: str, version: int) -> Response:
@@ -534,10 +558,16 @@ class ConsoleServer:
     thread (``make up``, the browser tests) until `stop`."""
 
     def __init__(self, console_factory: Callable[[int], Console], port: int = 0) -> None:
-        from werkzeug.serving import make_server
+        from werkzeug.serving import WSGIRequestHandler, make_server
+
+        class Quiet(WSGIRequestHandler):
+            """No access log: the first request's line would print the token to the terminal."""
+
+            def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+                return None
 
         self._late = _Late()
-        self._server = make_server("127.0.0.1", port, self._late, threaded=True)
+        self._server = make_server("127.0.0.1", port, self._late, threaded=True, request_handler=Quiet)
         self.console = console_factory(self._server.port)
         self._late.console = self.console
         self._thread: threading.Thread | None = None

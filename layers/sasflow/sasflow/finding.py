@@ -114,6 +114,7 @@ class WorkflowFinder:
         error_code: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        counts: bool = True,
     ) -> Page:
         """One page of workflows, newest attention first, or in deadline order, or in table order (finished).
 
@@ -137,6 +138,9 @@ class WorkflowFinder:
             Workflows per page, at most `MAX_PAGE`.
         cursor:
             Where the previous page stopped.
+        counts:
+            Count the workflows in flight or waiting, by status, on a first page (one query per attention kind and
+            per deadline shard); a caller that has them already says False.
 
         Raises
         ------
@@ -168,14 +172,16 @@ class WorkflowFinder:
                 and (error_code is None or error_code in summary.error_codes)
             )
 
-        by_item = version is not None or owner is not None or error_code is not None
+        # Any filter beyond the status: what a page leaves out was left out by it, not by the index's lag (a trial
+        # read "the index lags" for workflows that were simply of another definition).
+        filtering = any(f is not None for f in (definition, started_after, started_before, version, owner, error_code))
         if trigger is not None:
             found, next_key = self.index.by_trigger(trigger, limit, _resume_key(state))
             page = self._current(found, matches, source="trigger index", filtered=True)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in ATTENTION_KINDS:
             found, next_key = self.index.attention(str(status), limit, _resume_key(state))
-            page = self._current(found, matches, source="attention index", filtered=by_item)
+            page = self._current(found, matches, source="attention index", filtered=filtering)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
         elif status in FINISHED:
             found, next_key = self.index.finished(str(status), limit, _resume_key(state))
@@ -183,10 +189,10 @@ class WorkflowFinder:
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
             page.notes.append("finished workflows are listed by a scan of the table: its cost grows with the table")
         else:
-            page = self._in_flight(state, limit, wanted, matches, filtered=by_item)
+            page = self._in_flight(state, limit, wanted, matches, filtered=filtering)
             if status is None:
                 page.notes.append("without a status: the workflows in flight; finished ones are listed by status")
-        if cursor is None:
+        if cursor is None and counts:
             page.counts = self.counts()
         return page
 

@@ -352,6 +352,9 @@ def build_ops_app(
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
+        counts: Annotated[
+            bool, Query(description="Count by status on a first page (false: a caller that has the counts)")
+        ] = True,
     ) -> WorkflowListPage:
         caller()
         scheduler, _, index, _ = services()
@@ -369,6 +372,7 @@ def build_ops_app(
             error_code=error_code,
             limit=limit,
             cursor=cursor,
+            counts=counts,
         )
         return WorkflowListPage(
             workflows=[WorkflowSummaryView.model_validate(asdict(s)) for s in page.workflows],
@@ -458,10 +462,10 @@ def build_ops_app(
                 + (", ".join(with_input) or "none")
             )
         record = snapshot.steps.get(step)
-        if record is None:
+        if record is None or (record.attempt == 0 and record.input_override is None):  # pending, or skipped by when
             raise StepNotDispatchedError(
-                f"step {step!r} of workflow {workflow_id} was not dispatched yet: its input renders from the steps "
-                "it waits for once they complete"
+                f"step {step!r} of workflow {workflow_id} was never dispatched (it is pending, or its when skipped "
+                "it): its input renders from the steps it waits for once they complete"
             )
         edited = record.input_override is not None
         if edited:
