@@ -207,8 +207,12 @@ def test_the_find_form_filters_by_status_definition_and_start_and_opens_an_id(de
     assert wid not in page(browser, "/?status=HELD&error_code=TIMEOUT")
     assert wid not in page(browser, "/?status=HELD&version=2")
     assert "version '0': a whole number, 1 or more" in text_of(page(browser, "/?version=0", 400))
-    bad = text_of(page(browser, "/?started_after=yesterday", 400))
-    assert "'yesterday' is not a date and time" in bad
+    kept = page(browser, "/?definition=trip-booking&started_after=yesterday", 400)
+    assert "This filter cannot be used: 'yesterday' is not a date and time" in text_of(kept)
+    assert 'name="definition" value="trip-booking"' in kept  # the form as it was filled in, to correct
+    unknown = page(browser, "/?trigger=no-such-trigger&definition=trip-booking", 404)
+    assert "This filter cannot be used: TRIGGER_NOT_FOUND" in text_of(unknown)
+    assert 'name="trigger" value="no-such-trigger"' in unknown and 'name="definition" value="trip-booking"' in unknown
     assert "status 'DONE': one of RUNNING" in text_of(page(browser, "/?status=DONE", 400))
 
 

@@ -342,6 +342,36 @@ class Console:
             return Response(status=303, headers={"Location": _path("workflows", wanted)})
         if not self.operator:
             return self._html("workflows_client.html", workflow_id="")
+        try:
+            return self._workflows(args)
+        except UsageError as error:
+            return self._find_again(args, str(error), 400)
+        except ApiError as error:
+            if error.status not in (400, 404, 422):
+                raise
+            problems = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in error.details)
+            return self._find_again(
+                args, f"{error.code}: {error.message}" + (f" ({problems})" if problems else ""), error.status
+            )
+
+    def _find_again(self, args: Any, problem: str, http_status: int) -> Response:
+        """The find form as it was filled in, with why the API or the console could not use it."""
+        empty: dict[str, Any] = {"workflows": [], "next_cursor": None, "source": "", "notes": []}
+        return self._html(
+            "workflows.html",
+            http_status,
+            args=args,
+            problem=problem,
+            counts={},
+            waiting=[],
+            listing=empty,
+            filtered=True,
+            next_url=None,
+            page_size=PAGE,
+            now=int(self.now()),
+        )
+
+    def _workflows(self, args: Any) -> Response:
         status = args.get("status") or None
         if status is not None and status not in STATUSES:
             raise UsageError(f"status {status!r}: one of {', '.join(STATUSES)}")
