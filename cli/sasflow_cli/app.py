@@ -372,10 +372,6 @@ def history(
     _print_table(render.history_table(page, created_at=created, wide=wide), wide)
 
 
-#: What waits for a person: the kinds of the attention index, which ``sasflow list`` shows without --status.
-ATTENTION_KINDS = ("HELD", "COMPENSATION_FAILED", "PAUSED")
-
-
 @app.command("list")
 @_handled
 def list_(
@@ -434,7 +430,7 @@ def list_(
     if status is not None or in_flight or trigger is not None:
         pages = pages_of(status)
     else:
-        pages = [_attention_page([pages_of(kind) for kind in ATTENTION_KINDS])]
+        pages = [_attention_page([pages_of(kind) for kind in render.ATTENTION_KINDS])]
     if as_json:
         merged = dict(pages[0])
         merged["workflows"] = [row for page in pages for row in page.get("workflows", [])]
@@ -462,7 +458,7 @@ def _attention_page(per_kind: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return {
         "workflows": rows,
         "counts": first.get("counts"),
-        "source": f"attention index ({', '.join(ATTENTION_KINDS)})",
+        "source": f"attention index ({', '.join(render.ATTENTION_KINDS)})",
         "notes": notes,
         "next_cursor": more,
     }

@@ -31,6 +31,9 @@ __all__ = [
     "workflow_table",
 ]
 
+#: What waits for a person: the kinds of the attention index, which ``sasflow list`` and the console list first.
+ATTENTION_KINDS = ("HELD", "COMPENSATION_FAILED", "PAUSED")
+
 STATUS_STYLES = {
     "COMPLETED": "green",
     "COMPENSATED": "yellow",

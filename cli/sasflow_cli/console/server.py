@@ -43,6 +43,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from ..client import ApiError, SasflowClient
+from ..render import ATTENTION_KINDS, when
 from ..timeline import COLOURS
 from ..timeline import svg as timeline_svg
 from ..timeline import timeline as build_timeline
@@ -64,8 +65,6 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-#: The statuses a workflow waits for a person in, listed first.
-NEEDS_A_PERSON = ("HELD", "COMPENSATION_FAILED", "PAUSED")
 STATUSES = (
     "RUNNING",
     "COMPENSATING",
@@ -90,12 +89,6 @@ INPUT_STEPS = ("task", "callback")
 #: Seconds between refreshes of a page whose workflow still runs.
 REFRESH_SECONDS = 3
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-
-
-def _time(epoch: Any) -> str:
-    if epoch is None or epoch == "":
-        return ""
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _epoch(text: str | None) -> int | None:
@@ -193,7 +186,6 @@ class Console:
     port: int
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    now: Callable[[], float] = field(default_factory=lambda: lambda: datetime.now(UTC).timestamp())
 
     def __post_init__(self) -> None:
         self.env = Environment(
@@ -202,7 +194,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(time=_time, pretty=_pretty, compact=_compact, status_css=_status_css)
+        self.env.filters.update(time=when, pretty=_pretty, compact=_compact, status_css=_status_css)
         self.env.globals.update(path=_path, identity=self.identity, operator=self.operator, statuses=STATUSES)
         self.routes = Map(
             [
@@ -368,7 +360,6 @@ class Console:
             filtered=True,
             next_url=None,
             page_size=PAGE,
-            now=int(self.now()),
         )
 
     def _workflows(self, args: Any) -> Response:
@@ -389,7 +380,7 @@ class Console:
         cursor = args.get("cursor") or None
         waiting: list[tuple[str, list[dict[str, Any]]]] = []
         if not filtered and cursor is None:
-            for kind in NEEDS_A_PERSON:  # the ones that need a person first
+            for kind in ATTENTION_KINDS:  # the ones that need a person first
                 [first] = self.client.list_pages(status=kind, limit=PAGE, counts=False)  # the listing counts
                 waiting.append((kind, first["workflows"]))
         [listing] = self.client.list_pages(**filters, cursor=cursor, limit=PAGE)
@@ -406,7 +397,6 @@ class Console:
             filtered=filtered,
             next_url=next_url,
             page_size=PAGE,
-            now=int(self.now()),
         )
 
     def page_workflow(self, request: Request, workflow_id: str) -> Response:
