@@ -13,10 +13,13 @@ screenshots`` points it at docs/assets/console) or a temporary folder, and their
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import re
 import shutil
 import struct
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -304,3 +307,131 @@ def test_a_running_workflows_page_follows_it_to_its_end_without_a_reload(drill: 
         page.close()
     finally:
         drill.servers["payments"].service.update_knobs({"latency_ms": 0})
+
+
+def operator_actions(drill: Drill, workflow_id: str) -> list[dict[str, Any]]:
+    _, history = drill.operator.get(f"/ops/workflows/{quote(workflow_id, safe='')}/history")
+    return [e["detail"] for e in history["events"] if e["kind"] == "operator_action"]
+
+
+def test_the_acting_drill_retries_a_held_workflow_with_an_edited_input_and_a_second_send_acts_once(
+    drill: Drill, browser: Browser, shots: Path
+) -> None:
+    # Given a HELD trip, found from the list
+    wid = drill.held_trip()
+    page = signed_in(browser, drill)
+    held = page.locator("section", has=page.get_by_role("heading", name="Needs a person: HELD"))
+    held.get_by_role("link", name=wid).click()
+    page.wait_for_url(f"**/workflows/{quote(wid, safe='')}")
+    # When the operator retries the payment from its page
+    page.get_by_role("link", name="Retry charge_card").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Retry charge_card")
+    editor = page.locator("textarea#value")
+    expect(editor).to_have_value(re.compile(r'"amount": 420'))
+    # The JSON editor says where the text is not JSON, and the form is not sent until it is
+    editor.fill('{"amount": 99, "currency": "EUR",}')
+    expect(page.locator("#value-problem")).to_contain_text("Not JSON")
+    page.locator("textarea#reason").fill("customer agreed to a smaller amount")
+    page.get_by_role("button", name="Preview").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Retry charge_card")  # still the form: not sent
+    assert "What it will do" not in page.content()
+    editor.fill('{"amount": 99, "currency": "EUR"}')
+    expect(page.locator("#value-problem")).to_be_hidden()
+    page.get_by_role("button", name="Preview").click()
+    # The preview says what will happen, with the edited input, before anything is sent
+    preview = page.locator("section.preview")
+    expect(preview).to_contain_text("Step charge_card runs again with a new budget of attempts, with the edited input")
+    expect(preview).to_contain_text('"amount": 99')
+    screenshot_page(page, shots, "act-preview")
+    assert operator_actions(drill, wid) == []
+    drill.servers["payments"].service.update_knobs({"rejection_rate": 0.0})
+    sent = page.evaluate(
+        "Object.fromEntries(new FormData(document.querySelector('section.preview form')))"
+    )  # the confirmation's fields, to send again as a second tab would
+    action_url = page.url
+    page.get_by_role("button", name="Confirm: Retry charge_card").dblclick()  # a double click
+    # Then the workflow's page says what was done, and follows the workflow to COMPLETED by itself
+    page.wait_for_url(re.compile(r".*/workflows/[^?]+\?done=console-[0-9a-f]{32}$"))
+    expect(page.get_by_role("status")).to_contain_text("Retry a failed step: charge_card: done at")
+    expect(page.locator("h1 + dl .status").first).to_have_text("COMPLETED", timeout=30_000)
+    # And the same confirmation sent again (another tab, a resubmitted form) acts once: the same Idempotency-Key
+    origin = drill.console.url.split("/?")[0]
+    again = page.request.post(
+        action_url, form={**sent, "intent": "confirm"}, headers={"Origin": origin}, max_redirects=0
+    )
+    assert again.status == 303 and again.headers["location"] == urlsplit(page.url).path + "?" + urlsplit(page.url).query
+    [retry] = operator_actions(drill, wid)
+    assert (retry["action"], retry["reason"], retry["step"]) == (
+        "retry",
+        "customer agreed to a smaller amount",
+        "charge_card",
+    )
+    assert retry["principal"] == "arn:aws:sts::123456789012:assumed-role/sasflow-operator/oncall"
+    page.close()
+
+
+def screenshot_page(page: Page, shots: Path, name: str) -> None:
+    file = shots / f"{name}-wide.png"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(file))
+    assert file.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_reload_keeps_the_form_being_filled_in_and_a_cancel_is_sent_once(drill: Drill, browser: Browser) -> None:
+    # Given a trip whose payment takes 6 s: RUNNING while the operator fills in the cancel form
+    drill.servers["payments"].service.update_knobs({"latency_ms": 6000})
+    try:
+        wid = drill.start(trip())
+        page = signed_in(browser, drill)
+        page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+        page.get_by_role("link", name="Cancel").click()
+        page.locator("textarea#reason").fill("the customer cancelled by phone")
+        page.reload()  # a reload (or a crashed tab) gives the form back as it was filled in
+        expect(page.locator("textarea#reason")).to_have_value("the customer cancelled by phone")
+        page.get_by_role("button", name="Preview").click()
+        expect(page.locator("section.preview")).to_contain_text("The workflow is cancelled (RUNNING → CANCELLING)")
+        page.get_by_role("button", name="Confirm: Cancel").dblclick()  # a double click
+        page.wait_for_url(re.compile(r".*\?done=console-"))
+        expect(page.locator("h1 + dl .status").first).to_have_text("CANCELLED", timeout=30_000)
+        assert [d["action"] for d in operator_actions(drill, wid)] == ["cancel"]
+        page.close()
+    finally:
+        drill.servers["payments"].service.update_knobs({"latency_ms": 0})
+
+
+def test_a_forged_form_from_another_page_of_this_machine_is_refused(drill: Drill, browser: Browser) -> None:
+    # Given an operator signed in, and a page of another port of 127.0.0.1 (the same site to a browser, so the
+    # console's cookie goes with its requests) that sends a cancel form to the console as soon as it opens
+    wid = drill.held_trip()
+    target = drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}/act/cancel"
+    evil = (
+        f'<html><body><form id="f" method="post" action="{target}">'
+        '<input name="reason" value="forged"><input name="intent" value="confirm"></form>'
+        '<script>document.getElementById("f").submit()</script></body></html>'
+    ).encode()
+
+    class Evil(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(evil)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = signed_in(browser, drill)
+        with page.expect_response(lambda r: r.url == target) as answered:
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        # Then the console refuses it, and the workflow is as it was
+        assert answered.value.status == 403
+        expect(page.get_by_role("heading", level=1)).to_have_text("Refused: not sent from this console's own page")
+        expect(page.locator("main")).to_contain_text("another origin")
+        assert drill.wait(wid, lambda v: True)["status"] == "HELD"
+        assert operator_actions(drill, wid) == []
+        page.close()
+    finally:
+        server.shutdown()

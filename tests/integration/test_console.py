@@ -118,7 +118,7 @@ def test_every_answer_carries_a_policy_without_inline_script_or_style(deployed: 
         assert "script-src 'self';" in policy and "style-src 'self';" in policy
         assert "unsafe-inline" not in policy and "frame-ancestors 'none'" in policy
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
-        assert answer.headers["Referrer-Policy"] == "no-referrer"
+        assert answer.headers["Referrer-Policy"] == "same-origin"
         assert answer.headers["Cache-Control"] == "no-store"
     # and the pages hold no inline script or style attribute
     html = page(browser, "/")

@@ -1,4 +1,4 @@
-"""``sasflow console``: the operators' web page, served on 127.0.0.1 and signed on the server (issue 35).
+"""``sasflow console``: the operators' web page, served on 127.0.0.1 and signed on the server (issues 35, 36).
 
 The console is a WSGI application (Werkzeug routing, Jinja2 templates, all in this package: nothing is fetched from
 the internet and nothing is built). Every page is one or a few calls to the HTTP API through the CLI's own
@@ -16,7 +16,11 @@ Safe on loopback:
 - **Escaped.** Every value from a workflow (ids, names, inputs, outputs, errors, reasons) reaches the page through
   Jinja2's autoescape or `html.escape`; links to other pages are built from URL-quoted ids, never from a value.
 - **Headers.** A Content-Security-Policy allows scripts and styles from the console itself only (no inline
-  script, no inline style), no framing, forms only to itself; ``no-store``, ``nosniff``, ``no-referrer``.
+  script, no inline style), no framing, forms only to itself; ``no-store``, ``nosniff``, a referrer to itself only.
+- **Forms act only from the console's own pages** (`Console._forged`): each carries a CSRF token bound to the
+  session, and a form from another ``Origin`` (another site, or another port of this machine, which a browser
+  counts as the same site) is refused with 403. Each action is sent once by its form's Idempotency-Key
+  (`Console._send`), after a preview of what it will do (``actions.py``).
 - **What the credentials may do.** A client identity reads its own workflows by id through the clients' routes;
   the operator pages (the lists, dead letters) say why they are not shown. A 403 or 404 from the API is shown with
   its message and what it means.
@@ -24,11 +28,14 @@ Safe on loopback:
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import re
 import secrets
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -48,6 +55,7 @@ from ..timeline import COLOURS
 from ..timeline import svg as timeline_svg
 from ..timeline import timeline as build_timeline
 from . import graph
+from .actions import ACTIONS, NOT_GIVEN, offered, preview
 
 __all__ = ["COOKIE", "SECURITY_HEADERS", "Console", "ConsoleServer"]
 
@@ -61,7 +69,8 @@ SECURITY_HEADERS: Mapping[str, str] = {
         "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with the console's own forms
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
@@ -89,6 +98,30 @@ INPUT_STEPS = ("task", "callback")
 #: Seconds between refreshes of a page whose workflow still runs.
 REFRESH_SECONDS = 3
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+#: An Idempotency-Key the API takes (``types.IdempotencyKey``).
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+#: Actions whose outcome the console keeps (the newest), so a form sent again is answered with the first outcome.
+KEPT_OUTCOMES = 1000
+#: The largest form the console reads (a retry's edited input; the API refuses a body over its own limit).
+MAX_FORM_BYTES = 2 * 1024 * 1024
+
+
+class _Request(Request):
+    max_content_length = MAX_FORM_BYTES
+    max_form_memory_size = MAX_FORM_BYTES
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action sent from the console did: kept by its Idempotency-Key (`Console.outcomes`)."""
+
+    workflow_id: str
+    action: str
+    step: str | None
+    label: str
+    status: str
+    paused: bool
+    at: int
 
 
 def _epoch(text: str | None) -> int | None:
@@ -165,6 +198,17 @@ class UsageError(Exception):
     """A filter that cannot be used: shown on the page beside the form (400)."""
 
 
+def _json_value(text: str, what: str, *, an_object: bool) -> Any:
+    """The JSON an action's form carries, or a `UsageError` saying where and why it is not JSON."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"the {what} is not JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    if an_object and not isinstance(value, dict):
+        raise UsageError(f"the {what} must be a JSON object ({{...}}), not {type(value).__name__}")
+    return value
+
+
 @dataclass
 class Console:
     """The console's WSGI application.
@@ -188,6 +232,11 @@ class Console:
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
     def __post_init__(self) -> None:
+        #: The CSRF token of every form: bound to the session (a new run of the console, a new session, a new token).
+        self.csrf = hmac.new(self.session.encode(), b"sasflow-console-csrf", hashlib.sha256).hexdigest()
+        self.outcomes: OrderedDict[str, Outcome] = OrderedDict()
+        self._guard = threading.Lock()
+        self._sending: dict[str, threading.Lock] = {}
         self.env = Environment(
             loader=PackageLoader("sasflow_cli.console", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -205,6 +254,7 @@ class Console:
                 Rule("/workflows/<path:workflow_id>/steps/<step>/input.json", endpoint="step_input_json"),
                 Rule("/workflows/<path:workflow_id>/payloads/<digest>.json", endpoint="payload_json"),
                 Rule("/workflows/<path:workflow_id>/payloads/<digest>", endpoint="payload"),
+                Rule("/workflows/<path:workflow_id>/act/<action>", endpoint="act", methods=["GET", "POST"]),
                 Rule("/workflows/<path:workflow_id>", endpoint="workflow"),
                 Rule("/dead-letters", endpoint="dead_letters"),
                 Rule("/dead-letters/<queue>", endpoint="dead_letter_queue"),
@@ -232,7 +282,7 @@ class Console:
 
     # ------------------------------------------------------------------ WSGI
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        request = Request(environ)
+        request = _Request(environ)
         response = self.respond(request)
         for name, value in SECURITY_HEADERS.items():
             response.headers[name] = value
@@ -276,7 +326,11 @@ class Console:
                 bare=True,
             )
         if request.method not in ("GET", "HEAD"):
-            return self._refusal(405, "Reading only", "this console reads; it does not act (yet)")
+            if endpoint not in ACTING:
+                return self._refusal(405, "Not a form", f"{request.path} is read, never sent to")
+            forged = self._forged(request)
+            if forged:
+                return self._refusal(403, "Refused: not sent from this console's own page", forged)
         try:
             page: Response = getattr(self, f"page_{endpoint}")(request, **values)
         except ApiError as error:
@@ -287,6 +341,23 @@ class Console:
 
     def _host_allowed(self, host: str) -> bool:
         return host in {f"{name}:{self.port}" for name in LOOPBACK_HOSTS}
+
+    def _forged(self, request: Request) -> str:
+        """Why a form sent to the console is not its own (empty when it is): another origin sent it, or it lacks the
+        session's CSRF token. A page of another site, or of another port of this machine (which a browser counts as
+        the same site, and sends the cookie to), has neither the origin nor the token."""
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in {f"http://{name}:{self.port}" for name in LOOPBACK_HOSTS}:
+            return f"the form came from {origin!r}, another origin: only the console's own pages may act"
+        if request.headers.get("Sec-Fetch-Site", "same-origin") not in ("same-origin", "none"):
+            return "the browser says the form came from another site: only the console's own pages may act"
+        token = request.form.get("csrf", "")
+        if not hmac.compare_digest(token.encode(), self.csrf.encode()):
+            return (
+                "the form has no valid CSRF token of this session: reload the page and send it again (a form of an "
+                "earlier run of sasflow console is not valid in this one)"
+            )
+        return ""
 
     # ------------------------------------------------------------------ answers
     def _html(self, template: str, http_status: int = 200, **context: Any) -> Response:
@@ -401,6 +472,7 @@ class Console:
 
     def page_workflow(self, request: Request, workflow_id: str) -> Response:
         view = self.client.get(workflow_id)
+        done = self.outcomes.get(request.args.get("done", ""))
         history = self.client.history(workflow_id)
         events = history["events"]
         line = build_timeline(events, view)
@@ -424,7 +496,105 @@ class Console:
             workflow_input=_shown(view["input"]),
             refresh=REFRESH_SECONDS if view["status"] in MOVING and not view.get("paused") else None,
             actor=_actor,
+            offers=offered(view) if self.operator else [],
+            done=done if done is not None and done.workflow_id == workflow_id else None,
         )
+
+    # ------------------------------------------------------------------ acting
+    def page_act(self, request: Request, workflow_id: str, action: str) -> Response:
+        """An action's form (GET), its preview, the form again to edit, or the action sent (POST ``intent``)."""
+        spec = ACTIONS.get(action)
+        if spec is None:
+            return self._refusal(404, "No such action", f"{action!r}: one of {', '.join(ACTIONS)}")
+        if not self.operator:
+            return self._operators_only("operator actions")
+        form = request.form
+        step = (form.get("step") if request.method == "POST" else request.args.get("step")) or None
+        if spec.step == "failed" and not step:
+            return self._refusal(400, "Which step?", f"{action} needs a step: open it from the workflow's page")
+        view = self.client.get(workflow_id)
+        key = form.get("key") or _new_key()
+        if not KEY_PATTERN.fullmatch(key):
+            return self._refusal(400, "Not an Idempotency-Key", "open the action again from the workflow's page")
+        before, unread = self._before(workflow_id, action, step)
+        context: dict[str, Any] = {
+            "view": view,
+            "spec": spec,
+            "step": step,
+            "key": key,
+            "csrf": self.csrf,
+            "reason": form.get("reason", ""),
+            "text": form.get("value", "" if before is None else _pretty(before)),
+            "unread": unread,
+            "label": next((o.label for o in offered(view) if o.action == action and o.step == step), spec.title),
+        }
+        if request.method != "POST" or form.get("intent") == "edit":
+            return self._html("act.html", stage="form", **context)
+        try:
+            reason = context["reason"].strip()
+            if not reason:
+                raise UsageError("a reason is needed: it is written to the workflow's history with your principal")
+            given = context["text"].strip()
+            value = _json_value(given, spec.value, an_object=action == "retry") if spec.value and given else None
+        except UsageError as error:
+            return self._html("act.html", 400, stage="form", problem={"message": str(error)}, **context)
+        given_value = spec.value is not None and value is not None
+        edited = action == "retry" and given_value and value != before
+        if form.get("intent") != "confirm":
+            said = preview(action, view, step, value if given_value else NOT_GIVEN, edited)
+            return self._html(
+                "act.html", stage="preview", said=said, value=value, given=given_value, edited=edited, **context
+            )
+        sent = value if (edited or (action == "skip" and given_value)) else NOT_GIVEN
+        try:
+            self._send(key, workflow_id, action, step, reason, sent)
+        except ApiError as error:
+            problem = {"code": error.code, "message": error.message, "details": error.details, "status": error.status}
+            return self._html("act.html", error.status or 502, stage="form", problem=problem, **context)
+        return Response(
+            status=303, headers={"Location": _path("workflows", workflow_id) + "?" + urlencode({"done": key})}
+        )
+
+    def _before(self, workflow_id: str, action: str, step: str | None) -> tuple[Any, str]:
+        """What the form's JSON starts from (a retry: the step's input as its attempts got it; a skip: ``{}``), or
+        None with why the input could not be read (the retry then keeps the input as it is unless one is given)."""
+        if action == "skip":
+            return {}, ""
+        if action != "retry" or not step:
+            return None, ""
+        try:
+            return self.client.step_input(workflow_id, step)["input"], ""
+        except ApiError as error:
+            return None, f"{error.code}: {error.message}"
+
+    def _send(self, key: str, workflow_id: str, action: str, step: str | None, reason: str, value: Any) -> Outcome:
+        """Send the action once per Idempotency-Key: a form sent again (a double click, a reload of the answer, the
+        browser's back and send) waits for the first and gets its outcome; the API dedupes by the key as well."""
+        with self._guard:
+            sending = self._sending.setdefault(key, threading.Lock())
+        with sending:
+            kept = self.outcomes.get(key)
+            if kept is not None and (kept.workflow_id, kept.action, kept.step) == (workflow_id, action, step):
+                return kept
+            view = self.client.act(
+                workflow_id,
+                action,
+                reason=reason,
+                idempotency_key=key,
+                step=step,
+                step_input=value if action == "retry" and value is not NOT_GIVEN else None,
+                **({"output": value} if action == "skip" and value is not NOT_GIVEN else {}),
+            )
+            label = ACTIONS[action].title if step is None else f"{ACTIONS[action].title}: {step}"
+            outcome = Outcome(
+                workflow_id, action, step, label, view["status"], bool(view.get("paused")), int(time.time())
+            )
+            with self._guard:
+                self.outcomes[key] = outcome
+                while len(self.outcomes) > KEPT_OUTCOMES:
+                    old, _ = self.outcomes.popitem(last=False)
+                    self._sending.pop(old, None)
+            return outcome
 
     def _step_input(self, workflow_id: str, step: str) -> dict[str, Any]:
         """A step's input as `_shown` gives it, or why the API did not give it."""
@@ -557,6 +727,14 @@ class Console:
             "only the workflows you started, by id. Start it --as operator (or with an operator's credentials)."
         )
         return self._html("error.html", 403, title="Operators only", message=why, code="OPERATORS_ONLY")
+
+
+def _new_key() -> str:
+    return f"console-{secrets.token_hex(16)}"
+
+
+#: The endpoints a form is sent to (every other one is read only).
+ACTING = frozenset({"act"})
 
 
 def _actor(event: Mapping[str, Any]) -> str:

@@ -1,0 +1,214 @@
+"""The console's operator actions (issue 36) against the real API handlers on moto: the form, its preview, the
+action sent once per Idempotency-Key, the API's refusals shown as they are, and forms not sent by the console's own
+page refused. The same drill in chromium is tests/browser/test_console_chromium.py."""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+from urllib.parse import quote
+
+from werkzeug.test import Client, TestResponse
+
+from sasflow_cli.console import Console
+from tests.integration.conftest import Deployed
+from tests.integration.test_console import HOST, PORT, console_of, page, signed_in, text_of
+from tests.integration.test_ops_api import OPERATOR_ARN, held_at_payment, trip
+
+
+def form_of(html: str) -> dict[str, str]:
+    """The hidden fields and the text areas of a page's form, as a browser would send them."""
+    fields = dict(re.findall(r'<input type="hidden" name="([a-z]+)" value="([^"]*)"', html))
+    for name, text in re.findall(r'<textarea id="[a-z]+" name="([a-z]+)"[^>]*>(.*?)</textarea>', html, re.S):
+        fields[name] = text
+    return {name: _unescape(value) for name, value in fields.items()}
+
+
+def _unescape(text: str) -> str:
+    from html import unescape
+
+    return unescape(text)
+
+
+def send(browser: Client, path: str, fields: dict[str, str], **headers: str) -> TestResponse:
+    return browser.post(path, data=fields, headers={"Host": HOST, "Origin": f"http://{HOST}", **headers})
+
+
+def act_path(wid: str, action: str) -> str:
+    return f"/workflows/{quote(wid, safe='')}/act/{action}"
+
+
+def operator_actions(deployed: Deployed, wid: str) -> list[dict[str, Any]]:
+    _, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+    return [e["detail"] for e in history["events"] if e["kind"] == "operator_action"]
+
+
+def test_a_held_workflow_is_retried_from_the_page_with_an_edited_input_after_a_preview(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    console = console_of(deployed)
+    browser = signed_in(console)
+    # The workflow's page offers what applies to a HELD workflow, and nothing else
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    offers = re.findall(r'<a class="button act-([a-z-]+)" href="([^"]+)">([^<]+)</a>', html)
+    assert [(action, label) for action, _, label in offers] == [
+        ("retry", "Retry charge_card"),
+        ("skip", "Skip charge_card"),
+        ("compensate", "Compensate now"),
+        ("cancel", "Cancel"),
+        ("pause", "Pause"),
+    ]
+    # The retry's form starts from the step's input as its attempts got it
+    form = page(browser, offers[0][1].replace("&amp;", "&"))
+    fields = form_of(form)
+    assert fields["value"].replace(" ", "").replace("\n", "") == '{"amount":420,"currency":"EUR"}'
+    assert fields["step"] == "charge_card" and fields["csrf"] == console.csrf
+    assert re.fullmatch(r"console-[0-9a-f]{32}", fields["key"])
+    # The preview says what it will do, with the edited input, and sends nothing
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
+    edited = {**fields, "value": '{"amount": 99, "currency": "EUR"}', "reason": "customer called", "intent": "preview"}
+    preview = send(browser, act_path(wid, "retry"), edited)
+    words = text_of(preview.get_data(as_text=True))
+    assert preview.status_code == 200
+    assert "Step charge_card runs again with a new budget of attempts, with the edited input below." in words
+    assert "Input (edited)" in words and '"amount": 99' in words and "customer called" in words
+    assert operator_actions(deployed, wid) == []
+    # Confirmed: one action, then the workflow's page with what was done
+    confirm = {**form_of(preview.get_data(as_text=True)), "intent": "confirm"}
+    done = send(browser, act_path(wid, "retry"), confirm)
+    assert done.status_code == 303
+    assert done.headers["Location"] == f"/workflows/{quote(wid, safe='')}?done={fields['key']}"
+    deployed.pump()
+    after = text_of(page(browser, done.headers["Location"]))
+    assert "Retry a failed step: charge_card: done at" in after and "the workflow was then RUNNING" in after
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1]["status"] == "COMPLETED"
+    assert operator_actions(deployed, wid) == [
+        {
+            "action": "retry",
+            "principal": OPERATOR_ARN,
+            "reason": "customer called",
+            "id": fields["key"],
+            "step": "charge_card",
+        }
+    ]
+    _, charged = deployed.ops("GET", f"/ops/workflows/{wid}/steps/charge_card/input")
+    assert (charged["input"], charged["edited"]) == ({"amount": 99, "currency": "EUR"}, True)
+
+
+def test_a_form_sent_twice_or_at_once_from_two_clicks_acts_once(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    fields = form_of(page(browser, act_path(wid, "pause")))
+    confirm = {**fields, "reason": "partner outage", "intent": "confirm"}
+    # Two clicks at once (two requests in flight), then the browser's back and send again
+    answers: list[TestResponse] = []
+    threads = [
+        threading.Thread(
+            target=lambda: answers.append(send(signed_in(browser.application), act_path(wid, "pause"), confirm))
+        )
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    answers.append(send(browser, act_path(wid, "pause"), confirm))
+    assert [a.status_code for a in answers] == [303, 303, 303]
+    assert len({a.headers["Location"] for a in answers}) == 1
+    assert [d["action"] for d in operator_actions(deployed, wid)] == ["pause"]
+    # A new form (a new key) for the same action is the API's refusal, shown as it is, the form kept
+    again = {**form_of(page(browser, act_path(wid, "pause"))), "reason": "twice on purpose", "intent": "confirm"}
+    refused = send(browser, act_path(wid, "pause"), again)
+    words = text_of(refused.get_data(as_text=True))
+    assert refused.status_code == 409
+    assert "The API refused it (409) CONFLICT workflow is paused already" in words
+    assert "twice on purpose" in words and "Nothing was changed by this refusal." in words
+    assert [d["action"] for d in operator_actions(deployed, wid)] == ["pause"]
+
+
+def test_a_form_not_sent_from_the_consoles_own_page_is_refused_and_changes_nothing(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    console = console_of(deployed)
+    browser = signed_in(console)
+    fields = {**form_of(page(browser, act_path(wid, "cancel"))), "reason": "forged", "intent": "confirm"}
+    path = act_path(wid, "cancel")
+    # Another origin (a page of another port of this machine is the same site: the browser sends the cookie)
+    for origin in ("http://127.0.0.1:9999", "http://evil.example", "null"):
+        refused = send(browser, path, fields, Origin=origin)
+        assert refused.status_code == 403, origin
+        assert "another origin" in text_of(refused.get_data(as_text=True))
+    # The browser says another site sent it
+    assert send(browser, path, fields, **{"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    # No CSRF token, or another session's
+    for token in ("", "0" * 64, Console(console.client, "operator", PORT, session="another").csrf):
+        refused = send(browser, path, {**fields, "csrf": token})
+        assert refused.status_code == 403
+        assert "no valid CSRF token of this session" in text_of(refused.get_data(as_text=True))
+    # Without the session cookie at all
+    assert Client(console).post(path, data=fields, headers={"Host": HOST}).status_code == 403
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1]["status"] == "HELD"
+    assert operator_actions(deployed, wid) == []
+    # Only an action's address takes a form
+    assert send(browser, "/dead-letters", fields).status_code == 405
+
+
+def test_a_form_that_cannot_be_sent_comes_back_as_filled_in_with_why(deployed: Deployed) -> None:
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    fields = form_of(page(browser, act_path(wid, "retry") + "?step=charge_card"))
+    # Not JSON: where and why, the text kept
+    bad = send(
+        browser, act_path(wid, "retry"), {**fields, "value": '{"amount": 99,}', "reason": "r", "intent": "preview"}
+    )
+    assert bad.status_code == 400
+    words = text_of(bad.get_data(as_text=True))
+    assert "the input is not JSON: Expecting property name enclosed in double quotes at line 1, column 15" in words
+    assert form_of(bad.get_data(as_text=True))["value"] == '{"amount": 99,}'
+    # Not an object, for an input
+    array = send(browser, act_path(wid, "retry"), {**fields, "value": "[1]", "reason": "r", "intent": "preview"})
+    assert "the input must be a JSON object ({...}), not list" in text_of(array.get_data(as_text=True))
+    # No reason
+    blank = send(browser, act_path(wid, "retry"), {**fields, "reason": "  ", "intent": "preview"})
+    assert blank.status_code == 400 and "a reason is needed" in text_of(blank.get_data(as_text=True))
+    # A skip without the output a later step reads: the API's 422 as it is (here charge_card is the last step, so a
+    # skip of the flight of another trip shows it)
+    deployed.remote["flights"].service.update_knobs({"rejection_rate": 1.0})
+    _, started = deployed.api("POST", "/workflows", trip(on_failure="hold"))
+    deployed.pump()
+    flight = started["workflow_id"]
+    skip = {**form_of(page(browser, act_path(flight, "skip") + "?step=reserve_flight")), "value": "", "reason": "phone"}
+    preview = send(browser, act_path(flight, "skip"), {**skip, "intent": "preview"})
+    assert "marked COMPLETED with no output (refused if a later step reads it)" in text_of(
+        preview.get_data(as_text=True)
+    )
+    assert "The steps that wait for it run next: book_hotel." in text_of(preview.get_data(as_text=True))
+    refused = send(browser, act_path(flight, "skip"), {**skip, "intent": "confirm"})
+    assert refused.status_code == 422
+    assert "MISSING_REFERENCE skipping step reserve_flight needs its output" in text_of(refused.get_data(as_text=True))
+    assert operator_actions(deployed, flight) == []
+
+
+def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_operator_action(
+    deployed: Deployed,
+) -> None:
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    for action, first in (
+        ("compensate", "The workflow unwinds now (HELD → COMPENSATING)"),
+        ("cancel", "(HELD → CANCELLING)"),
+    ):
+        fields = {**form_of(page(browser, act_path(wid, action))), "reason": "r", "intent": "preview"}
+        words = text_of(send(browser, act_path(wid, action), fields).get_data(as_text=True))
+        assert first in words
+        assert "compensated, last first: book_hotel, reserve_flight." in words
+    # A client: the page offers no operator action, and an action's address says why
+    status, started = deployed.api("POST", "/workflows", trip(on_failure="hold"), caller="client-a")
+    assert status == 201
+    deployed.pump()
+    mine = signed_in(console_of(deployed, "client-a"))
+    html = page(mine, f"/workflows/{quote(started['workflow_id'], safe='')}")
+    assert 'class="button act-' not in html
+    assert "Operator actions (retry, skip, compensate, pause, cancel...) are the operators'" in text_of(html)
+    refused = text_of(page(mine, act_path(started["workflow_id"], "retry") + "?step=charge_card", 403))
+    assert "Operators only" in refused and "client-a" in refused
+    assert page(browser, act_path(wid, "reboot"), 404)
