@@ -46,6 +46,8 @@
     its history; the same answer sent again is 200 and applies nothing), only to the attempt it
     was issued for (its history has the reply of that attempt), and what was applied is what the step kept: a
     callback step COMPLETED holds the output of its token's applied success, and none completed without one.
+    An answer an operator gave (``POST /ops/callbacks/{token}``) is audited once in the history (an
+    ``operator_action`` approve or reject naming the step, however often it was sent), and an owner's answer not.
 17. Map steps: every child is terminal when its parent is, and none is orphaned (each stored child belongs to a
     stored parent's map step, which started it). A COMPLETED map step counts its children as they ended (succeeded
     = the children COMPLETED, at most ``tolerated_failure`` not), and its ``results`` are their outputs; under an
@@ -186,6 +188,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
         violations.extend(_condition_violations(snapshot, conditions, happened))
         violations.extend(_wait_violations(snapshot, sim.config_grace()))
         violations.extend(_callback_violations(snapshot, sim.callbacks_applied, sim.callbacks_maybe))
+        violations.extend(_operator_answer_violations(snapshot, sim.operator_answers))
         audited = [e.detail or {} for e in events_of(snapshot) if e.kind == "operator_action"]
         skipped = {d.get("step") for d in audited if d.get("action") == "skip"}
         resolved = {
@@ -685,6 +688,25 @@ def _wait_violations(snapshot: Snapshot, grace: int) -> list[Violation]:
             if first is not None and (first.seq < resumed[0].seq):
                 violations.append(Violation("step started before its wait resumed", workflow.workflow_id, later))
     return violations
+
+
+def _operator_answer_violations(snapshot: Snapshot, answers: dict[str, list[dict[str, Any]]]) -> list[Violation]:
+    """Invariant 16, the operator's answers: one audit per answer applied, none for the owner's."""
+    workflow_id = snapshot.workflow.workflow_id
+    given = sorted(
+        (token.split("~")[1], "approve" if body["status"] == "succeeded" else "reject")
+        for token, bodies in answers.items()
+        if token.startswith(f"{workflow_id}~")
+        for body in bodies
+    )
+    audited = sorted(
+        (str((e.detail or {}).get("step")), str((e.detail or {}).get("action")))
+        for e in events_of(snapshot)
+        if e.kind == "operator_action" and (e.detail or {}).get("action") in ("approve", "reject")
+    )
+    if given != audited:
+        return [Violation("operator answer not audited once", workflow_id, f"answered {given}, audited {audited}")]
+    return []
 
 
 def _callback_violations(

@@ -234,6 +234,11 @@ class Simulation:
         self.callbacks_maybe: dict[str, list[dict[str, Any]]] = {}
         self.tokens_seen: dict[str, list[str]] = {}
         self.tokens_reused: set[str] = set()
+        #: The tokens an operator answered (``POST /ops/callbacks/{token}``, audited) instead of the owner, chosen by a
+        #: generator of their own so the rest of a seed's run replays as before; and each operator answer applied.
+        self.approver_route_rng = random.Random(f"approver-route:{seed}")  # nosec B311 # seeded simulation choices
+        self.answered_by_operator: set[str] = set()
+        self.operator_answers: dict[str, list[dict[str, Any]]] = {}
         self.approval_attempts_shown: dict[str, set[int]] = {}
         #: Reads of a claim-checked payload that found no object (invariant 18), and the workflows that carry one.
         #: Drawn from a generator of their own, so runs without large payloads replay as before.
@@ -918,11 +923,24 @@ class Simulation:
                 self.log.touched[tag].add("approver did not answer")
 
     def _answer(self, token: str, body: dict[str, Any], *, repeat: bool = False) -> int:
-        event = callback_event(
-            token, body, request_id=f"cb-{self.seed}-{self.report.ticks}-{len(self.callback_answers)}"
-        )
+        """Send one answer: as the owner (the clients' route), or, for a token the approver chose to leave to the
+        operator (a third of them), as the operator through ``POST /ops/callbacks/{token}`` with a reason (audited)."""
+        request_id = f"cb-{self.seed}-{self.report.ticks}-{len(self.callback_answers)}"
+        fresh = body["status"] != "heartbeat" and not repeat and token not in self.callbacks_applied
+        if fresh and self.approver_route_rng.random() < 1 / 3:
+            self.answered_by_operator.add(token)
+        by_operator = token in self.answered_by_operator and body["status"] != "heartbeat"
+        if by_operator:
+            ops_body: dict[str, Any] = (
+                {"answer": "approve", "reason": "sim operator: approve", "output": body.get("output")}
+                if body["status"] == "succeeded"
+                else {"answer": "reject", "reason": body["error"]["message"], "code": body["error"]["code"]}
+            )
+            event, function = ops_event(f"/ops/callbacks/{token}", ops_body, key=request_id), "OpsFunction"
+        else:
+            event, function = callback_event(token, body, request_id=request_id), "ApiFunction"
         for _ in range(20):
-            ok, response = self._invoke("ApiFunction", event)
+            ok, response = self._invoke(function, event)
             if ok and response["statusCode"] < 500:
                 status = int(response["statusCode"])
                 self.callback_answers[f"{body['status']} {status}{' again' if repeat else ''}"] += 1
@@ -932,6 +950,9 @@ class Simulation:
                     )
                 elif status == 200 and body["status"] != "heartbeat" and not repeat:
                     self.callbacks_applied.setdefault(token, []).append(body)
+                    if by_operator:
+                        self.operator_answers.setdefault(token, []).append(body)
+                        self.callback_answers[f"{body['status']} by the operator"] += 1
                 return status
             # no answer: the function may have crashed after its write, so this use may have applied
             self.callbacks_maybe.setdefault(token, []).append(body)
@@ -1410,13 +1431,14 @@ def callback_event(token: str, body: Any, *, request_id: str) -> dict[str, Any]:
 
 def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
     """An HTTP API (payload 2.0) ``POST /ops/...`` event of the local operator, with an ``Idempotency-Key``: an action
-    on a workflow (``/ops/workflows/{workflow_id}/{action}``) or on a trigger (``/ops/triggers/{name}/{action}``)."""
+    on a workflow (``/ops/workflows/{workflow_id}/{action}``), on a trigger (``/ops/triggers/{name}/{action}``), or
+    an answer to a callback step (``/ops/callbacks/{token}``)."""
     parts = path.split("/")
-    route, name = (
-        ("POST /ops/triggers/{name}/{action}", "name")
-        if parts[2] == "triggers"
-        else ("POST /ops/workflows/{workflow_id}/{action}", "workflow_id")
-    )
+    route, name = {
+        "triggers": ("POST /ops/triggers/{name}/{action}", "name"),
+        "callbacks": ("POST /ops/callbacks/{token}", "token"),
+    }.get(parts[2], ("POST /ops/workflows/{workflow_id}/{action}", "workflow_id"))
+    parameters = {name: parts[3]} if parts[2] == "callbacks" else {name: parts[3], "action": parts[4]}
     return {
         "version": "2.0",
         "routeKey": route,
@@ -1430,7 +1452,7 @@ def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
             "routeKey": route,
             "stage": "$default",
         },
-        "pathParameters": {name: parts[3], "action": parts[4]},
+        "pathParameters": parameters,
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }

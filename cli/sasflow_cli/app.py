@@ -552,8 +552,24 @@ _WAITS_FOR_RESUME = frozenset({"cancel", "compensate", "retry", "retry-compensat
 
 
 # ----------------------------------------------------------------------------------------------------- callbacks
-def _answer(ctx: typer.Context, token: str, body: dict[str, Any], as_json: bool) -> None:
-    result = _state(ctx).client.callback(token, body)
+def _answer(ctx: typer.Context, token: str, body: dict[str, Any], reason: str | None, as_json: bool) -> None:
+    """As an operator, through ``POST /ops/callbacks/{token}`` (any workflow; audited with the reason); as a client,
+    through ``POST /callbacks/{token}`` (its own workflows)."""
+    state = _state(ctx)
+    if state.client.routes.operator:
+        if not reason:
+            raise typer.BadParameter("an operator's answer needs --reason: it is written to the history with you")
+        answer = "approve" if body["status"] == "succeeded" else "reject"
+        result = state.client.answer_callback(
+            token,
+            answer,
+            reason=reason,
+            output=body.get("output"),
+            code=(body.get("error") or {}).get("code"),
+            idempotency_key=state.new_key(),
+        )
+    else:
+        result = state.client.callback(token, body)
     if as_json:
         _print_json(result)
     else:
@@ -569,11 +585,15 @@ def approve(
     ctx: typer.Context,
     token: Annotated[str, typer.Argument(help="The callback step's task token (shown on the step while it waits).")],
     output: Annotated[str | None, typer.Option("--output", help="The step's output: JSON, or a file of JSON.")] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", "-r", help="Why: needed as an operator (written to the history).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Complete a waiting callback step (an approval): its dependents then run, with --output as its output."""
+    """Complete a waiting callback step (an approval): its dependents then run, with --output as its output. As an
+    operator (any workflow's step, audited with --reason), or as the workflow's owner (--as a client)."""
     value = _json_arg(output, "--output") if output is not None else {"approved": True}
-    _answer(ctx, token, {"status": "succeeded", "output": value}, as_json)
+    _answer(ctx, token, {"status": "succeeded", "output": value}, reason, as_json)
 
 
 @app.command()
@@ -585,8 +605,9 @@ def reject(
     code: Annotated[str, typer.Option("--code", help="The error's code (the step's error names it).")] = "REJECTED",
     as_json: JsonOption = False,
 ) -> None:
-    """Fail a waiting callback step (a rejection): the workflow unwinds, or holds under the hold policy."""
-    _answer(ctx, token, {"status": "failed", "error": {"code": code, "message": reason}}, as_json)
+    """Fail a waiting callback step (a rejection): the workflow unwinds, or holds under the hold policy. As an
+    operator (any workflow's step, audited), or as the workflow's owner (--as a client)."""
+    _answer(ctx, token, {"status": "failed", "error": {"code": code, "message": reason}}, reason, as_json)
 
 
 @app.command()

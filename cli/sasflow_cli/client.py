@@ -209,6 +209,27 @@ class SasflowClient:
         """``POST /callbacks/{token}``: the CallbackResult (sent once: a repeat of an applied use is a 409)."""
         return self.request("POST", api_path("callbacks", token), body=dict(body))
 
+    def answer_callback(
+        self,
+        token: str,
+        answer: str,
+        *,
+        reason: str,
+        idempotency_key: str,
+        output: Any = None,
+        code: str | None = None,
+    ) -> Any:
+        """``POST /ops/callbacks/{token}``: an operator's ``approve`` (with ``output``) or ``reject`` (with ``code``) of
+        any workflow's waiting callback step, audited with ``reason``; the CallbackResult (the same answer again is
+        the first result, so it is retried safely)."""
+        body: dict[str, Any] = {"answer": answer, "reason": reason}
+        if answer == "approve":
+            body["output"] = output
+        elif code:
+            body["code"] = code
+        path = api_path("ops", "callbacks", token)
+        return self.request("POST", path, body=body, idempotency_key=idempotency_key)
+
     def get(self, workflow_id: str) -> Any:
         """The WorkflowView of ``workflow_id``."""
         return self.request("GET", self.routes.workflow(workflow_id))

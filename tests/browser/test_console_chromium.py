@@ -96,7 +96,13 @@ def drill() -> Iterator[Drill]:
         "LogLevel": "WARN",
     }
     try:
-        with LocalStack(parameters=parameters, schedule_interval_seconds=0.5, max_workers_per_function=1) as stack:
+        with LocalStack(
+            parameters=parameters,
+            schedule_interval_seconds=0.5,
+            max_workers_per_function=1,
+            # a compensation that keeps failing uses up its attempts (COMPENSATION_FAILED) before the circuit opens
+            extra_env={"BREAKER_FAILURE_THRESHOLD": "50"},
+        ) as stack:
             client = build_client(url=stack.api_url, stack=None, caller="operator")
             console = ConsoleServer(lambda port: Console(client, "operator", port)).start()
             try:
@@ -435,3 +441,109 @@ def test_a_forged_form_from_another_page_of_this_machine_is_refused(drill: Drill
         page.close()
     finally:
         server.shutdown()
+
+
+def act_from_the_page(page: Page, link: str, reason: str, confirm: str) -> None:
+    """Open an action from the workflow's page, give the reason, preview it, and confirm it."""
+    page.get_by_role("link", name=link).click()
+    page.locator("textarea#reason").fill(reason)
+    page.get_by_role("button", name="Preview").click()
+    expect(page.get_by_role("heading", name="What it will do")).to_be_visible()
+    page.get_by_role("button", name=confirm).click()
+    page.wait_for_url(re.compile(r".*\?done=console-[0-9a-f]{32}$"))
+
+
+def test_the_drill_approves_a_callback_and_redrives_a_dead_letter_watching_its_move(
+    drill: Drill, browser: Browser, shots: Path
+) -> None:
+    # Given client-a's trip waiting for its approval
+    request = trip()
+    request["definition"]["steps"].insert(1, {"name": "approval", "type": "callback", "timeout_seconds": 600})
+    wid = drill.start(request)
+    drill.wait(wid, lambda v: v["steps"][1]["status"] == "PROCESSING")
+    page = signed_in(browser, drill)
+    page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+    # When the operator approves it from the page, with an output
+    page.get_by_role("link", name="Approve approval").click()
+    page.locator("textarea#value").fill('{"approved_by": "on-call"}')
+    page.locator("textarea#reason").fill("budget confirmed by phone")
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("section.preview")).to_contain_text("The steps that wait for it run next: book_hotel.")
+    page.get_by_role("button", name="Confirm: Approve approval").click()
+    # Then the trip goes on to COMPLETED, and the history says who approved it and why
+    expect(page.locator("h1 + dl .status").first).to_have_text("COMPLETED", timeout=30_000)
+    [audit] = operator_actions(drill, wid)
+    assert (audit["action"], audit["step"], audit["reason"]) == ("approve", "approval", "budget confirmed by phone")
+    expect(page.locator("table.history")).to_contain_text("budget confirmed by phone")
+    # And a dead letter is redriven from its queue's page, its move followed to its end
+    letter = StepRequest(
+        workflow_id=wid,
+        step="reserve_flight",
+        phase="action",  # type: ignore[arg-type]
+        agent="flights",
+        action="reserve",
+        attempt=1,
+        complete_by=int(time.time()) - 60,
+        token="0" * 32,
+        input={"traveller": "Ada Lovelace"},
+    )
+    sqs = drill.stack.client("sqs")
+    dlq = drill.stack.physical_ids["FlightsDeadLetterQueue"]
+    sqs.send_message(QueueUrl=dlq, MessageBody=encode(letter))
+    page.goto(drill.console.url.split("/?")[0] + "/dead-letters/FlightsDeadLetterQueue")
+    page.get_by_role("link", name="Redrive FlightsDeadLetterQueue").click()
+    page.locator("textarea#reason").fill("flights is back")
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator("section.preview")).to_contain_text("back to the queue it came from")
+    page.get_by_role("button", name="Confirm: redrive FlightsDeadLetterQueue").click()
+    page.wait_for_url(re.compile(r".*/dead-letters/FlightsDeadLetterQueue/moves\?done=console-"))
+    expect(page.get_by_role("status")).to_contain_text("Redrive of FlightsDeadLetterQueue: started at")
+    expect(page.locator("tbody tr").first).to_contain_text("COMPLETED")
+    screenshot_page(page, shots, "redrive-moves")
+    depth = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])
+    assert depth["Attributes"]["ApproximateNumberOfMessages"] == "0"
+    page.close()
+
+
+def test_the_drill_retries_then_resolves_a_failed_compensation(drill: Drill, browser: Browser) -> None:
+    flights, payments = drill.servers["flights"].service, drill.servers["payments"].service
+    # Given a trip whose payment is declined, whose flight's compensation then fails every attempt
+    request = trip()
+    for step in request["definition"]["steps"]:
+        step["compensation"]["timeout_seconds"] = 60
+        step["compensation"]["retry"] = {"max_attempts": 2, "backoff_base_seconds": 0.5, "backoff_cap_seconds": 1}
+    payments.update_knobs({"rejection_rate": 1.0, "latency_ms": 2000})
+    try:
+        wid = drill.start(request)
+        drill.wait(wid, lambda v: v["steps"][0]["status"] == "COMPLETED")
+        flights.update_knobs({"transient_error_rate": 1.0})
+        drill.wait(wid, lambda v: v["status"] == "COMPENSATION_FAILED", seconds=90)
+        # When the operator finds it among those that need a person and retries the compensation (still failing)
+        page = signed_in(browser, drill)
+        waiting = page.locator("section", has=page.get_by_role("heading", name="Needs a person: COMPENSATION_FAILED"))
+        waiting.get_by_role("link", name=wid).click()
+        act_from_the_page(
+            page,
+            "Retry the compensation of reserve_flight",
+            "flights said it works again",
+            "Confirm: Retry the compensation of reserve_flight",
+        )
+        expect(page.get_by_role("status")).to_contain_text("Retry a failed compensation: reserve_flight: done at")
+        drill.wait(wid, lambda v: v["status"] == "COMPENSATION_FAILED" and v["steps"][0]["compensation_attempt"] == 4)
+        # Then, once it failed again, resolves it by hand: the trip ends COMPENSATED
+        page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+        act_from_the_page(
+            page,
+            "Resolve the compensation of reserve_flight",
+            "cancelled by phone with the airline",
+            "Confirm: Resolve the compensation of reserve_flight",
+        )
+        expect(page.locator("h1 + dl .status").first).to_have_text("COMPENSATED", timeout=30_000)
+        assert [(d["action"], d["step"]) for d in operator_actions(drill, wid)] == [
+            ("retry-compensation", "reserve_flight"),
+            ("resolve", "reserve_flight"),
+        ]
+        page.close()
+    finally:
+        flights.update_knobs({"transient_error_rate": 0.0})
+        payments.update_knobs({"rejection_rate": 0.0, "latency_ms": 0})

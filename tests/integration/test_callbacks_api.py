@@ -88,3 +88,67 @@ def test_approve_and_reject_through_the_cli(deployed: Deployed) -> None:
     deployed.pump()
     view = deployed.api("GET", f"/workflows/{wid}")[1]
     assert (view["status"], view["reason"]) == ("COMPENSATED", "step approval failed: CALLBACK_FAILED")
+
+
+def test_an_operator_approves_or_rejects_any_workflows_callback_audited_with_its_principal(deployed: Deployed) -> None:
+    from tests.integration.test_ops_api import OPERATOR_ARN
+
+    # Given two trips of client-a waiting for their approval
+    wid, token = waiting_token(deployed)
+    rejected_wid, rejected_token = waiting_token(deployed)
+    # When the operator (not their owner) approves one, with an output
+    approve = {"answer": "approve", "reason": "checked with the customer", "output": {"approved_by": "ada"}}
+    status, result = deployed.ops("POST", f"/ops/callbacks/{token}", approve, headers={"Idempotency-Key": "ok-1"})
+    assert (status, result["step"], result["step_status"]) == (200, "approval", "COMPLETED")
+    # Then the answer and who gave it, with why, are in the history, written by the same write
+    _, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+    audits = [e for e in history["events"] if e["kind"] in ("operator_action", "callback_applied")]
+    assert [(e["kind"], e.get("detail")) for e in audits] == [
+        (
+            "operator_action",
+            {
+                "action": "approve",
+                "principal": OPERATOR_ARN,
+                "reason": "checked with the customer",
+                "id": "ok-1",
+                "step": "approval",
+            },
+        ),
+        ("callback_applied", None),
+    ]
+    # The same answer again (a double submit) is the first result and writes nothing; another is 409
+    before = deployed.ops("GET", f"/ops/workflows/{wid}")[1]
+    assert deployed.ops("POST", f"/ops/callbacks/{token}", approve, headers={"Idempotency-Key": "ok-2"}) == (
+        200,
+        result,
+    )
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1] == before
+    status, refused = deployed.ops("POST", f"/ops/callbacks/{token}", {**approve, "output": {"other": 1}})
+    assert (status, refused["error"]) == (409, "CALLBACK_ALREADY_USED")
+    deployed.pump()
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1]["status"] == "COMPLETED"
+    # A rejection fails the attempt with the code given and the reason as its message
+    reject = {"answer": "reject", "reason": "fraud suspected", "code": "NOT_APPROVED"}
+    status, result = deployed.ops("POST", f"/ops/callbacks/{rejected_token}", reject)
+    assert (status, result["step_status"]) == (200, "FAILED")
+    _, view = deployed.ops("GET", f"/ops/workflows/{rejected_wid}")
+    [approval] = [s for s in view["steps"] if s["name"] == "approval"]
+    assert approval["error"] == {"code": "CALLBACK_FAILED", "message": "fraud suspected", "cause": "NOT_APPROVED"}
+    # Without a reason, or with a field of another answer: 422, nothing written
+    for body in ({"answer": "approve"}, {"answer": "reject", "reason": "x", "code": "lower case"}):
+        status, refused = deployed.ops("POST", f"/ops/callbacks/{rejected_token}", body)
+        assert (status, refused["error"]) == (422, "VALIDATION_ERROR")
+
+
+def test_the_cli_answers_as_an_operator_through_the_operators_route_with_a_reason(deployed: Deployed) -> None:
+    wid, token = waiting_token(deployed)  # client-a's
+    answered = cli(deployed, "approve", token, "--output", '{"ok": true}', "--reason", "approved on the phone")
+    assert (answered["step"], answered["step_status"]) == ("approval", "COMPLETED")
+    _, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+    [audit] = [e["detail"] for e in history["events"] if e["kind"] == "operator_action"]
+    assert (audit["action"], audit["reason"], audit["step"]) == ("approve", "approved on the phone", "approval")
+    wid, token = waiting_token(deployed)
+    rejected = cli(deployed, "reject", token, "--reason", "over budget", "--code", "OVER_BUDGET")
+    assert rejected["step_status"] == "FAILED"
+    [approval] = [s for s in deployed.ops("GET", f"/ops/workflows/{wid}")[1]["steps"] if s["name"] == "approval"]
+    assert approval["error"]["cause"] == "OVER_BUDGET"

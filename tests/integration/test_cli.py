@@ -55,7 +55,9 @@ def cli(deployed: Deployed, *args: str, caller: str = "operator") -> Any:
     for function in ("ApiFunction", "OpsFunction"):
         deployed.fn(function)  # loaded outside the runner: its logger keeps the real stdout, not the runner's
     transport = DeployedTransport(deployed, caller)
-    client = SasflowClient("http://deployed.test", lambda m, u, b, h: dict(h), transport=transport)
+    client = SasflowClient(
+        "http://deployed.test", lambda m, u, b, h: dict(h), transport=transport, operator=caller == "operator"
+    )
     result = CliRunner().invoke(app, [*args, "--json"], obj=CliState(client_=client, now=deployed.clock.now))
     assert result.exit_code == 0, result.output
     # The functions run in this process, so their log lines (one JSON object a line) share stdout with the CLI,

@@ -212,3 +212,104 @@ def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_ope
     refused = text_of(page(mine, act_path(started["workflow_id"], "retry") + "?step=charge_card", 403))
     assert "Operators only" in refused and "client-a" in refused
     assert page(browser, act_path(wid, "reboot"), 404)
+
+
+def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_operator(deployed: Deployed) -> None:
+    from tests.integration.test_callbacks_api import waiting_token
+
+    wid, _ = waiting_token(deployed)  # client-a's trip, waiting for its approval
+    browser = signed_in(console_of(deployed))
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    labels = re.findall(r'<a class="button act-[a-z-]+" href="[^"]+">([^<]+)</a>', html)
+    assert labels[:2] == ["Approve approval", "Reject approval"]
+    fields = form_of(page(browser, act_path(wid, "approve") + "?step=approval"))
+    assert fields["value"].replace(" ", "").replace("\n", "") == '{"approved":true}'
+    fields = {**fields, "value": '{"approved_by": "ada"}', "reason": "budget confirmed"}
+    preview = text_of(send(browser, act_path(wid, "approve"), {**fields, "intent": "preview"}).get_data(as_text=True))
+    assert "The callback step approval is answered as approved: it completes with the output below." in preview
+    assert "The steps that wait for it run next: book_hotel." in preview
+    done = send(browser, act_path(wid, "approve"), {**fields, "intent": "confirm"})
+    assert done.status_code == 303
+    again = send(browser, act_path(wid, "approve"), {**fields, "intent": "confirm"})  # sent twice: acts once
+    assert again.headers["Location"] == done.headers["Location"]
+    [audit] = operator_actions(deployed, wid)
+    assert (audit["action"], audit["principal"], audit["step"]) == ("approve", OPERATOR_ARN, "approval")
+    deployed.pump()
+    view = deployed.ops("GET", f"/ops/workflows/{wid}")[1]
+    assert view["status"] == "COMPLETED"
+    assert [s["output"] for s in view["steps"] if s["name"] == "approval"] == [{"approved_by": "ada"}]
+    # Once answered, the page offers it no more, and a stale form says the step waits for no answer
+    assert "Approve approval" not in page(browser, f"/workflows/{quote(wid, safe='')}")
+    stale = {
+        **form_of(page(browser, act_path(wid, "reject") + "?step=approval")),
+        "reason": "late",
+        "intent": "confirm",
+    }
+    refused = send(browser, act_path(wid, "reject"), stale)
+    assert refused.status_code == 409
+    assert "NOT_WAITING step approval waits for no answer now (COMPLETED)" in text_of(refused.get_data(as_text=True))
+    # A rejection with its code; a code that is not one comes back with why
+    rejected_wid, _ = waiting_token(deployed)
+    reject = {**form_of(page(browser, act_path(rejected_wid, "reject") + "?step=approval")), "reason": "fraud"}
+    bad = send(browser, act_path(rejected_wid, "reject"), {**reject, "code": "not a code", "intent": "preview"})
+    assert bad.status_code == 400 and "code 'not a code': capitals" in text_of(bad.get_data(as_text=True))
+    reject["code"] = "FRAUD"
+    preview = text_of(
+        send(browser, act_path(rejected_wid, "reject"), {**reject, "intent": "preview"}).get_data(as_text=True)
+    )
+    assert "its attempt fails with code FRAUD, your reason as its message" in preview
+    assert send(browser, act_path(rejected_wid, "reject"), {**reject, "intent": "confirm"}).status_code == 303
+    [approval] = [
+        s for s in deployed.ops("GET", f"/ops/workflows/{rejected_wid}")[1]["steps"] if s["name"] == "approval"
+    ]
+    assert approval["error"] == {"code": "CALLBACK_FAILED", "message": "fraud", "cause": "FRAUD"}
+
+
+def test_a_dead_letter_queue_is_redriven_once_from_its_page_and_its_move_followed(deployed: Deployed) -> None:
+    import boto3
+
+    from sasflow.messages import StepRequest, encode
+
+    # Given a stale request of a completed trip in the flights' dead-letter queue
+    _, started = deployed.api("POST", "/workflows", trip())
+    deployed.pump()
+    wid = started["workflow_id"]
+    stale = StepRequest(
+        workflow_id=wid,
+        step="reserve_flight",
+        phase="action",  # type: ignore[arg-type]
+        agent="flights",
+        action="reserve",
+        attempt=1,
+        complete_by=int(deployed.clock.now()) - 60,
+        token="0" * 32,
+        input={"traveller": "Ada Lovelace"},
+    )
+    boto3.client("sqs").send_message(QueueUrl=deployed.queue_url("FlightsDeadLetterQueue"), MessageBody=encode(stale))
+    browser = signed_in(console_of(deployed))
+    queue = page(browser, "/dead-letters/FlightsDeadLetterQueue")
+    assert 'href="/dead-letters/FlightsDeadLetterQueue/redrive">Redrive FlightsDeadLetterQueue</a>' in queue
+    path = "/dead-letters/FlightsDeadLetterQueue/redrive"
+    fields = {**form_of(page(browser, path)), "reason": "flights is back"}
+    # The preview says what will happen and moves nothing
+    preview = text_of(send(browser, path, {**fields, "intent": "preview"}).get_data(as_text=True))
+    assert (
+        "SQS moves every message of FlightsDeadLetterQueue (1, approximately) back to the queue it came from" in preview
+    )
+    assert deployed.depth("FlightsDeadLetterQueue") == 1
+    # Confirmed twice (a double click that got through): one move, then its progress
+    first = send(browser, path, {**fields, "intent": "confirm"})
+    second = send(browser, path, {**fields, "intent": "confirm"})
+    assert (first.status_code, second.status_code) == (303, 303)
+    assert first.headers["Location"] == second.headers["Location"]
+    assert first.headers["Location"].startswith("/dead-letters/FlightsDeadLetterQueue/moves?done=console-")
+    moves = text_of(page(browser, first.headers["Location"]))
+    assert "Redrive of FlightsDeadLetterQueue: started at" in moves and "1 message(s) to move" in moves
+    assert "COMPLETED 1" in moves  # the local move finishes within its call (devstack/moto_sqs.py)
+    _, listing = deployed.ops("GET", "/ops/dead-letters", query="queue=FlightsDeadLetterQueue&limit=0")
+    assert len(listing["queues"][0]["move_tasks"]) == 1  # one move task: the second send started none
+    assert deployed.depth("FlightsDeadLetterQueue") == 0 and deployed.depth("FlightsRequestQueue") == 1
+    # A redrive without a reason comes back with why; a forged one is refused
+    blank = send(browser, path, {**fields, "reason": " ", "intent": "confirm"})
+    assert blank.status_code == 400 and "a reason is needed" in text_of(blank.get_data(as_text=True))
+    assert send(browser, path, {**fields, "csrf": "", "intent": "confirm"}).status_code == 403

@@ -332,9 +332,9 @@ def test_a_token_that_answers_done_twice_is_caught(monkeypatch: pytest.MonkeyPat
     """Mutation check of invariant 16: a second use of a token answered 200 ("done") instead of 409."""
     original = ForwardTransitions.apply_callback
 
-    def twice(self: ForwardTransitions, token: Any, request: Any) -> None:
+    def twice(self: ForwardTransitions, token: Any, request: Any, audit: Any = None) -> None:
         try:
-            original(self, token, request)
+            original(self, token, request, audit)
         except CallbackUsedError:
             return
 
@@ -347,11 +347,11 @@ def test_an_expired_token_applied_to_the_next_attempt_is_caught(monkeypatch: pyt
     """Mutation check of invariant 16: a token of a timed-out attempt accepted for the attempt after it."""
     original = ForwardTransitions.apply_callback
 
-    def any_attempt(self: ForwardTransitions, token: Any, request: Any) -> None:
+    def any_attempt(self: ForwardTransitions, token: Any, request: Any, audit: Any = None) -> None:
         record = self.snapshot.steps.get(token.step)
         if record is not None and token.attempt < record.attempt:
             token = TaskToken(token.workflow_id, token.step, record.attempt, record.callback_nonce or "")
-        original(self, token, request)
+        original(self, token, request, audit)
 
     monkeypatch.setattr(ForwardTransitions, "apply_callback", any_attempt)
     kind = "callback applied to another attempt"
@@ -584,3 +584,18 @@ def test_a_run_leaves_logging_as_it_found_it() -> None:
     before = logging.root.manager.disable
     run_one(72, 2, TRIGGER_HEAVY)
     assert logging.root.manager.disable == before == logging.NOTSET
+
+
+def test_an_operators_answer_is_audited_once_and_an_unaudited_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invariant 16 (the operator's answers) holds under faults; its mutation check: an operator's answer applied
+    without its audit (the ops route forgets it) is caught."""
+    report = run_one(31, 30, CALLBACKS)
+    assert report.violations == []
+    original = ForwardTransitions.apply_callback
+
+    def unaudited(self: ForwardTransitions, token: Any, request: Any, audit: Any = None) -> None:
+        original(self, token, request, None)
+
+    monkeypatch.setattr(ForwardTransitions, "apply_callback", unaudited)
+    kinds = {v.kind for v in run_one(31, 30, CALLBACKS).violations}
+    assert "operator answer not audited once" in kinds

@@ -25,20 +25,24 @@ TERMINAL = ("COMPLETED", "COMPENSATED", "CANCELLED")
 class Action:
     """One operator action as the console offers it.
 
-    ``value`` names the JSON the form edits (a retry's ``input``, a skip's ``output``; None: none), ``step`` which step
-    it needs (``failed``: a FAILED step of a HELD workflow, required; ``compensation``: a step whose compensation
-    failed; ``""``: the workflow as a whole).
+    ``value`` names the JSON the form edits (a retry's ``input``, a skip's or an approval's ``output``; None: none),
+    ``step`` which step it needs (``failed``: a FAILED step of a HELD workflow, required; ``callback``: a callback
+    step waiting for its answer, required; ``compensation``: a step whose compensation failed; ``""``: the workflow
+    as a whole); ``code`` whether it takes an error code (a rejection).
     """
 
     name: str
     title: str
     value: str | None = None
     step: str = ""
+    code: bool = False
 
 
 ACTIONS: Mapping[str, Action] = {
     action.name: action
     for action in (
+        Action("approve", "Approve a callback step", value="output", step="callback"),
+        Action("reject", "Reject a callback step", step="callback", code=True),
         Action("retry", "Retry a failed step", value="input", step="failed"),
         Action("skip", "Skip a failed step with an output", value="output", step="failed"),
         Action("compensate", "Compensate now"),
@@ -74,6 +78,11 @@ def offered(view: Mapping[str, Any]) -> list[Offer]:
     offers: list[Offer] = []
     if status in TERMINAL:
         return offers
+    if status in ("RUNNING", "HELD"):
+        for step in view["steps"]:
+            if step.get("type") == "callback" and step["status"] == "PROCESSING" and step.get("task_token"):
+                name = step["name"]
+                offers += [Offer("approve", name, f"Approve {name}"), Offer("reject", name, f"Reject {name}")]
     if status == "HELD":
         for step in _failed(view):
             offers += [Offer("retry", step, f"Retry {step}"), Offer("skip", step, f"Skip {step}")]
@@ -93,7 +102,9 @@ def _names(steps: Sequence[str]) -> str:
     return ", ".join(steps) if steps else "none"
 
 
-def preview(action: str, view: Mapping[str, Any], step: str | None, value: Any, edited: bool) -> list[str]:
+def preview(
+    action: str, view: Mapping[str, Any], step: str | None, value: Any, edited: bool, *, code: str = "REJECTED"
+) -> list[str]:
     """What ``action`` will do to the workflow of ``view``, in sentences (the preview before the confirmation).
 
     ``value`` is the JSON the form carries (a retry's input, a skip's output; ``NOT_GIVEN`` when its field was left
@@ -119,6 +130,21 @@ def preview(action: str, view: Mapping[str, Any], step: str | None, value: Any, 
             f"Step {step} is marked COMPLETED with {output}, without calling its service again.",
             f"The steps that wait for it run next: {_names(waiting)}.",
             "If the workflow unwinds later, the step's compensation (if it has one) runs with this output.",
+        ]
+    elif action == "approve":
+        waiting = [s["name"] for s in steps if step in (s.get("depends_on") or [])]
+        output = "the output below" if given else "no output (null)"
+        said = [
+            f"The callback step {step} is answered as approved: it completes with {output}.",
+            f"The steps that wait for it run next: {_names(waiting)}.",
+            "Its task token is then used: a different answer to it is refused (409).",
+        ]
+    elif action == "reject":
+        said = [
+            f"The callback step {step} is answered as rejected: its attempt fails with code {code}, your reason as "
+            "its message.",
+            "Its retry policy decides what follows (a new attempt waits for a new answer); with no attempt left the "
+            "workflow unwinds, or is held under the hold policy.",
         ]
     elif action == "compensate":
         said = [

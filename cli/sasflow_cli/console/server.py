@@ -100,6 +100,8 @@ REFRESH_SECONDS = 3
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 #: An Idempotency-Key the API takes (``types.IdempotencyKey``).
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+#: A rejection's error code (``ops_api.OperatorCallbackRequest``).
+ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 #: Actions whose outcome the console keeps (the newest), so a form sent again is answered with the first outcome.
 KEPT_OUTCOMES = 1000
 #: The largest form the console reads (a retry's edited input; the API refuses a body over its own limit).
@@ -113,9 +115,10 @@ class _Request(Request):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an action sent from the console did: kept by its Idempotency-Key (`Console.outcomes`)."""
+    """What an action sent from the console did: kept by its Idempotency-Key (`Console.outcomes`). ``subject`` is the
+    workflow acted on (or ``queue:<name>``, a redrive), ``status`` where it was then (or the move task's handle)."""
 
-    workflow_id: str
+    subject: str
     action: str
     step: str | None
     label: str
@@ -257,6 +260,8 @@ class Console:
                 Rule("/workflows/<path:workflow_id>/act/<action>", endpoint="act", methods=["GET", "POST"]),
                 Rule("/workflows/<path:workflow_id>", endpoint="workflow"),
                 Rule("/dead-letters", endpoint="dead_letters"),
+                Rule("/dead-letters/<queue>/redrive", endpoint="redrive", methods=["GET", "POST"]),
+                Rule("/dead-letters/<queue>/moves", endpoint="moves"),
                 Rule("/dead-letters/<queue>", endpoint="dead_letter_queue"),
                 Rule("/definitions", endpoint="definitions"),
                 Rule("/definitions/<name>", endpoint="definition"),
@@ -497,7 +502,7 @@ class Console:
             refresh=REFRESH_SECONDS if view["status"] in MOVING and not view.get("paused") else None,
             actor=_actor,
             offers=offered(view) if self.operator else [],
-            done=done if done is not None and done.workflow_id == workflow_id else None,
+            done=done if done is not None and done.subject == workflow_id else None,
         )
 
     # ------------------------------------------------------------------ acting
@@ -510,7 +515,7 @@ class Console:
             return self._operators_only("operator actions")
         form = request.form
         step = (form.get("step") if request.method == "POST" else request.args.get("step")) or None
-        if spec.step == "failed" and not step:
+        if spec.step in ("failed", "callback") and not step:
             return self._refusal(400, "Which step?", f"{action} needs a step: open it from the workflow's page")
         view = self.client.get(workflow_id)
         key = form.get("key") or _new_key()
@@ -525,6 +530,7 @@ class Console:
             "csrf": self.csrf,
             "reason": form.get("reason", ""),
             "text": form.get("value", "" if before is None else _pretty(before)),
+            "code": form.get("code", "REJECTED"),
             "unread": unread,
             "label": next((o.label for o in offered(view) if o.action == action and o.step == step), spec.title),
         }
@@ -536,18 +542,28 @@ class Console:
                 raise UsageError("a reason is needed: it is written to the workflow's history with your principal")
             given = context["text"].strip()
             value = _json_value(given, spec.value, an_object=action == "retry") if spec.value and given else None
+            if spec.code and not ERROR_CODE.fullmatch(context["code"]):
+                raise UsageError(f"code {context['code']!r}: capitals, digits and _, starting with a capital")
         except UsageError as error:
             return self._html("act.html", 400, stage="form", problem={"message": str(error)}, **context)
         given_value = spec.value is not None and value is not None
         edited = action == "retry" and given_value and value != before
         if form.get("intent") != "confirm":
-            said = preview(action, view, step, value if given_value else NOT_GIVEN, edited)
+            said = preview(action, view, step, value if given_value else NOT_GIVEN, edited, code=context["code"])
             return self._html(
                 "act.html", stage="preview", said=said, value=value, given=given_value, edited=edited, **context
             )
-        sent = value if (edited or (action == "skip" and given_value)) else NOT_GIVEN
+        sent = value if (edited or (action in ("skip", "approve") and given_value)) else NOT_GIVEN
+        label = spec.title if step is None else f"{spec.title}: {step}"
         try:
-            self._send(key, workflow_id, action, step, reason, sent)
+            self._once(
+                key,
+                workflow_id,
+                action,
+                step,
+                label,
+                lambda: self._act(view, action, step, reason, sent, key, context["code"]),
+            )
         except ApiError as error:
             problem = {"code": error.code, "message": error.message, "details": error.details, "status": error.status}
             return self._html("act.html", error.status or 502, stage="form", problem=problem, **context)
@@ -560,6 +576,8 @@ class Console:
         None with why the input could not be read (the retry then keeps the input as it is unless one is given)."""
         if action == "skip":
             return {}, ""
+        if action == "approve":
+            return {"approved": True}, ""
         if action != "retry" or not step:
             return None, ""
         try:
@@ -567,28 +585,53 @@ class Console:
         except ApiError as error:
             return None, f"{error.code}: {error.message}"
 
-    def _send(self, key: str, workflow_id: str, action: str, step: str | None, reason: str, value: Any) -> Outcome:
-        """Send the action once per Idempotency-Key: a form sent again (a double click, a reload of the answer, the
-        browser's back and send) waits for the first and gets its outcome; the API dedupes by the key as well."""
+    def _act(
+        self, view: Mapping[str, Any], action: str, step: str | None, reason: str, value: Any, key: str, code: str
+    ) -> tuple[str, bool]:
+        """Send one action to the API: a callback's answer to ``POST /ops/callbacks/{token}`` (the token of the step
+        as the page read it), any other to ``POST /ops/workflows/{id}/{action}``. The workflow's status after it,
+        and whether it is paused."""
+        workflow_id = view["workflow_id"]
+        if action in ("approve", "reject"):
+            found = next((s for s in view["steps"] if s["name"] == step), None)
+            token = found.get("task_token") if found else None
+            if not token:
+                now = found["status"] if found else "not a step of this workflow"
+                raise ApiError(409, "NOT_WAITING", f"step {step} waits for no answer now ({now}): reload the workflow")
+            result = self.client.answer_callback(
+                token,
+                action,
+                reason=reason,
+                idempotency_key=key,
+                output=None if value is NOT_GIVEN else value,
+                code=code,
+            )
+            return str(result["workflow_status"]), bool(view.get("paused"))
+        after = self.client.act(
+            workflow_id,
+            action,
+            reason=reason,
+            idempotency_key=key,
+            step=step,
+            step_input=value if action == "retry" and value is not NOT_GIVEN else None,
+            **({"output": value} if action == "skip" and value is not NOT_GIVEN else {}),
+        )
+        return str(after["status"]), bool(after.get("paused"))
+
+    def _once(
+        self, key: str, subject: str, action: str, step: str | None, label: str, call: Callable[[], tuple[str, bool]]
+    ) -> Outcome:
+        """Make ``call`` once per Idempotency-Key: a form sent again (a double click, a resubmitted form, a second
+        tab) waits for the first and gets its outcome; the API dedupes by the key as well (a redrive, which SQS
+        cannot dedupe, only here)."""
         with self._guard:
             sending = self._sending.setdefault(key, threading.Lock())
         with sending:
             kept = self.outcomes.get(key)
-            if kept is not None and (kept.workflow_id, kept.action, kept.step) == (workflow_id, action, step):
+            if kept is not None and (kept.subject, kept.action, kept.step) == (subject, action, step):
                 return kept
-            view = self.client.act(
-                workflow_id,
-                action,
-                reason=reason,
-                idempotency_key=key,
-                step=step,
-                step_input=value if action == "retry" and value is not NOT_GIVEN else None,
-                **({"output": value} if action == "skip" and value is not NOT_GIVEN else {}),
-            )
-            label = ACTIONS[action].title if step is None else f"{ACTIONS[action].title}: {step}"
-            outcome = Outcome(
-                workflow_id, action, step, label, view["status"], bool(view.get("paused")), int(time.time())
-            )
+            status, paused = call()
+            outcome = Outcome(subject, action, step, label, status, paused, int(time.time()))
             with self._guard:
                 self.outcomes[key] = outcome
                 while len(self.outcomes) > KEPT_OUTCOMES:
@@ -683,7 +726,58 @@ class Console:
             return self._operators_only("dead-letter queues")
         listing = self.client.dead_letters(queue, limit=50)
         [found] = listing["queues"]
-        return self._html("dead_letter_queue.html", queue=found, messages=found.get("messages") or [])
+        moving = any(task.get("status") == "RUNNING" for task in found.get("move_tasks") or [])
+        return self._html("dead_letter_queue.html", queue=found, messages=found.get("messages") or [], moving=moving)
+
+    def page_redrive(self, request: Request, queue: str) -> Response:
+        """A redrive's form (GET), its preview, or the move started once (POST ``intent``), then its progress."""
+        if not self.operator:
+            return self._operators_only("dead-letter queues")
+        [found] = self.client.dead_letters(queue, limit=0)["queues"]  # its depth and moves: no message received
+        form = request.form
+        key = form.get("key") or _new_key()
+        if not KEY_PATTERN.fullmatch(key):
+            return self._refusal(400, "Not an Idempotency-Key", "open the redrive again from the queue's page")
+        context: dict[str, Any] = {"queue": found, "key": key, "csrf": self.csrf, "reason": form.get("reason", "")}
+        if request.method != "POST" or form.get("intent") == "edit":
+            return self._html("redrive.html", stage="form", **context)
+        reason = context["reason"].strip()
+        if not reason:
+            problem: dict[str, Any] = {
+                "message": "a reason is needed: it is the ops function's audit line, with your principal"
+            }
+            return self._html("redrive.html", 400, stage="form", problem=problem, **context)
+        if form.get("intent") != "confirm":
+            return self._html("redrive.html", stage="preview", **context)
+
+        def move() -> tuple[str, bool]:
+            started = self.client.redrive(queue, reason=reason)
+            return f"{started['approximate_messages']} message(s) to move", False
+
+        try:
+            self._once(key, f"queue:{queue}", "redrive", None, f"Redrive of {queue}", move)
+        except ApiError as error:
+            problem = {"code": error.code, "message": error.message, "details": error.details, "status": error.status}
+            return self._html("redrive.html", error.status or 502, stage="form", problem=problem, **context)
+        moves = _path("dead-letters", queue, "moves") + "?" + urlencode({"done": key})
+        return Response(status=303, headers={"Location": moves})
+
+    def page_moves(self, request: Request, queue: str) -> Response:
+        """A queue's message move tasks (a redrive's progress), read without receiving a message; the page refreshes
+        itself while one runs."""
+        if not self.operator:
+            return self._operators_only("dead-letter queues")
+        [found] = self.client.dead_letters(queue, limit=0)["queues"]
+        tasks = found.get("move_tasks") or []
+        done = self.outcomes.get(request.args.get("done", ""))
+        running = any(task.get("status") == "RUNNING" for task in tasks)
+        return self._html(
+            "moves.html",
+            queue=found,
+            tasks=tasks,
+            done=done if done is not None and done.subject == f"queue:{queue}" else None,
+            refresh=REFRESH_SECONDS if running else None,
+        )
 
     def page_definitions(self, request: Request) -> Response:
         listing = self.client.definitions()
@@ -734,7 +828,7 @@ def _new_key() -> str:
 
 
 #: The endpoints a form is sent to (every other one is read only).
-ACTING = frozenset({"act"})
+ACTING = frozenset({"act", "redrive"})
 
 
 def _actor(event: Mapping[str, Any]) -> str:

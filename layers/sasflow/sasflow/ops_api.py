@@ -9,6 +9,8 @@ Routes
 - ``POST /ops/workflows/{workflow_id}/{action}``: an operator action (``scheduler.OPERATOR_ACTIONS``), audited in the
   history with the caller's principal and the body's ``reason``. An ``Idempotency-Key`` header makes a retried
   request a no-op; where the action does not apply the answer is 409 with the reason.
+- ``POST /ops/callbacks/{token}``: answer any workflow's waiting callback step as an operator: ``approve`` (with an
+  output) or ``reject`` (with an error code); audited in the history with the caller's principal and ``reason``.
 - ``GET /ops/overdue``: the steps overdue now (the supervisor's own query) and the workflows that look stuck.
 - ``GET /ops/dead-letters``: the depth of every dead-letter queue, or one queue's messages (``queue``).
 - ``POST /ops/dead-letters/redrive``: move a dead-letter queue's messages back where they came from.
@@ -46,6 +48,7 @@ from .api import (
     install_error_handlers,
 )
 from .api_models import HistoryPage, WorkflowView
+from .callbacks import MAX_TOKEN_CHARS, CallbackRequest, CallbackResult
 from .claim_check import object_key
 from .clock import epoch_seconds
 from .definition import render
@@ -240,6 +243,31 @@ class DeadLetterList(_Model):
     """``GET /ops/dead-letters``."""
 
     queues: list[DeadLetterQueueView]
+
+
+class OperatorCallbackRequest(_Model):
+    """Body of ``POST /ops/callbacks/{token}``: an operator's answer to a waiting callback step."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    answer: Literal["approve", "reject"] = Field(
+        description="approve: the step completes with output; reject: its attempt fails with code and the reason."
+    )
+    reason: Reason = Field(description="Why: written to the history with your principal.")
+    output: Any = Field(default=None, description="approve: the step's output (any JSON).")
+    code: str = Field(
+        default="REJECTED",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Z][A-Z0-9_]*$",
+        description="reject: the error code the step's attempt fails with (its message is the reason).",
+    )
+
+    def as_answer(self) -> CallbackRequest:
+        """The callback answer it gives (what a repeat of it must match, as a client's answer)."""
+        if self.answer == "approve":
+            return CallbackRequest(status="succeeded", output=self.output)
+        return CallbackRequest(status="failed", error={"code": self.code, "message": self.reason})  # type: ignore[arg-type]
 
 
 class RedriveRequest(_Model):
@@ -535,6 +563,29 @@ def build_ops_app(
         return Response(
             status_code=200, content_type=content_types.APPLICATION_JSON, body=WorkflowView.from_snapshot(snapshot)
         )
+
+    @app.post(
+        "/ops/callbacks/<token>",
+        summary="Answer any workflow's waiting callback step as an operator: approve or reject it (audited)",
+        responses={200: doc(CallbackResult, "Applied (or this same answer, applied before)"), **ERROR_RESPONSES},
+    )
+    def answer_callback(
+        token: Annotated[str, Path(min_length=1, max_length=MAX_TOKEN_CHARS)],
+        request: OperatorCallbackRequest,
+        idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,
+    ) -> Response[CallbackResult]:
+        principal = caller()
+        scheduler, bus, _, _ = services()
+        audit = {
+            "action": request.answer,
+            "principal": principal,
+            "reason": request.reason,
+            "id": idempotency_key or str(uuid.uuid4()),
+        }
+        _, result, messages = scheduler.callback(token, request.as_answer(), owner=None, audit=audit)
+        if messages:
+            bus.send(messages)  # what the answer let start; a message not sent is resent by the supervisor
+        return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=result)
 
     @app.get(
         "/ops/overdue",

@@ -386,12 +386,15 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ callbacks
     def callback(
-        self, token: str, request: CallbackRequest, *, owner: str | None
+        self, token: str, request: CallbackRequest, *, owner: str | None, audit: dict[str, str] | None = None
     ) -> tuple[Snapshot, CallbackResult, list[Outgoing]]:
         """Apply a use of a callback step's task token: complete or fail its attempt, or a heartbeat.
 
-        ``owner`` is the calling client's principal: a token of another principal's workflow is not found. The use
-        is applied with one conditional write like any transition; a refusal is confirmed by a consistent read.
+        ``owner`` is the calling client's principal: a token of another principal's workflow is not found. None is an
+        operator's answer (``POST /ops/callbacks/{token}``), for any workflow: ``audit`` (``action``, ``principal``,
+        ``reason``, ``id``) is then written to the history as an operator action in the same write as the answer,
+        once (the same answer again writes nothing). The use is applied with one conditional write like any
+        transition; a refusal is confirmed by a consistent read.
 
         Returns
         -------
@@ -413,7 +416,7 @@ class SchedulerService:
         def use(transition: Transition) -> None:
             if owner is not None and transition.snapshot.workflow.owner != owner:
                 raise CallbackNotFoundError("no such task token")
-            transition.apply_callback(parsed, request)
+            transition.apply_callback(parsed, request, audit=audit)
 
         stored, messages = self._update(parsed.workflow_id, use)
         if stored is None:

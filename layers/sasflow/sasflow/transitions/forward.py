@@ -319,8 +319,11 @@ class ForwardTransitions(TransitionBase):
             self.messages.append(outgoing)
         self.count("CallbackTokensIssued")
 
-    def apply_callback(self, token: TaskToken, request: CallbackRequest) -> None:
+    def apply_callback(self, token: TaskToken, request: CallbackRequest, audit: dict[str, str] | None = None) -> None:
         """Apply a use of a callback step's task token (``POST /callbacks/{token}``), then advance.
+
+        ``audit`` (an operator's answer, ``POST /ops/callbacks/{token}``: ``action``, ``principal``, ``reason``,
+        ``id``) is written to the history beside the answer, as an operator action on the step.
 
         Raises
         ------
@@ -368,6 +371,8 @@ class ForwardTransitions(TransitionBase):
             self.set_step(record.evolve(complete_by=self.now + step.timeout_seconds))
             self.count("CallbackHeartbeats")
             return
+        if audit is not None:
+            self.history.operator(audit["action"], audit["principal"], audit["reason"], step=step.name, id=audit["id"])
         if request.status == "succeeded":
             self.history.callback(step.name, record.attempt, Outcome.SUCCEEDED, None)
             self.set_step(_settled(record, StepStatus.COMPLETED, output=request.output))
