@@ -30,12 +30,22 @@ NO_OUTPUT: Any = object()
 class ApiError(Exception):
     """The API refused a request (its ``error`` code and ``message``), or could not be reached (status 0)."""
 
-    def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        *,
+        source: str = "api",
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.details = details or []
+        #: Who refused: the API, or a client of it that checked first (the console).
+        self.source = source
 
 
 class Signer(Protocol):

@@ -36,9 +36,10 @@ from devstack.client import SignedHttp
 from devstack.stack import LocalStack
 from devstack.template import remote_service_parameters
 from http_server import RunningServer, serve_all
-from sasflow.messages import StepRequest, encode
+from sasflow.messages import encode
 from sasflow_cli.console import Console, ConsoleServer
 from sasflow_cli.targets import build_client
+from tests.support.fakes import stale_flight_request
 from tests.support.lambdas import ROOT
 from tests.system.test_roles_local import MAP
 
@@ -225,17 +226,7 @@ def test_a_map_step_shows_its_children_and_a_child_opens(drill: Drill, browser: 
 
 
 def test_a_dead_letter_is_peeked_without_being_consumed(drill: Drill, browser: Browser, shots: Path) -> None:
-    letter = StepRequest(
-        workflow_id="wf-dead-letter",
-        step="reserve_flight",
-        phase="action",  # type: ignore[arg-type]
-        agent="flights",
-        action="reserve",
-        attempt=2,
-        complete_by=int(time.time()) - 60,
-        token="0" * 32,
-        input={"traveller": "Ada Lovelace"},
-    )
+    letter = stale_flight_request("wf-dead-letter", time.time(), attempt=2)
     sqs = drill.stack.client("sqs")
     sqs.send_message(QueueUrl=drill.stack.physical_ids["FlightsDeadLetterQueue"], MessageBody=encode(letter))
     page = signed_in(browser, drill)
@@ -310,6 +301,10 @@ def test_a_running_workflows_page_follows_it_to_its_end_without_a_reload(drill: 
         expect(page.locator("main")).not_to_have_attribute("data-refresh", "3")
         assert len(navigations) == 1  # no reload: the one navigation is the goto
         assert page.locator("#step-book_hotel details").get_attribute("open") is not None  # still open
+        # and the keyboard's focus is where it was (the trial lost it to the page at every refresh)
+        assert page.evaluate("document.activeElement.closest('section').id + ' ' + document.activeElement.tagName") == (
+            "step-book_hotel SUMMARY"
+        )
         page.close()
     finally:
         drill.servers["payments"].service.update_knobs({"latency_ms": 0})
@@ -392,8 +387,9 @@ def test_a_reload_keeps_the_form_being_filled_in_and_a_cancel_is_sent_once(drill
         page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
         page.get_by_role("link", name="Cancel").click()
         page.locator("textarea#reason").fill("the customer cancelled by phone")
-        page.reload()  # a reload (or a crashed tab) gives the form back as it was filled in
+        page.reload()  # a reload (or a crashed tab) gives the form back as it was filled in, and says so
         expect(page.locator("textarea#reason")).to_have_value("the customer cancelled by phone")
+        expect(page.locator("p.restored")).to_contain_text("Restored what you typed earlier in this tab (not sent)")
         page.get_by_role("button", name="Preview").click()
         expect(page.locator("section.preview")).to_contain_text("The workflow is cancelled (RUNNING → CANCELLING)")
         page.get_by_role("button", name="Confirm: Cancel").dblclick()  # a double click
@@ -463,6 +459,7 @@ def test_the_drill_approves_a_callback_and_redrives_a_dead_letter_watching_its_m
     drill.wait(wid, lambda v: v["steps"][1]["status"] == "PROCESSING")
     page = signed_in(browser, drill)
     page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
+    assert page.locator("main").get_attribute("data-refresh") is None  # it waits for a person: the page stays still
     # When the operator approves it from the page, with an output
     page.get_by_role("link", name="Approve approval").click()
     page.locator("textarea#value").fill('{"approved_by": "on-call"}')
@@ -476,17 +473,7 @@ def test_the_drill_approves_a_callback_and_redrives_a_dead_letter_watching_its_m
     assert (audit["action"], audit["step"], audit["reason"]) == ("approve", "approval", "budget confirmed by phone")
     expect(page.locator("table.history")).to_contain_text("budget confirmed by phone")
     # And a dead letter is redriven from its queue's page, its move followed to its end
-    letter = StepRequest(
-        workflow_id=wid,
-        step="reserve_flight",
-        phase="action",  # type: ignore[arg-type]
-        agent="flights",
-        action="reserve",
-        attempt=1,
-        complete_by=int(time.time()) - 60,
-        token="0" * 32,
-        input={"traveller": "Ada Lovelace"},
-    )
+    letter = stale_flight_request(wid, time.time())
     sqs = drill.stack.client("sqs")
     dlq = drill.stack.physical_ids["FlightsDeadLetterQueue"]
     sqs.send_message(QueueUrl=dlq, MessageBody=encode(letter))

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import re
 import threading
+from html import unescape
 from typing import Any
 from urllib.parse import quote
 
+import boto3
 from werkzeug.test import Client, TestResponse
 
+from sasflow.messages import encode
 from sasflow_cli.console import Console
 from tests.integration.conftest import Deployed
+from tests.integration.test_callbacks_api import waiting_token
 from tests.integration.test_console import HOST, PORT, console_of, page, signed_in, text_of
 from tests.integration.test_ops_api import OPERATOR_ARN, held_at_payment, trip
+from tests.support.fakes import stale_flight_request
 
 
 def form_of(html: str) -> dict[str, str]:
@@ -22,17 +27,18 @@ def form_of(html: str) -> dict[str, str]:
     fields = dict(re.findall(r'<input type="hidden" name="([a-z]+)" value="([^"]*)"', html))
     for name, text in re.findall(r'<textarea id="[a-z]+" name="([a-z]+)"[^>]*>(.*?)</textarea>', html, re.S):
         fields[name] = text
-    return {name: _unescape(value) for name, value in fields.items()}
-
-
-def _unescape(text: str) -> str:
-    from html import unescape
-
-    return unescape(text)
+    return {name: unescape(value) for name, value in fields.items()}
 
 
 def send(browser: Client, path: str, fields: dict[str, str], **headers: str) -> TestResponse:
     return browser.post(path, data=fields, headers={"Host": HOST, "Origin": f"http://{HOST}", **headers})
+
+
+def previewed(browser: Client, path: str, fields: dict[str, str]) -> dict[str, str]:
+    """The confirmation a person sends: the form previewed, then its preview's form (its fingerprint included)."""
+    preview = send(browser, path, {**fields, "intent": "preview"})
+    assert preview.status_code == 200, text_of(preview.get_data(as_text=True))
+    return {**form_of(preview.get_data(as_text=True)), "intent": "confirm"}
 
 
 def act_path(wid: str, action: str) -> str:
@@ -89,6 +95,7 @@ def test_a_held_workflow_is_retried_from_the_page_with_an_edited_input_after_a_p
             "reason": "customer called",
             "id": fields["key"],
             "step": "charge_card",
+            "input_edited": True,
         }
     ]
     _, charged = deployed.ops("GET", f"/ops/workflows/{wid}/steps/charge_card/input")
@@ -99,7 +106,7 @@ def test_a_form_sent_twice_or_at_once_from_two_clicks_acts_once(deployed: Deploy
     wid = held_at_payment(deployed)
     browser = signed_in(console_of(deployed))
     fields = form_of(page(browser, act_path(wid, "pause")))
-    confirm = {**fields, "reason": "partner outage", "intent": "confirm"}
+    confirm = previewed(browser, act_path(wid, "pause"), {**fields, "reason": "partner outage"})
     # Two clicks at once (two requests in flight), then the browser's back and send again
     answers: list[TestResponse] = []
     threads = [
@@ -118,6 +125,7 @@ def test_a_form_sent_twice_or_at_once_from_two_clicks_acts_once(deployed: Deploy
     assert [d["action"] for d in operator_actions(deployed, wid)] == ["pause"]
     # A new form (a new key) for the same action is the API's refusal, shown as it is, the form kept
     again = {**form_of(page(browser, act_path(wid, "pause"))), "reason": "twice on purpose", "intent": "confirm"}
+    again["seen"] = confirm["seen"].replace("False", "True")  # previewed paused: the API is asked, and refuses
     refused = send(browser, act_path(wid, "pause"), again)
     words = text_of(refused.get_data(as_text=True))
     assert refused.status_code == 409
@@ -182,10 +190,19 @@ def test_a_form_that_cannot_be_sent_comes_back_as_filled_in_with_why(deployed: D
         preview.get_data(as_text=True)
     )
     assert "The steps that wait for it run next: book_hotel." in text_of(preview.get_data(as_text=True))
-    refused = send(browser, act_path(flight, "skip"), {**skip, "intent": "confirm"})
+    refused = send(browser, act_path(flight, "skip"), previewed(browser, act_path(flight, "skip"), skip))
     assert refused.status_code == 422
     assert "MISSING_REFERENCE skipping step reserve_flight needs its output" in text_of(refused.get_data(as_text=True))
     assert operator_actions(deployed, flight) == []
+    # JSON null is an output given (the API takes it), not an empty field
+    null = {**skip, "value": "null", "key": "console-null-output"}
+    preview = send(browser, act_path(flight, "skip"), {**null, "intent": "preview"})
+    assert "marked COMPLETED with the output below" in text_of(preview.get_data(as_text=True))
+    assert (
+        send(browser, act_path(flight, "skip"), previewed(browser, act_path(flight, "skip"), null)).status_code == 303
+    )
+    [audit] = operator_actions(deployed, flight)
+    assert (audit["action"], audit["step"]) == ("skip", "reserve_flight")
 
 
 def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_operator_action(
@@ -215,8 +232,6 @@ def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_ope
 
 
 def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_operator(deployed: Deployed) -> None:
-    from tests.integration.test_callbacks_api import waiting_token
-
     wid, _ = waiting_token(deployed)  # client-a's trip, waiting for its approval
     browser = signed_in(console_of(deployed))
     html = page(browser, f"/workflows/{quote(wid, safe='')}")
@@ -228,9 +243,10 @@ def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_
     preview = text_of(send(browser, act_path(wid, "approve"), {**fields, "intent": "preview"}).get_data(as_text=True))
     assert "The callback step approval is answered as approved: it completes with the output below." in preview
     assert "The steps that wait for it run next: book_hotel." in preview
-    done = send(browser, act_path(wid, "approve"), {**fields, "intent": "confirm"})
+    confirm = previewed(browser, act_path(wid, "approve"), fields)
+    done = send(browser, act_path(wid, "approve"), confirm)
     assert done.status_code == 303
-    again = send(browser, act_path(wid, "approve"), {**fields, "intent": "confirm"})  # sent twice: acts once
+    again = send(browser, act_path(wid, "approve"), confirm)  # sent twice: acts once
     assert again.headers["Location"] == done.headers["Location"]
     [audit] = operator_actions(deployed, wid)
     assert (audit["action"], audit["principal"], audit["step"]) == ("approve", OPERATOR_ARN, "approval")
@@ -240,14 +256,11 @@ def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_
     assert [s["output"] for s in view["steps"] if s["name"] == "approval"] == [{"approved_by": "ada"}]
     # Once answered, the page offers it no more, and a stale form says the step waits for no answer
     assert "Approve approval" not in page(browser, f"/workflows/{quote(wid, safe='')}")
-    stale = {
-        **form_of(page(browser, act_path(wid, "reject") + "?step=approval")),
-        "reason": "late",
-        "intent": "confirm",
-    }
-    refused = send(browser, act_path(wid, "reject"), stale)
+    stale = {**form_of(page(browser, act_path(wid, "reject") + "?step=approval")), "reason": "late"}
+    refused = send(browser, act_path(wid, "reject"), previewed(browser, act_path(wid, "reject"), stale))
     assert refused.status_code == 409
-    assert "NOT_WAITING step approval waits for no answer now (COMPLETED)" in text_of(refused.get_data(as_text=True))
+    words = text_of(refused.get_data(as_text=True))
+    assert "Refused (409) NOT_WAITING step approval waits for no answer now (COMPLETED): nothing was sent" in words
     # A rejection with its code; a code that is not one comes back with why
     rejected_wid, _ = waiting_token(deployed)
     reject = {**form_of(page(browser, act_path(rejected_wid, "reject") + "?step=approval")), "reason": "fraud"}
@@ -257,8 +270,10 @@ def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_
     preview = text_of(
         send(browser, act_path(rejected_wid, "reject"), {**reject, "intent": "preview"}).get_data(as_text=True)
     )
-    assert "its attempt fails with code FRAUD, your reason as its message" in preview
-    assert send(browser, act_path(rejected_wid, "reject"), {**reject, "intent": "confirm"}).status_code == 303
+    assert "it fails at once with CALLBACK_FAILED (cause FRAUD, your reason as its message)" in preview
+    assert "A rejection is final" in preview
+    confirm = previewed(browser, act_path(rejected_wid, "reject"), reject)
+    assert send(browser, act_path(rejected_wid, "reject"), confirm).status_code == 303
     [approval] = [
         s for s in deployed.ops("GET", f"/ops/workflows/{rejected_wid}")[1]["steps"] if s["name"] == "approval"
     ]
@@ -266,25 +281,12 @@ def test_a_callback_step_is_approved_or_rejected_from_the_page_audited_with_the_
 
 
 def test_a_dead_letter_queue_is_redriven_once_from_its_page_and_its_move_followed(deployed: Deployed) -> None:
-    import boto3
-
-    from sasflow.messages import StepRequest, encode
 
     # Given a stale request of a completed trip in the flights' dead-letter queue
     _, started = deployed.api("POST", "/workflows", trip())
     deployed.pump()
     wid = started["workflow_id"]
-    stale = StepRequest(
-        workflow_id=wid,
-        step="reserve_flight",
-        phase="action",  # type: ignore[arg-type]
-        agent="flights",
-        action="reserve",
-        attempt=1,
-        complete_by=int(deployed.clock.now()) - 60,
-        token="0" * 32,
-        input={"traveller": "Ada Lovelace"},
-    )
+    stale = stale_flight_request(wid, deployed.clock.now())
     boto3.client("sqs").send_message(QueueUrl=deployed.queue_url("FlightsDeadLetterQueue"), MessageBody=encode(stale))
     browser = signed_in(console_of(deployed))
     queue = page(browser, "/dead-letters/FlightsDeadLetterQueue")
@@ -313,3 +315,31 @@ def test_a_dead_letter_queue_is_redriven_once_from_its_page_and_its_move_followe
     blank = send(browser, path, {**fields, "reason": " ", "intent": "confirm"})
     assert blank.status_code == 400 and "a reason is needed" in text_of(blank.get_data(as_text=True))
     assert send(browser, path, {**fields, "csrf": "", "intent": "confirm"}).status_code == 403
+
+
+def test_a_confirmation_of_a_preview_the_workflow_moved_on_from_is_not_sent_but_previewed_again(
+    deployed: Deployed,
+) -> None:
+    # Given a HELD trip whose skip an operator previewed in one tab
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    fields = {**form_of(page(browser, act_path(wid, "skip") + "?step=charge_card")), "reason": "paid by phone"}
+    confirm = previewed(browser, act_path(wid, "skip"), fields)
+    # When another person retries the payment meanwhile (it fails again: HELD, on its second attempt)
+    status, _ = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "other tab", "step": "charge_card"})
+    assert status == 200
+    deployed.pump()
+    assert deployed.ops("GET", f"/ops/workflows/{wid}")[1]["status"] == "HELD"
+    # Then the first tab's confirmation is not sent: 409, and what the skip would do now is previewed again
+    stale = send(browser, act_path(wid, "skip"), confirm)
+    assert stale.status_code == 409
+    words = text_of(stale.get_data(as_text=True))
+    assert "Not sent: the workflow changed since your preview" in words
+    assert [d["action"] for d in operator_actions(deployed, wid)] == ["retry"]
+    # and confirmed again from the new preview, it is sent
+    again = {**form_of(stale.get_data(as_text=True)), "intent": "confirm"}
+    assert send(browser, act_path(wid, "skip"), again).status_code == 303
+    assert [d["action"] for d in operator_actions(deployed, wid)] == ["retry", "skip"]
+    # An action not offered for the workflow as it is says so on its form
+    form = text_of(page(browser, act_path(wid, "retry-compensation") + "?step=charge_card"))
+    assert "is not offered for this workflow as it is now" in form

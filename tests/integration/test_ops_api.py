@@ -12,8 +12,9 @@ from typing import Any
 
 import boto3
 
-from sasflow.messages import StepRequest, encode
+from sasflow.messages import encode
 from tests.integration.conftest import Deployed
+from tests.support.fakes import stale_flight_request
 from tests.support.lambdas import load_event
 
 TRIP = load_event("trip_booking_request.json")
@@ -70,6 +71,7 @@ def test_a_held_workflow_is_found_read_and_retried_with_an_edited_input_to_compl
         "reason": "customer called, smaller amount",
         "id": "retry-1",
         "step": "charge_card",
+        "input_edited": True,
     }
     # The same request again (the CLI retrying) changes nothing
     status, again = deployed.ops(
@@ -149,17 +151,7 @@ def test_a_stale_dead_letter_is_listed_and_redriven_and_changes_nothing(deployed
     wid = started["workflow_id"]
     _, done = deployed.ops("GET", f"/ops/workflows/{wid}")
     effects = dict(deployed.remote["flights"].service.effects())
-    stale = StepRequest(
-        workflow_id=wid,
-        step="reserve_flight",
-        phase="action",
-        agent="flights",
-        action="reserve",
-        attempt=1,
-        complete_by=int(deployed.clock.now()) - 60,
-        token="0" * 32,
-        input={"traveller": "Ada Lovelace"},
-    )
+    stale = stale_flight_request(wid, deployed.clock.now())
     sqs = boto3.client("sqs")
     sqs.send_message(QueueUrl=deployed.queue_url("FlightsDeadLetterQueue"), MessageBody=encode(stale))
     # When the operator lists the dead-letter queues, then that one

@@ -169,3 +169,19 @@ class InMemoryPersistenceLayer(BasePersistenceLayer):
     def _delete_record(self, data_record: DataRecord) -> None:
         with self._lock:
             self.records.pop(data_record.idempotency_key, None)
+
+
+def stale_flight_request(workflow_id: str, now: float, attempt: int = 1) -> StepRequest:
+    """A dead letter as a redrive finds one: the flights' request of an attempt whose complete-by passed a minute
+    before ``now`` (a stale request: answered without calling the service once its workflow moved on)."""
+    return StepRequest(
+        workflow_id=workflow_id,
+        step="reserve_flight",
+        phase="action",  # type: ignore[arg-type]
+        agent="flights",
+        action="reserve",
+        attempt=attempt,
+        complete_by=int(now) - 60,
+        token="0" * 32,
+        input={"traveller": "Ada Lovelace"},
+    )

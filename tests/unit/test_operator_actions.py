@@ -91,7 +91,14 @@ def test_a_held_step_retried_with_an_edited_input_completes_under_a_new_token() 
     assert snapshot.input_of("book_hotel") == edited
     # and the audit names the operator, the reason and the action's id
     assert operator_events(p, wid) == [
-        {"action": "retry", "principal": OPERATOR, "reason": "on-call: retry", "id": "a-1", "step": "book_hotel"}
+        {
+            "action": "retry",
+            "principal": OPERATOR,
+            "reason": "on-call: retry",
+            "id": "a-1",
+            "step": "book_hotel",
+            "input_edited": True,
+        }
     ]
     assert snapshot.workflow.attention is None
 

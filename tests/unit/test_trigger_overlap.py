@@ -14,6 +14,7 @@ from sasflow.definition import parse_definition
 from sasflow.registry import DefinitionRegistry
 from sasflow.states import WorkflowStatus
 from sasflow.triggers import (
+    CLAIM_SETTLED_SECONDS,
     STARTING_GRACE_SECONDS,
     TriggerConfig,
     TriggerRefusedError,
@@ -197,3 +198,63 @@ def test_a_run_waiting_for_a_person_keeps_the_slot_and_an_ended_one_does_not(
     # the run as it stands when a person must act, or once cancelled (only its status matters to the slot)
     pipeline.store.workflows[first.workflow_id] = replace(snapshot, workflow=replace(snapshot.workflow, status=status))
     assert tick(trigger, 1).created is not keeps
+
+
+def test_a_tick_that_took_the_slot_and_crashed_is_started_by_its_next_delivery_however_late(
+    pipeline: Pipeline,
+) -> None:
+    """Found by the simulation (seed 50): a delivery of a tick took the slot and crashed before its start; the next
+    delivery of that tick came past the catch-up window and was counted missed, so the start never came, and the tick
+    kept waiting behind the slot waited until a later tick, past the starting grace, took it over (none came). The
+    claim decided the start: its next delivery completes it, however late, and the waiting tick follows its end."""
+    trigger = service(pipeline, "buffer_one", catch_up_seconds=300)
+    body = json.dumps({"scheduled_time": iso_utc(1_800_000_000)})
+    crashed = occurrence_of(trigger.config, body)
+    holder = pipeline.scheduler.workflow_id(PRINCIPAL, crashed.idempotency_key(NAME))
+    pipeline.triggers.claim(NAME, holder, int(pipeline.clock.now()), expect=None, buffered=None)  # then it crashed
+    assert tick(trigger, 1).buffered  # the next tick waits behind it
+    # When the crashed tick is delivered again, too late to start a tick of its own
+    pipeline.clock.advance(600)
+    late = trigger.handle(occurrence_of(trigger.config, body))
+    # Then it starts the run its claim decided, which holds the slot
+    assert (late.created, late.workflow_id, item(pipeline).running) == (True, holder, holder)
+    # and when that run ends, the waiting tick is sent and starts
+    pipeline.settle(holder)
+    [waiting] = pipeline.bus.receive(QUEUE)
+    started = trigger.handle(occurrence_of(trigger.config, waiting.body))
+    assert started.created and item(pipeline).running == started.workflow_id
+    assert pipeline.snapshot(started.workflow_id).workflow.trigger.occurrence == f"tick {iso_utc(1_800_000_060)}"
+
+
+def test_a_late_tick_that_took_no_slot_is_missed_and_a_paused_one_skipped(pipeline: Pipeline) -> None:
+    trigger = service(pipeline, "buffer_one", catch_up_seconds=300)
+    pipeline.clock.advance(600)
+    late = tick(trigger, 0)
+    assert (late.created, late.skipped) == (False, "missed: handled 600 s after its tick")
+    pipeline.triggers.pause(NAME, principal="ops", reason="maintenance", now=int(pipeline.clock.now()))
+    paused = tick(trigger, 8)
+    assert paused.skipped is not None and paused.skipped.startswith("paused by ops")
+    assert item(pipeline).running is None
+
+
+def test_a_tick_that_took_the_slot_and_crashed_then_met_a_pause_gives_the_slot_back_once_its_claim_settled(
+    pipeline: Pipeline,
+) -> None:
+    """Found by the simulation (seed 50, again): the crashed tick's next delivery found the trigger paused; skipped,
+    it left the slot held by a run that never comes. A pause starts nothing, so it gives the slot back instead, once
+    no invocation can still be starting that run (its claim is older than the trigger function's timeout)."""
+    trigger = service(pipeline, "buffer_one")
+    body = json.dumps({"scheduled_time": iso_utc(1_800_000_000)})
+    holder = pipeline.scheduler.workflow_id(PRINCIPAL, occurrence_of(trigger.config, body).idempotency_key(NAME))
+    pipeline.triggers.claim(NAME, holder, int(pipeline.clock.now()), expect=None, buffered=None)
+    assert tick(trigger, 1).buffered
+    pipeline.triggers.pause(NAME, principal="ops", reason="maintenance", now=int(pipeline.clock.now()))
+    # Within the claim's settling time, another delivery may still be starting it: the slot stays
+    assert trigger.handle(occurrence_of(trigger.config, body)).skipped.startswith("paused by ops")
+    assert item(pipeline).running == holder
+    pipeline.clock.advance(CLAIM_SETTLED_SECONDS + 1)
+    skipped = trigger.handle(occurrence_of(trigger.config, body))
+    assert (skipped.created, skipped.skipped.startswith("paused by ops")) == (False, True)
+    assert item(pipeline).running is None
+    [waiting] = pipeline.bus.receive(QUEUE)  # the tick waiting behind it is sent (it starts once resumed or not:
+    assert json.loads(waiting.body)["buffered"]["identity"] == f"tick {iso_utc(1_800_000_060)}"  # it came before)

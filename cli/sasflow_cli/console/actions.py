@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACTIONS", "NOT_GIVEN", "Action", "Offer", "offered", "preview"]
+__all__ = ["ACTIONS", "NOT_GIVEN", "Action", "Offer", "fingerprint", "offered", "preview"]
 
 #: A form whose JSON field was left empty: nothing is sent for it (the retry keeps its input; a skip sends no output).
 NOT_GIVEN: Any = object()
@@ -98,6 +98,22 @@ def offered(view: Mapping[str, Any]) -> list[Offer]:
     return offers
 
 
+def fingerprint(action: str, view: Mapping[str, Any], step: str | None) -> str:
+    """What the preview of ``action`` was decided on, as a string: the same string at the confirmation means the
+    workflow is still as previewed. A retry or a skip: the step's status and attempt; an answer to a callback: the
+    task token of the attempt previewed (a new attempt has another); a failed compensation: its status and attempt;
+    anything else: the workflow's status and whether it is paused."""
+    found: Mapping[str, Any] = next((s for s in view["steps"] if s["name"] == step), {}) if step else {}
+    whole = f"{view['status']}:{bool(view.get('paused'))}"
+    if action in ("retry", "skip"):
+        return f"{whole}:{found.get('status')}:{found.get('attempt')}"
+    if action in ("approve", "reject"):
+        return str(found.get("task_token") or "not waiting")
+    if action in ("retry-compensation", "resolve"):
+        return f"{whole}:{found.get('compensation_status')}:{found.get('compensation_attempt')}"
+    return whole
+
+
 def _names(steps: Sequence[str]) -> str:
     return ", ".join(steps) if steps else "none"
 
@@ -114,7 +130,7 @@ def preview(
     steps = view["steps"]
     completed = [s["name"] for s in steps if s["status"] == "COMPLETED"]
     in_flight = [s["name"] for s in steps if s["status"] == "PROCESSING"]
-    undone = list(reversed(completed))
+    undone = [*reversed(in_flight), *reversed(completed)]  # what may have happened, last started first
     status = view["status"]
     said: list[str]
     if action == "retry":
@@ -141,21 +157,20 @@ def preview(
         ]
     elif action == "reject":
         said = [
-            f"The callback step {step} is answered as rejected: its attempt fails with code {code}, your reason as "
-            "its message.",
-            "Its retry policy decides what follows (a new attempt waits for a new answer); with no attempt left the "
-            "workflow unwinds, or is held under the hold policy.",
+            f"The callback step {step} is answered as rejected: it fails at once with CALLBACK_FAILED (cause {code}, "
+            "your reason as its message). A rejection is final: its retry policy does not wait for another answer.",
+            "The workflow then unwinds (its completed steps compensated), or is held under the hold policy.",
         ]
     elif action == "compensate":
         said = [
             f"The workflow unwinds now ({status} → COMPENSATING): no new step starts.",
-            f"The completed steps are compensated, last first: {_names(undone)}.",
+            f"What may have happened is compensated, last first: {_names(undone)}.",
             "It ends COMPENSATED, or COMPENSATION_FAILED if a compensation fails.",
         ]
     elif action == "cancel":
         said = [
             f"The workflow is cancelled ({status} → CANCELLING): no new step starts.",
-            f"What may have happened is compensated, last first: {_names(undone + in_flight)}.",
+            f"What may have happened is compensated, last first: {_names(undone)}.",
             "It ends CANCELLED.",
         ]
     elif action == "retry-compensation":
@@ -179,4 +194,6 @@ def preview(
         ]
     else:  # resume
         said = ["Dispatches start again: what waited is dispatched now (a failed step of a paused workflow retried)."]
+    if view.get("paused") and action not in ("pause", "resume"):
+        said.append("The workflow is paused: what this starts is dispatched only once it is resumed.")
     return said

@@ -55,7 +55,7 @@ from ..timeline import COLOURS
 from ..timeline import svg as timeline_svg
 from ..timeline import timeline as build_timeline
 from . import graph
-from .actions import ACTIONS, NOT_GIVEN, offered, preview
+from .actions import ACTIONS, NOT_GIVEN, fingerprint, offered, preview
 
 __all__ = ["COOKIE", "SECURITY_HEADERS", "Console", "ConsoleServer"]
 
@@ -189,6 +189,15 @@ def _download(value: Any, name: str) -> Response:
     )
 
 
+def _moves_by_itself(view: Mapping[str, Any]) -> bool:
+    """Whether the workflow moves without a person: running, not paused, and not only waiting for a callback's
+    answer (a page that waits for a person stays still while it is read: its focus and selection are kept)."""
+    if view["status"] not in MOVING or view.get("paused"):
+        return False
+    in_flight = [s for s in view["steps"] if s["status"] == "PROCESSING"]
+    return view["status"] != "RUNNING" or not in_flight or any(s.get("type") != "callback" for s in in_flight)
+
+
 def _status_css(status: Any) -> str:
     return "st-" + str(status or "pending").lower().replace("_", "-")
 
@@ -197,16 +206,24 @@ def _path(*segments: Any) -> str:
     return "/" + "/".join(quote(str(s), safe="") for s in segments)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 class UsageError(Exception):
     """A filter that cannot be used: shown on the page beside the form (400)."""
 
 
 def _json_value(text: str, what: str, *, an_object: bool) -> Any:
-    """The JSON an action's form carries, or a `UsageError` saying where and why it is not JSON."""
+    """The JSON an action's form carries, or a `UsageError` saying where and why it is not JSON (the API's JSON: no
+    NaN or Infinity, and no number too large for a double, which Python would read as one)."""
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant)
+        json.dumps(value, allow_nan=False)
     except json.JSONDecodeError as error:
         raise UsageError(f"the {what} is not JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+    except ValueError:
+        raise UsageError(f"the {what} holds a number JSON cannot carry (NaN, Infinity, or one too large)") from None
     if an_object and not isinstance(value, dict):
         raise UsageError(f"the {what} must be a JSON object ({{...}}), not {type(value).__name__}")
     return value
@@ -499,7 +516,7 @@ class Console:
             timeline=Markup(timeline_svg(line)) if line.bars or line.markers else None,  # nosec B704 # escaped
             colours=COLOURS,
             workflow_input=_shown(view["input"]),
-            refresh=REFRESH_SECONDS if view["status"] in MOVING and not view.get("paused") else None,
+            refresh=REFRESH_SECONDS if _moves_by_itself(view) else None,
             actor=_actor,
             offers=offered(view) if self.operator else [],
             done=done if done is not None and done.subject == workflow_id else None,
@@ -533,6 +550,8 @@ class Console:
             "code": form.get("code", "REJECTED"),
             "unread": unread,
             "label": next((o.label for o in offered(view) if o.action == action and o.step == step), spec.title),
+            "offered": any(o.action == action and o.step == step for o in offered(view)),
+            "seen": fingerprint(action, view, step),
         }
         if request.method != "POST" or form.get("intent") == "edit":
             return self._html("act.html", stage="form", **context)
@@ -541,17 +560,38 @@ class Console:
             if not reason:
                 raise UsageError("a reason is needed: it is written to the workflow's history with your principal")
             given = context["text"].strip()
-            value = _json_value(given, spec.value, an_object=action == "retry") if spec.value and given else None
+            # an empty field gives nothing (NOT_GIVEN); JSON null is a value given (a skip's or an approval's output)
+            value = _json_value(given, spec.value, an_object=action == "retry") if spec.value and given else NOT_GIVEN
             if spec.code and not ERROR_CODE.fullmatch(context["code"]):
                 raise UsageError(f"code {context['code']!r}: capitals, digits and _, starting with a capital")
         except UsageError as error:
             return self._html("act.html", 400, stage="form", problem={"message": str(error)}, **context)
-        given_value = spec.value is not None and value is not None
+        given_value = value is not NOT_GIVEN
         edited = action == "retry" and given_value and value != before
-        if form.get("intent") != "confirm":
-            said = preview(action, view, step, value if given_value else NOT_GIVEN, edited, code=context["code"])
+        kept = self.outcomes.get(key)
+        if (
+            form.get("intent") == "confirm"
+            and kept is not None
+            and (kept.subject, kept.action, kept.step) == (workflow_id, action, step)
+        ):
+            return self._done(workflow_id, key)  # sent already (a double click, a resubmitted form): its outcome
+        # sent without a preview's fingerprint (a form of its own): previewed first, as any other
+        seen = form.get("seen")
+        changed = form.get("intent") == "confirm" and seen is not None and seen != context["seen"]
+        if form.get("intent") != "confirm" or seen is None or changed:
+            # a confirmation of a preview the workflow has moved on from (another tab acted, a new attempt of a
+            # callback began) is not sent: what it would do now is previewed again, to be confirmed again
+            said = preview(action, view, step, value, edited, code=context["code"])
             return self._html(
-                "act.html", stage="preview", said=said, value=value, given=given_value, edited=edited, **context
+                "act.html",
+                409 if changed else 200,
+                stage="preview",
+                said=said,
+                value=value,
+                given=given_value,
+                edited=edited,
+                changed=changed,
+                **context,
             )
         sent = value if (edited or (action in ("skip", "approve") and given_value)) else NOT_GIVEN
         label = spec.title if step is None else f"{spec.title}: {step}"
@@ -565,8 +605,12 @@ class Console:
                 lambda: self._act(view, action, step, reason, sent, key, context["code"]),
             )
         except ApiError as error:
-            problem = {"code": error.code, "message": error.message, "details": error.details, "status": error.status}
+            problem = _problem(error)
             return self._html("act.html", error.status or 502, stage="form", problem=problem, **context)
+        return self._done(workflow_id, key)
+
+    def _done(self, workflow_id: str, key: str) -> Response:
+        """To the workflow's page, which says what the action of ``key`` did."""
         return Response(
             status=303, headers={"Location": _path("workflows", workflow_id) + "?" + urlencode({"done": key})}
         )
@@ -597,7 +641,12 @@ class Console:
             token = found.get("task_token") if found else None
             if not token:
                 now = found["status"] if found else "not a step of this workflow"
-                raise ApiError(409, "NOT_WAITING", f"step {step} waits for no answer now ({now}): reload the workflow")
+                raise ApiError(
+                    409,
+                    "NOT_WAITING",
+                    f"step {step} waits for no answer now ({now}): nothing was sent",
+                    source="console",
+                )
             result = self.client.answer_callback(
                 token,
                 action,
@@ -757,7 +806,7 @@ class Console:
         try:
             self._once(key, f"queue:{queue}", "redrive", None, f"Redrive of {queue}", move)
         except ApiError as error:
-            problem = {"code": error.code, "message": error.message, "details": error.details, "status": error.status}
+            problem = _problem(error)
             return self._html("redrive.html", error.status or 502, stage="form", problem=problem, **context)
         moves = _path("dead-letters", queue, "moves") + "?" + urlencode({"done": key})
         return Response(status=303, headers={"Location": moves})
@@ -821,6 +870,18 @@ class Console:
             "only the workflows you started, by id. Start it --as operator (or with an operator's credentials)."
         )
         return self._html("error.html", 403, title="Operators only", message=why, code="OPERATORS_ONLY")
+
+
+def _problem(error: ApiError) -> dict[str, Any]:
+    """The API's refusal (or the console's own, ``source``) as a form shows it above itself (macros.html
+    ``refusal``)."""
+    return {
+        "code": error.code,
+        "message": error.message,
+        "details": error.details,
+        "status": error.status,
+        "console": error.source == "console",
+    }
 
 
 def _new_key() -> str:

@@ -201,14 +201,18 @@ class HistoryWriter:
         step: str | None = None,
         id: str = "",
         compensated_on_unwind: bool | None = None,
+        input_edited: bool | None = None,
     ) -> None:
         """An operator acted on the workflow (audited with who, why and the action's id); a skip also says whether
-        the skipped step is compensated if the workflow unwinds later (``compensated_on_unwind``)."""
+        the skipped step is compensated if the workflow unwinds later (``compensated_on_unwind``), a retry whether it
+        was given an edited input (``input_edited``)."""
         document: dict[str, Any] = {"action": action, "principal": principal, "reason": reason, "id": id}
         if step is not None:
             document["step"] = step
         if compensated_on_unwind is not None:
             document["compensated_on_unwind"] = compensated_on_unwind
+        if input_edited is not None:
+            document["input_edited"] = input_edited
         self._add("P", json.dumps(document, separators=(",", ":"), ensure_ascii=False))
 
 

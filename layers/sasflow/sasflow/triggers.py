@@ -88,6 +88,9 @@ COUNTS = ("skipped", "missed", "buffered")
 #: How long a slot's holder may be missing before a later tick takes the slot over (seconds): its start may still be
 #: in flight, delivered again by SQS within 5 receives of the trigger queue's visibility timeout.
 STARTING_GRACE_SECONDS = 900
+#: How long after a claim of the slot no invocation can still be starting its run (seconds): longer than the trigger
+#: function's timeout (template.yaml Globals, 30 s).
+CLAIM_SETTLED_SECONDS = 60
 #: How long a trigger keeps the latest version of its definition before it asks again (seconds); a pinned version
 #: is kept for the sandbox's life (versions are immutable).
 LATEST_VERSION_SECONDS = 60
@@ -481,23 +484,32 @@ class TriggerService:
         """
         config, now = self.config, epoch_seconds(self.clock)
         scheduled = not (occurrence.run_now or occurrence.buffered)  # a tick or an event, as it came
-        if scheduled:
+        key = occurrence.idempotency_key(config.name)
+        workflow_id = self.scheduler.workflow_id(self.principal, key)
+        # The slot is decided on a strongly consistent read and a conditional write; the pause alone may be read
+        # eventually consistent (it takes effect within a second or so).
+        state = self.triggers.state(config.name, consistent=config.slot) if scheduled or config.slot else None
+        # An earlier delivery of this occurrence that took the slot (on time) and crashed before its start decided
+        # it: this one completes the start, however late now. Were it missed instead, the slot would stay held by a
+        # run that never comes, and the tick waiting behind it would wait (found by the simulation); giving the slot
+        # back instead could free it under a run another delivery is starting.
+        claimed = state is not None and config.slot and state.running == workflow_id
+        if scheduled and not claimed:
             late = now - occurrence.at
             window = config.catch_up_seconds
             if window is not None and late > max(ON_TIME_SECONDS, window):
                 self.triggers.count(config.name, "missed")
                 self.metrics("TriggerTicksMissed")
                 return TriggerOutcome(None, created=False, skipped=f"missed: handled {late} s after its tick")
-        # The slot is decided on a strongly consistent read and a conditional write; the pause alone may be read
-        # eventually consistent (it takes effect within a second or so).
-        state = self.triggers.state(config.name, consistent=config.slot) if scheduled or config.slot else None
         if scheduled and state is not None and state.paused:
             self.triggers.count(config.name, "skipped")
             self.metrics("TriggerTicksSkipped")
+            if claimed and state.running_since is not None and now - state.running_since > CLAIM_SETTLED_SECONDS:
+                # Paused since its claim, it starts nothing (a pause stops what comes while it lasts): the slot its
+                # crashed delivery took goes back, once no invocation can still be starting it.
+                self.give_back(workflow_id)
             return TriggerOutcome(None, created=False, skipped=f"paused by {state.paused_by}: {state.pause_reason}")
         definition = self._definition()
-        key = occurrence.idempotency_key(config.name)
-        workflow_id = self.scheduler.workflow_id(self.principal, key)
         try:
             workflow_input = trigger_input(config, occurrence)
         except TriggerRefusedError:

@@ -76,8 +76,17 @@ class OperatorTransitions(TransitionBase):
             return True
         return False
 
-    def _audit(self, action: str, principal: str, reason: str, action_id: str, step: str | None = None) -> None:
-        self.history.operator(action, principal, reason, step=step, id=action_id)
+    def _audit(
+        self,
+        action: str,
+        principal: str,
+        reason: str,
+        action_id: str,
+        step: str | None = None,
+        *,
+        input_edited: bool | None = None,
+    ) -> None:
+        self.history.operator(action, principal, reason, step=step, id=action_id, input_edited=input_edited)
         self.count("OperatorActions")
 
     def _status(self) -> WorkflowStatus:
@@ -160,7 +169,8 @@ class OperatorTransitions(TransitionBase):
             f"step {record.step} is a map step: its children ran as workflows of their own; skip it (with the "
             "output its later steps need) or compensate the workflow",
         )
-        self._audit("retry", principal, reason, action_id, record.step)
+        # the audit says whether the operator changed the input (the input itself: GET .../steps/{step}/input)
+        self._audit("retry", principal, reason, action_id, record.step, input_edited=True if step_input else None)
         base = record.evolve(
             attempt_base=record.attempt,
             generation=record.generation if record.may_have_happened else record.generation + 1,
