@@ -217,7 +217,7 @@ def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_ope
         fields = {**form_of(page(browser, act_path(wid, action))), "reason": "r", "intent": "preview"}
         words = text_of(send(browser, act_path(wid, action), fields).get_data(as_text=True))
         assert first in words
-        assert "compensated, last first: book_hotel, reserve_flight." in words
+        assert "the last started first and independent steps at once; now that is book_hotel, reserve_flight" in words
     # A client: the page offers no operator action, and an action's address says why
     status, started = deployed.api("POST", "/workflows", trip(on_failure="hold"), caller="client-a")
     assert status == 201
@@ -343,3 +343,42 @@ def test_a_confirmation_of_a_preview_the_workflow_moved_on_from_is_not_sent_but_
     # An action not offered for the workflow as it is says so on its form
     form = text_of(page(browser, act_path(wid, "retry-compensation") + "?step=charge_card"))
     assert "is not offered for this workflow as it is now" in form
+
+
+def test_a_done_forms_key_is_not_reused_a_stale_form_is_flagged_and_a_huge_one_refused(deployed: Deployed) -> None:
+    """Found by the re-trial: an edited form whose key was used answered the first action's outcome and sent
+    nothing; a form opened before another person's retry previewed its own input as the edit; a form over 2 MiB
+    was a bare 500 without the console's headers."""
+    wid = held_at_payment(deployed)
+    browser = signed_in(console_of(deployed))
+    opened = {**form_of(page(browser, act_path(wid, "retry") + "?step=charge_card")), "reason": "first"}
+    confirm = previewed(browser, act_path(wid, "retry"), {**opened, "value": '{"amount": 11, "currency": "EUR"}'})
+    assert send(browser, act_path(wid, "retry"), confirm).status_code == 303
+    deployed.pump()  # refused again: HELD
+    # The same form, edited and previewed again, is a new action with a new key: sent
+    edited = {**confirm, "value": '{"amount": 22, "currency": "EUR"}', "reason": "second", "intent": "edit"}
+    form = send(browser, act_path(wid, "retry"), edited)
+    refilled = form_of(form.get_data(as_text=True))
+    assert refilled["key"] != confirm["key"]
+    second = previewed(browser, act_path(wid, "retry"), {**refilled, "value": edited["value"], "reason": "second"})
+    assert send(browser, act_path(wid, "retry"), second).status_code == 303
+    assert [d["reason"] for d in operator_actions(deployed, wid)] == ["first", "second"]
+    deployed.pump()
+    # A form opened before another person's retry says so on its preview
+    stale_form = {**form_of(page(browser, act_path(wid, "retry") + "?step=charge_card")), "reason": "third"}
+    status, _ = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "other tab", "step": "charge_card"})
+    assert status == 200
+    deployed.pump()
+    preview = text_of(send(browser, act_path(wid, "retry"), {**stale_form, "intent": "preview"}).get_data(as_text=True))
+    assert "The workflow changed since you opened this form" in preview
+    # An action no longer offered is previewed without a Confirm button
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
+    status, _ = deployed.ops("POST", f"/ops/workflows/{wid}/retry", {"reason": "works now", "step": "charge_card"})
+    deployed.pump()
+    gone = send(browser, act_path(wid, "retry"), {**stale_form, "intent": "preview"}).get_data(as_text=True)
+    assert "is not offered for this workflow as it is now (COMPLETED)" in text_of(gone)
+    assert 'value="confirm"' not in gone
+    # A form over 2 MiB: 413, the console's page with its headers
+    huge = send(browser, act_path(wid, "retry"), {**stale_form, "value": "x" * (2 * 1024 * 1024 + 1)})
+    assert huge.status_code == 413 and "Too large" in text_of(huge.get_data(as_text=True))
+    assert "script-src 'self'" in huge.headers["Content-Security-Policy"]

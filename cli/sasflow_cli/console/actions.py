@@ -130,7 +130,12 @@ def preview(
     steps = view["steps"]
     completed = [s["name"] for s in steps if s["status"] == "COMPLETED"]
     in_flight = [s["name"] for s in steps if s["status"] == "PROCESSING"]
-    undone = [*reversed(in_flight), *reversed(completed)]  # what may have happened, last started first
+    # what may have happened and has something to undo (a wait and a callback have none), last started first
+    undone = [
+        name
+        for name in [*reversed(in_flight), *reversed(completed)]
+        if next(s for s in steps if s["name"] == name).get("type") not in ("wait", "callback")
+    ]
     status = view["status"]
     said: list[str]
     if action == "retry":
@@ -144,7 +149,9 @@ def preview(
         output = "the output below" if given else "no output (refused if a later step reads it)"
         said = [
             f"Step {step} is marked COMPLETED with {output}, without calling its service again.",
-            f"The steps that wait for it run next: {_names(waiting)}.",
+            f"The steps that wait for it run next: {_names(waiting)}."
+            if waiting
+            else "No step waits for it: the workflow completes once its other steps have.",
             "If the workflow unwinds later, the step's compensation (if it has one) runs with this output.",
         ]
     elif action == "approve":
@@ -164,19 +171,22 @@ def preview(
     elif action == "compensate":
         said = [
             f"The workflow unwinds now ({status} → COMPENSATING): no new step starts.",
-            f"What may have happened is compensated, last first: {_names(undone)}.",
+            f"What may have happened by then is compensated, the last started first and independent steps at once; "
+            f"now that is {_names(undone)} (task and map steps; a wait or a callback has nothing to undo).",
             "It ends COMPENSATED, or COMPENSATION_FAILED if a compensation fails.",
         ]
     elif action == "cancel":
         said = [
             f"The workflow is cancelled ({status} → CANCELLING): no new step starts.",
-            f"What may have happened is compensated, last first: {_names(undone)}.",
-            "It ends CANCELLED.",
+            f"What may have happened by then is compensated, the last started first and independent steps at once; "
+            f"now that is {_names(undone)} (task and map steps; a wait or a callback has nothing to undo).",
+            "It ends CANCELLED, or COMPENSATION_FAILED if a compensation fails.",
         ]
     elif action == "retry-compensation":
         said = [
             f"The compensation of step {step} runs again with a new budget of attempts and time.",
-            "The workflow goes on COMPENSATING; it ends COMPENSATED when every compensation is done.",
+            "The workflow goes on COMPENSATING; it ends COMPENSATED when every compensation is done, or "
+            "COMPENSATION_FAILED again if this one fails again.",
         ]
     elif action == "resolve":
         others = [s for s in _compensation_failed(view) if s != step]

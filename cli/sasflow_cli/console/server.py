@@ -45,7 +45,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
-from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.exceptions import HTTPException, NotFound, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
@@ -350,6 +350,14 @@ class Console:
         if request.method not in ("GET", "HEAD"):
             if endpoint not in ACTING:
                 return self._refusal(405, "Not a form", f"{request.path} is read, never sent to")
+            try:
+                request.form  # noqa: B018 # read now: a form over MAX_FORM_BYTES is refused here, with its page
+            except RequestEntityTooLarge:
+                why = (
+                    f"the console takes a form of up to {MAX_FORM_BYTES // (1024 * 1024)} MiB; an input this large "
+                    "belongs in the payload bucket (a claim-check), not in an edited retry"
+                )
+                return self._refusal(413, "Too large", why)
             forged = self._forged(request)
             if forged:
                 return self._refusal(403, "Refused: not sent from this console's own page", forged)
@@ -538,6 +546,8 @@ class Console:
         key = form.get("key") or _new_key()
         if not KEY_PATTERN.fullmatch(key):
             return self._refusal(400, "Not an Idempotency-Key", "open the action again from the workflow's page")
+        if key in self.outcomes and form.get("intent") != "confirm":
+            key = _new_key()  # a form whose action was done, edited and previewed again: a new action, a new key
         before, unread = self._before(workflow_id, action, step)
         context: dict[str, Any] = {
             "view": view,
@@ -552,6 +562,7 @@ class Console:
             "label": next((o.label for o in offered(view) if o.action == action and o.step == step), spec.title),
             "offered": any(o.action == action and o.step == step for o in offered(view)),
             "seen": fingerprint(action, view, step),
+            "opened": form.get("opened") or fingerprint(action, view, step),
         }
         if request.method != "POST" or form.get("intent") == "edit":
             return self._html("act.html", stage="form", **context)
@@ -578,6 +589,8 @@ class Console:
         # sent without a preview's fingerprint (a form of its own): previewed first, as any other
         seen = form.get("seen")
         changed = form.get("intent") == "confirm" and seen is not None and seen != context["seen"]
+        if changed and self._kept(key, workflow_id, action, step):
+            return self._done(workflow_id, key)  # it changed by this very form, sent at once from another click
         if form.get("intent") != "confirm" or seen is None or changed:
             # a confirmation of a preview the workflow has moved on from (another tab acted, a new attempt of a
             # callback began) is not sent: what it would do now is previewed again, to be confirmed again
@@ -591,6 +604,7 @@ class Console:
                 given=given_value,
                 edited=edited,
                 changed=changed,
+                moved_since_opened=context["opened"] != context["seen"],
                 **context,
             )
         sent = value if (edited or (action in ("skip", "approve") and given_value)) else NOT_GIVEN
@@ -666,6 +680,14 @@ class Console:
             **({"output": value} if action == "skip" and value is not NOT_GIVEN else {}),
         )
         return str(after["status"]), bool(after.get("paused"))
+
+    def _kept(self, key: str, subject: str, action: str, step: str | None) -> bool:
+        """Whether the action of ``key`` was done, once a send of it in flight has ended."""
+        with self._guard:
+            sending = self._sending.setdefault(key, threading.Lock())
+        with sending:
+            kept = self.outcomes.get(key)
+        return kept is not None and (kept.subject, kept.action, kept.step) == (subject, action, step)
 
     def _once(
         self, key: str, subject: str, action: str, step: str | None, label: str, call: Callable[[], tuple[str, bool]]

@@ -14,8 +14,12 @@
     if (text) {
       try {
         var value = JSON.parse(text);
+        var finite = true;
+        JSON.parse(text, function (key, v) { if (typeof v === "number" && !isFinite(v)) { finite = false; } return v; });
         if (area.dataset.json === "object" && (value === null || typeof value !== "object" || Array.isArray(value))) {
           why = "The input must be a JSON object ({...}).";
+        } else if (!finite) {
+          why = "It holds a number JSON cannot carry (too large: it would be Infinity).";
         }
       } catch (error) {
         why = "Not JSON: " + error.message;
