@@ -203,6 +203,8 @@ def test_a_form_that_cannot_be_sent_comes_back_as_filled_in_with_why(deployed: D
     )
     [audit] = operator_actions(deployed, flight)
     assert (audit["action"], audit["step"]) == ("skip", "reserve_flight")
+    skipped = page(browser, f"/workflows/{quote(flight, safe='')}").split('id="step-reserve_flight"', 1)[1]
+    assert "Output null" in text_of(skipped.split("</section>", 1)[0])  # the null it was given, shown
 
 
 def test_compensate_and_cancel_say_what_they_undo_and_a_client_is_offered_no_operator_action(

@@ -509,6 +509,8 @@ class Console:
         steps = []
         for step in view["steps"]:
             shown = {key: _shown(step[key]) for key in SHOWN_KEYS if step.get(key) is not None}
+            if step["status"] == "COMPLETED" and "output" not in shown:
+                shown["output"] = _shown(None)  # its output is JSON null (an operator's skip may give it): said so
             attempts = [e for e in events if e.get("step") == step["name"] and e.get("attempt") is not None]
             takes_input = step.get("type") in INPUT_STEPS and step.get("attempt", 0) > 0  # dispatched at least once
             if takes_input and self.operator and step.get("error"):
