@@ -128,14 +128,14 @@ def preview(
     """
     given = value is not NOT_GIVEN
     steps = view["steps"]
-    completed = [s["name"] for s in steps if s["status"] == "COMPLETED"]
     in_flight = [s["name"] for s in steps if s["status"] == "PROCESSING"]
     # what may have happened and has something to undo (a wait and a callback have none), last started first
+    undoable = [s for s in steps if s.get("type") not in ("wait", "callback")]
     undone = [
-        name
-        for name in [*reversed(in_flight), *reversed(completed)]
-        if next(s for s in steps if s["name"] == name).get("type") not in ("wait", "callback")
+        *reversed([s["name"] for s in undoable if s["status"] == "PROCESSING"]),
+        *reversed([s["name"] for s in undoable if s["status"] == "COMPLETED"]),
     ]
+    waiting = [s["name"] for s in steps if step in (s.get("depends_on") or [])]  # the steps that wait for it
     status = view["status"]
     said: list[str]
     if action == "retry":
@@ -145,7 +145,6 @@ def preview(
             "The workflow leaves HELD and goes on RUNNING; the steps that wait for it run when it completes.",
         ]
     elif action == "skip":
-        waiting = [s["name"] for s in steps if step in (s.get("depends_on") or [])]
         output = "the output below" if given else "no output (refused if a later step reads it)"
         said = [
             f"Step {step} is marked COMPLETED with {output}, without calling its service again.",
@@ -155,7 +154,6 @@ def preview(
             "If the workflow unwinds later, the step's compensation (if it has one) runs with this output.",
         ]
     elif action == "approve":
-        waiting = [s["name"] for s in steps if step in (s.get("depends_on") or [])]
         output = "the output below" if given else "no output (null)"
         said = [
             f"The callback step {step} is answered as approved: it completes with {output}.",

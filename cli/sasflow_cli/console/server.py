@@ -551,6 +551,8 @@ class Console:
         if key in self.outcomes and form.get("intent") != "confirm":
             key = _new_key()  # a form whose action was done, edited and previewed again: a new action, a new key
         before, unread = self._before(workflow_id, action, step)
+        offer = next((o for o in offered(view) if o.action == action and o.step == step), None)
+        seen_now = fingerprint(action, view, step)
         context: dict[str, Any] = {
             "view": view,
             "spec": spec,
@@ -561,10 +563,10 @@ class Console:
             "text": form.get("value", "" if before is None else _pretty(before)),
             "code": form.get("code", "REJECTED"),
             "unread": unread,
-            "label": next((o.label for o in offered(view) if o.action == action and o.step == step), spec.title),
-            "offered": any(o.action == action and o.step == step for o in offered(view)),
-            "seen": fingerprint(action, view, step),
-            "opened": form.get("opened") or fingerprint(action, view, step),
+            "label": offer.label if offer else spec.title,
+            "offered": offer is not None,
+            "seen": seen_now,
+            "opened": form.get("opened") or seen_now,
         }
         if request.method != "POST" or form.get("intent") == "edit":
             return self._html("act.html", stage="form", **context)
@@ -581,18 +583,13 @@ class Console:
             return self._html("act.html", 400, stage="form", problem={"message": str(error)}, **context)
         given_value = value is not NOT_GIVEN
         edited = action == "retry" and given_value and value != before
-        kept = self.outcomes.get(key)
-        if (
-            form.get("intent") == "confirm"
-            and kept is not None
-            and (kept.subject, kept.action, kept.step) == (workflow_id, action, step)
-        ):
-            return self._done(workflow_id, key)  # sent already (a double click, a resubmitted form): its outcome
+        if form.get("intent") == "confirm":
+            with self._lock(key):  # a send of this form in flight (another click) ends first
+                if self._kept(key, workflow_id, action, step) is not None:
+                    return self._done(workflow_id, key)  # sent already (a double click, a resubmitted form)
         # sent without a preview's fingerprint (a form of its own): previewed first, as any other
         seen = form.get("seen")
         changed = form.get("intent") == "confirm" and seen is not None and seen != context["seen"]
-        if changed and self._kept(key, workflow_id, action, step):
-            return self._done(workflow_id, key)  # it changed by this very form, sent at once from another click
         if form.get("intent") != "confirm" or seen is None or changed:
             # a confirmation of a preview the workflow has moved on from (another tab acted, a new attempt of a
             # callback began) is not sent: what it would do now is previewed again, to be confirmed again
@@ -683,13 +680,15 @@ class Console:
         )
         return str(after["status"]), bool(after.get("paused"))
 
-    def _kept(self, key: str, subject: str, action: str, step: str | None) -> bool:
-        """Whether the action of ``key`` was done, once a send of it in flight has ended."""
+    def _lock(self, key: str) -> threading.Lock:
+        """The lock held while the action of ``key`` is sent."""
         with self._guard:
-            sending = self._sending.setdefault(key, threading.Lock())
-        with sending:
-            kept = self.outcomes.get(key)
-        return kept is not None and (kept.subject, kept.action, kept.step) == (subject, action, step)
+            return self._sending.setdefault(key, threading.Lock())
+
+    def _kept(self, key: str, subject: str, action: str, step: str | None) -> Outcome | None:
+        """The outcome of the action of ``key``, if it was done (on ``subject``, ``action`` and ``step``)."""
+        kept = self.outcomes.get(key)
+        return kept if kept is not None and (kept.subject, kept.action, kept.step) == (subject, action, step) else None
 
     def _once(
         self, key: str, subject: str, action: str, step: str | None, label: str, call: Callable[[], tuple[str, bool]]
@@ -697,11 +696,9 @@ class Console:
         """Make ``call`` once per Idempotency-Key: a form sent again (a double click, a resubmitted form, a second
         tab) waits for the first and gets its outcome; the API dedupes by the key as well (a redrive, which SQS
         cannot dedupe, only here)."""
-        with self._guard:
-            sending = self._sending.setdefault(key, threading.Lock())
-        with sending:
-            kept = self.outcomes.get(key)
-            if kept is not None and (kept.subject, kept.action, kept.step) == (subject, action, step):
+        with self._lock(key):
+            kept = self._kept(key, subject, action, step)
+            if kept is not None:
                 return kept
             status, paused = call()
             outcome = Outcome(subject, action, step, label, status, paused, int(time.time()))

@@ -13,9 +13,11 @@
     var why = "";
     if (text) {
       try {
-        var value = JSON.parse(text);
         var finite = true;
-        JSON.parse(text, function (key, v) { if (typeof v === "number" && !isFinite(v)) { finite = false; } return v; });
+        var value = JSON.parse(text, function (key, v) {
+          if (typeof v === "number" && !isFinite(v)) { finite = false; }
+          return v;
+        });
         if (area.dataset.json === "object" && (value === null || typeof value !== "object" || Array.isArray(value))) {
           why = "The input must be a JSON object ({...}).";
         } else if (!finite) {
