@@ -300,6 +300,7 @@ def _up(
             endpoint_url=local.endpoint_url,
             region=local.region,
             request_queues=_request_queues(local),
+            trigger_queues=_trigger_queues(local),
             stack_name=local.stack.stack_name,
             event_rules=[LocalRule.of(rule).document() for rule in local.stack.event_rules()],
         )
@@ -389,9 +390,63 @@ def emit(
     console.print(f"event {event['id']} put on bus {physical}: {targets}", highlight=False, soft_wrap=True)
 
 
+@app.command()
+def send(
+    trigger: Annotated[str, typer.Option(help="An sqs trigger of triggers.yaml (e.g. trip-queue).")],
+    body: Annotated[
+        str,
+        typer.Option(help="The message body (a JSON object when the trigger's input is the body), or @FILE."),
+    ],
+    attribute: Annotated[
+        list[str] | None,
+        typer.Option("--attribute", help="A message attribute NAME=VALUE (a string); repeat it for more."),
+    ] = None,
+) -> None:
+    """Send a message to an sqs trigger's queue of this checkout's running `make up`: it starts one workflow,
+    however often SQS delivers it (its message id is the occurrence)."""
+    running = _running_stack()
+    queues: dict[str, str] = running.get("trigger_queues") or {}
+    if not running.get("endpoint_url"):
+        console.print(f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again")
+        raise typer.Exit(code=1)
+    if trigger not in queues:
+        known = ", ".join(sorted(queues)) or "none (kind: sqs in triggers.yaml, then restart make up)"
+        raise typer.BadParameter(
+            f"no sqs trigger {trigger!r} in this stack; its sqs triggers: {known}", param_hint="--trigger"
+        )
+    try:
+        text = Path(body[1:]).read_text(encoding="utf-8") if body.startswith("@") else body
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {body[1:]}: {error.strerror}", param_hint="--body") from None
+    attributes: dict[str, Any] = {}
+    for pair in attribute or []:
+        name, equals, value = pair.partition("=")
+        if not equals or not name.strip():
+            raise typer.BadParameter(f"{pair!r}: an attribute is NAME=VALUE", param_hint="--attribute")
+        attributes[name.strip()] = {"DataType": "String", "StringValue": value}
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from devstack import _aws
+
+    sqs = _aws.client("sqs", region=running.get("region", "us-east-1"), endpoint_url=running["endpoint_url"])
+    try:
+        sent = sqs.send_message(
+            QueueUrl=queues[trigger], MessageBody=text, **({"MessageAttributes": attributes} if attributes else {})
+        )
+    except (BotoCoreError, ClientError) as error:
+        console.print(f"[bold red]error:[/] the local stack did not take the message ({error})", highlight=False)
+        raise typer.Exit(code=1) from None
+    console.print(
+        f"message {sent['MessageId']} sent to {queues[trigger].rsplit('/', 1)[-1]}: it starts one workflow of "
+        f"trigger {trigger} (sasflow list --trigger {trigger})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def trigger_lines(local: LocalStack) -> list[str]:
-    """One line per schedule and event rule of the template's triggers: what it ticks at or matches, and whether it
-    ticks (or takes events) here."""
+    """One line per schedule, event rule and queue of the template's triggers: what it ticks at, matches or reads,
+    and whether it ticks (or takes events) here."""
     lines = []
     for spec in local.stack.scheduler_schedules():
         emulator = local.scheduler_schedules.get(spec.logical_id)
@@ -405,6 +460,11 @@ def trigger_lines(local: LocalStack) -> list[str]:
         lines.append(
             f"{rule.logical_id}: events on bus {rule.bus} matching {pattern}: "
             "python -m devstack emit --source ... --detail-type ... --detail JSON"
+        )
+    for name, url in _trigger_queues(local).items():
+        lines.append(
+            f"{url.rsplit('/', 1)[-1]}: each message starts a workflow of {name}: "
+            f"python -m devstack send --trigger {name} --body JSON"
         )
     return lines
 
@@ -425,6 +485,18 @@ def batching_windows_line(local: LocalStack) -> str:
         if part
     )
     return f"Profile={profile}: {windows}" if profile else windows
+
+
+def _trigger_queues(local: LocalStack) -> dict[str, str]:
+    """Each sqs trigger's queue (``triggers.yaml``'s name -> the queue's URL), for ``python -m devstack send``."""
+    from devstack.agents import AGENTS_FILE
+    from devstack.triggers import load_triggers, triggers_file
+
+    return {
+        trigger.name: local.physical_ids[f"{trigger.pascal}TriggerQueue"]
+        for trigger in load_triggers(triggers_file(AGENTS_FILE))
+        if trigger.kind == "sqs" and f"{trigger.pascal}TriggerQueue" in local.physical_ids
+    }
 
 
 def _request_queues(local: LocalStack) -> dict[str, dict[str, str]]:

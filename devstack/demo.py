@@ -274,19 +274,22 @@ def _drive(
     return 1 if problems else 0
 
 
-#: The sample triggers of triggers.yaml the demo starts a workflow with: a schedule's tick, and an event (put twice
-#: with one id, as EventBridge may deliver it: one workflow).
+#: The sample triggers of triggers.yaml the demo starts a workflow with: a schedule's tick, an event (put twice
+#: with one id, as EventBridge may deliver it: one workflow), and a message sent to the sqs trigger's queue.
 SAMPLE_SCHEDULE = "EveryMinuteTripSchedule"
 SAMPLE_EVENT_DETAIL = {"traveller": "Event traveller", "route": "CDG-NRT", "nights": 2, "amount": 240}
+SAMPLE_QUEUE_TRIGGER = "trip-queue"
+SAMPLE_MESSAGE = {"traveller": "Queued traveller", "route": "LHR-JFK", "nights": 1, "amount": 120}
 
 
 def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_seconds: float) -> list[str]:
     """Start one workflow from a tick of the sample schedule (fired now: a rate of one minute would make the demo
-    wait) and one from an event put twice on the default bus, after publishing their definition as its owner would;
-    wait for both to end. Returns the problems (none when both ended, one workflow each)."""
+    wait), one from an event put twice on the default bus and one from a message to the sample sqs trigger's queue,
+    after publishing their definition as its owner would; wait for them to end. Returns the problems (none when all
+    ended, one workflow each)."""
     from datetime import UTC, datetime
 
-    from devstack.cli import push_definitions
+    from devstack.cli import _trigger_queues, push_definitions
     from devstack.events import LocalRule, envelope, put_event
 
     schedule = stack.scheduler_schedules.get(SAMPLE_SCHEDULE)
@@ -304,15 +307,19 @@ def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_
         ("every-minute-trip", f"tick {tick.strftime('%Y-%m-%dT%H:%M:%SZ')}"),
         ("trip-requested", f"event {event['id']}"),
     }
+    queue = _trigger_queues(stack).get(SAMPLE_QUEUE_TRIGGER)
+    if queue is not None:
+        sent = sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(SAMPLE_MESSAGE))
+        expected.add((SAMPLE_QUEUE_TRIGGER, f"message {sent['MessageId']}"))
     deadline = time.monotonic() + timeout_seconds
-    started: list[Any] = []  # the schedule's own ticks may start more while the demo runs: only these two count
+    started: list[Any] = []  # the schedule's own ticks may start more while the demo runs: only these count
     while time.monotonic() < deadline:
         started = [
             s.workflow
             for s in store.workflows()
             if s.workflow.trigger is not None and (s.workflow.trigger.name, s.workflow.trigger.occurrence) in expected
         ]
-        if len(started) >= 2 and all(w.status.value in TERMINAL for w in started):
+        if len(started) >= len(expected) and all(w.status.value in TERMINAL for w in started):
             break
         time.sleep(0.5)
     for workflow in sorted(started, key=lambda w: w.trigger.name):
@@ -326,7 +333,7 @@ def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_
     problems = []
     if len(matched) != 2:
         problems.append(f"the event matched {len(matched)} rules over its two puts, not one each: {matched}")
-    if occurrences != expected or len(started) != 2:
+    if occurrences != expected or len(started) != len(expected):
         problems.append(f"the triggers started {sorted(occurrences)}, not one workflow each for {sorted(expected)}")
     elif not all(w.status.value in TERMINAL for w in started):
         problems.append("a triggered workflow did not reach a terminal state")

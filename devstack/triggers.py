@@ -12,6 +12,8 @@ the trigger's own, read by the trigger's own function under its own role, which 
   ``<stack>-<bus>``, one per name) whose pattern picks the events; its target is the queue (the event as it is),
   with a retry policy and the trigger's dead-letter queue, and the two queues' policy lets that rule alone send
   (``aws:SourceArn``).
+- ``sqs``: the trigger's queue is the source: whatever sends a message to it starts a workflow (one per message id);
+  its event source mapping reads ``batch_size`` messages at a time.
 
 Removing a trigger from the file removes all of it from the template.
 """
@@ -90,7 +92,7 @@ class TriggerDeclaration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=_NAME, max_length=40)
-    kind: Literal["schedule", "event"]
+    kind: Literal["schedule", "event", "sqs"]
     definition: str = Field(min_length=1, max_length=64)
     version: int | None = Field(default=None, ge=1)
     description: str = Field(default="", max_length=200)
@@ -104,11 +106,16 @@ class TriggerDeclaration(BaseModel):
     end_date: str | None = Field(default=None, pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(Z|[+-]\d\d:\d\d)?$")
     catch_up_window: str = "all"
     overlap: Literal["allow", "skip", "buffer_one"] = "allow"
+    batch_size: int = Field(default=10, ge=1, le=10)
 
     @model_validator(mode="after")
     def _consistent(self) -> TriggerDeclaration:
         if self.kind == "event":
             return self._event()
+        if self.kind == "sqs":
+            return self._queue()
+        if "batch_size" in self.model_fields_set:
+            raise ValueError("batch_size: an sqs trigger's (the messages its function reads at a time)")
         if self.bus is not None or self.pattern is not None:
             raise ValueError("bus and pattern: an event trigger's (kind: event); a schedule has an expression")
         if self.expression is None:
@@ -143,9 +150,25 @@ class TriggerDeclaration(BaseModel):
         given = sorted(schedule_only & self.model_fields_set)
         if given:
             raise ValueError(f"{', '.join(given)}: a schedule's; an event trigger starts one workflow per event")
+        if "batch_size" in self.model_fields_set:
+            raise ValueError("batch_size: an sqs trigger's (the messages its function reads at a time)")
         if not self.pattern:
             raise ValueError("pattern: an event trigger needs an EventBridge event pattern (e.g. source: [my.app])")
         check_pattern(self.pattern)
+        _check_expressions(self.input)
+        return self
+
+    def _queue(self) -> TriggerDeclaration:
+        """An sqs trigger: its queue is its source, so none of a schedule's or an event's fields."""
+        others = {"expression", "timezone", "start_date", "end_date", "catch_up_window", "overlap", "bus", "pattern"}
+        given = sorted(others & self.model_fields_set)
+        if given:
+            raise ValueError(f"{', '.join(given)}: a schedule's or an event's; an sqs trigger starts one per message")
+        if self.sample:
+            raise ValueError(
+                "sample: turns a schedule or an event rule on with SampleTriggersState; an sqs trigger starts only "
+                "what is sent to its queue"
+            )
         _check_expressions(self.input)
         return self
 
@@ -173,6 +196,8 @@ class TriggerDeclaration(BaseModel):
         """The trigger in the operators' ``TRIGGERS`` (``sasflow.settings.TriggerRoute``), without its queue URL."""
         if self.kind == "event":
             source = f"bus {self.bus_name}: {json.dumps(self.pattern, separators=(',', ':'))}"
+        elif self.kind == "sqs":
+            source = f"queue ${{{self.pascal}TriggerQueue}}, batch {self.batch_size}"
         else:
             source = f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}"
         return {"principal": self.principal, "kind": self.kind, "definition": self.definition, "source": source}
@@ -316,7 +341,16 @@ def _schedule(trigger: TriggerDeclaration) -> str:
 
 
 def _waiting_tick(trigger: TriggerDeclaration) -> str:
-    """``buffer_one``: the trigger sends the tick kept waiting to its own queue again when its message was lost."""
+    """``buffer_one``: the trigger sends the tick kept waiting to its own queue again when its message was lost; an
+    sqs trigger sends a message back to its queue while it is paused."""
+    if trigger.kind == "sqs":
+        return f"""\
+            # While it is paused, a message goes back to its queue to wait (its occurrence kept).
+            - Sid: HeldMessages
+              Effect: Allow
+              Action: sqs:SendMessage
+              Resource: !GetAtt {trigger.pascal}TriggerQueue.Arn
+"""
     if trigger.overlap != "buffer_one":
         return ""
     return f"""\
@@ -374,20 +408,24 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     function = f"{p}TriggerFunction"
     description = trigger.description or f"Starts {trigger.definition} workflows: trigger {name} ({trigger.kind})."
     config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
-    if trigger.overlap == "buffer_one":
+    if trigger.overlap == "buffer_one" or trigger.kind == "sqs":
         config += f', "queue_url": "${{{p}TriggerQueue}}"'
     config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
     config = config.replace("'", "''")
-    sender = "ticks that\n  # EventBridge Scheduler" if trigger.kind == "schedule" else "events that\n  # its rule"
+    sender = {
+        "schedule": " and ticks that\n  # EventBridge Scheduler could not deliver",
+        "event": " and events that\n  # its rule could not deliver",
+        "sqs": "",
+    }[trigger.kind]
     dlq_comment = (
-        f"  # Occurrences refused with their reason (sasflow dlq list), those that failed five times, and {sender} "
-        "could not deliver.\n"
+        f"  # Occurrences refused with their reason (sasflow dlq list), those that failed five times{sender}.\n"
     )
+    source = {"schedule": _schedule, "event": _event_rule, "sqs": _queue_source}[trigger.kind](trigger)
     return (
         f"""\
   # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
 {queue_pair(f"{p}TriggerQueue", f"{p}TriggerDeadLetterQueue", function, f"{p}TriggerDeadLetterAlarm", dlq_comment)}
-{_schedule(trigger) if trigger.kind == "schedule" else _event_rule(trigger)}  {function}:
+{source}  {function}:
     Type: AWS::Serverless::Function
     Metadata:
       checkov:
@@ -470,7 +508,7 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     Properties:
       EventSourceArn: !GetAtt {p}TriggerQueue.Arn
       FunctionName: !Ref {function}
-      BatchSize: 10
+      BatchSize: {trigger.batch_size}
       MaximumBatchingWindowInSeconds: 0
       FunctionResponseTypes: [ReportBatchItemFailures]
       ScalingConfig:
@@ -551,6 +589,27 @@ def event_buses(triggers: Sequence[TriggerDeclaration]) -> str:
 """
         for name in names
     )
+
+
+def _queue_source(trigger: TriggerDeclaration) -> str:
+    """An sqs trigger's source is its queue, to which whatever its account allows sends: the policy to attach to a
+    producer's role (send to this queue, nothing else)."""
+    p = trigger.pascal
+    return f"""\
+  # Attach to the role of what sends the messages that start {trigger.name}'s workflows: this queue, nothing else.
+  {p}TriggerSendPolicy:
+    Type: AWS::IAM::ManagedPolicy
+    Properties:
+      Description: Send messages that start workflows of trigger {trigger.name} (its queue only).
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: StartWorkflows
+            Effect: Allow
+            Action: sqs:SendMessage
+            Resource: !GetAtt {p}TriggerQueue.Arn
+
+"""
 
 
 def _event_rule(trigger: TriggerDeclaration) -> str:

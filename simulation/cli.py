@@ -82,15 +82,21 @@ def _print_tables(reports: list[RunReport]) -> None:
         triggered.update(report.triggered)
     console.print(_counts("Workflows the triggers started (triggers.yaml), by final state", "state", triggered))
     console.print(
-        f"triggers: {sum(r.trigger_deliveries for r in reports)} messages to their queues (ticks and events, their "
-        f"duplicates, and messages that are neither); {sum(r.trigger_skipped for r in reports)} skipped (paused, or "
-        f"a run held the slot), {sum(r.trigger_missed for r in reports)} missed (later than the catch-up window), "
+        f"triggers: {sum(r.trigger_deliveries for r in reports)} messages to their queues (ticks, events, messages, "
+        f"their duplicates, and messages that are none of them); {sum(r.trigger_skipped for r in reports)} skipped "
+        f"(paused, or a run held the slot), {sum(r.trigger_missed for r in reports)} missed (later than the catch-up "
+        "window), "
         f"{sum(r.trigger_buffered for r in reports)} kept waiting (buffer_one), "
+        f"{sum(r.trigger_held for r in reports)} messages held while paused (sqs), "
         f"{sum(r.trigger_run_nows for r in reports)} run-nows; one workflow per occurrence"
     )
     overlaps: Counter[str] = Counter()
     for report in reports:
-        kind = "event" if report.trigger_kind == "event" else f"schedule, overlap {report.trigger_overlap}"
+        kind = (
+            report.trigger_kind
+            if report.trigger_kind in ("event", "sqs")
+            else f"schedule, overlap {report.trigger_overlap}"
+        )
         overlaps[kind] += sum(report.triggered.values())
     console.print(_counts("Workflows the triggers started, by the seed's trigger and policy", "trigger", overlaps))
     console.print(_counts("Faults injected, by kind", "fault", faults))

@@ -107,7 +107,7 @@ from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.states import ENDED_RUN
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
-from sasflow.triggers import TriggerRefusedError, occurrence_of
+from sasflow.triggers import Message, TriggerRefusedError, occurrence_of, trigger_input
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
@@ -326,7 +326,10 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         refused = document.get("refused") if isinstance(document, dict) else None
         body = document["body"] if isinstance(refused, dict) else message.body
         try:
-            occurrence = occurrence_of(config, body).identity
+            # an sqs trigger's occurrence is the message's id (kept by a refusal; SQS keeps it when it moves one)
+            which = occurrence_of(config, message.body, Message(message.message_id))
+            trigger_input(config, which)  # a message whose input cannot render is a bad one, whatever its kind
+            occurrence = which.identity
         except TriggerRefusedError:
             if isinstance(refused, dict) and not (refused.get("code") and refused.get("reason")):
                 violations.append(Violation("refused without its reason", "-", message.body[:120]))

@@ -56,7 +56,7 @@ from sasflow.states import ENDED_RUN, Outcome
 from sasflow.triggers import ON_TIME_SECONDS, Overlap, TriggerConfig, TriggerKind, TriggerService
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
-from simulation.triggers import Delivery, TriggerLog, plan_deliveries
+from simulation.triggers import MESSAGE, Delivery, TriggerLog, plan_deliveries
 from simulation.world import (
     CrashInjector,
     FaultLog,
@@ -97,13 +97,17 @@ SIM_CLAIM_CHECK_THRESHOLD = 1_024
 SIM_CATCH_UP_SECONDS = 120
 #: The trigger's overlap policy, by seed (``seed % 3``): every run of make sim has each.
 SIM_OVERLAPS = ("allow", "skip", "buffer_one")
-#: Which trigger of triggers.yaml a seed drives: the event trigger when ``seed % 5 == 4``, else the schedule.
+#: Which trigger of triggers.yaml a seed drives: the event trigger when ``seed % 5 == 4``, the sqs trigger when
+#: ``seed % 10 == 8``, else the schedule.
 SIM_EVENT_SEEDS = 5
+SIM_QUEUE_SEEDS = 10
 
 
 def trigger_kind(seed: int) -> str:
-    """The kind of trigger the simulation of ``seed`` drives (``SIM_EVENT_SEEDS``)."""
-    return "event" if seed % SIM_EVENT_SEEDS == SIM_EVENT_SEEDS - 1 else "schedule"
+    """The kind of trigger the simulation of ``seed`` drives (``SIM_EVENT_SEEDS``, ``SIM_QUEUE_SEEDS``)."""
+    if seed % SIM_EVENT_SEEDS == SIM_EVENT_SEEDS - 1:
+        return "event"
+    return "sqs" if seed % SIM_QUEUE_SEEDS == SIM_QUEUE_SEEDS - 2 else "schedule"
 
 
 POISON_BODIES = ("{not json", "[]", "null", '{"hello": "world"}', '{"step": 1, "attempt": "one"}', "")
@@ -186,6 +190,8 @@ class RunReport:
     trigger_kind: str = "schedule"
     trigger_overlap: str = "allow"
     trigger_buffered: int = 0
+    #: An sqs trigger's messages sent back to wait while an operator had paused it (each started after the resume).
+    trigger_held: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
     #: either world, in any process, end with the same digest or they did not replay.
     state_digest: str = ""
@@ -263,6 +269,7 @@ class Simulation:
             duplicate=self.faults.trigger_duplicate,
             bad=self.faults.trigger_bad,
             events=f"sim-{seed}" if trigger_kind(seed) == "event" else None,
+            messages=trigger_kind(seed) == "sqs",
         )
 
     # ------------------------------------------------------------------ setup
@@ -1026,11 +1033,18 @@ class Simulation:
     def _operate_trigger(self) -> None:
         """The person on call and the trigger: pauses it (its ticks are then skipped), resumes it, or runs it now,
         sometimes twice with one Idempotency-Key (one occurrence, one workflow), through the operators' function."""
-        if not self.trigger_log.occurrences or self.trigger_rng.random() >= self.faults.trigger_operator:
+        kind = self.trigger_config.kind
+        # a queue trigger's messages wait out a pause: once every message is sent, the operator resumes it
+        last_resume = kind is TriggerKind.SQS and self.trigger_paused and not self.deliveries
+        if not last_resume and (
+            not self.trigger_log.occurrences or self.trigger_rng.random() >= self.faults.trigger_operator
+        ):
             return
         name = self.trigger_config.name
         action = self.trigger_rng.choice(["resume" if self.trigger_paused else "pause", "run-now"])
-        event_trigger = self.trigger_config.kind is TriggerKind.EVENT
+        if last_resume:
+            action = "resume"
+        event_trigger = kind is not TriggerKind.SCHEDULE  # an event's or a queue's: nothing to run now
         if action == "run-now" and self.run_now_keys and self.trigger_rng.random() < 0.3:
             key = self.run_now_keys[-1]  # the same request again: a double click, a retried command
         else:
@@ -1040,7 +1054,7 @@ class Simulation:
         if response is None:
             return
         if event_trigger and action == "run-now":
-            # an event trigger has no tick to run now: refused, and nothing sent
+            # an event or queue trigger has no tick to run now: refused, and nothing sent
             if response["statusCode"] != 409:
                 self.trigger_log.seen.append(
                     Violation("an event trigger ran now", "-", f"{response['statusCode']} {response['body'][:80]}")
@@ -1064,7 +1078,13 @@ class Simulation:
             late = self.clock.now() - occurrence.at
             outcome = original(occurrence)
             missed = (outcome.skipped or "").startswith("missed")
-            if outcome.buffered:
+            if outcome.held:
+                self.trigger_log.held.add(occurrence.identity)
+            elif trigger_kind(self.seed) == "sqs" and outcome.skipped is not None:  # not the code's own .holds
+                self.trigger_log.seen.append(
+                    Violation("a queue trigger dropped a message", "-", f"{occurrence.identity}: {outcome.skipped}")
+                )
+            elif outcome.buffered:
                 self.trigger_log.buffered.add(occurrence.identity)
             elif outcome.skipped is not None:
                 (self.trigger_log.missed if missed else self.trigger_log.skipped).add(occurrence.identity)
@@ -1204,11 +1224,13 @@ class Simulation:
                         return  # the invariants will report what did not finish
 
     def _send_tick(self, delivery: Delivery) -> None:
-        """EventBridge Scheduler (or a hand-written send) puts one message on the trigger's queue."""
-        self.queues.send(self.trigger_queue_url, delivery.body)
+        """EventBridge Scheduler, a rule, a producer (or a hand-written send) puts a message on the trigger's queue."""
+        message_id = self.queues.send(self.trigger_queue_url, delivery.body)
         self.trigger_log.deliveries += 1
         if delivery.identity is None:
             self.trigger_log.bad.add(delivery.body)
+        elif delivery.identity == MESSAGE:  # an sqs trigger's occurrence: the message's id
+            self.trigger_log.occurrences.add(f"message {message_id}")
         else:
             self.trigger_log.occurrences.add(delivery.identity)
 
@@ -1239,6 +1261,7 @@ class Simulation:
         self.report.trigger_skipped = len(self.trigger_log.skipped)
         self.report.trigger_missed = len(self.trigger_log.missed)
         self.report.trigger_kind = self.trigger_config.kind.value
+        self.report.trigger_held = len(self.trigger_log.held)
         self.report.trigger_overlap = self.trigger_config.overlap.value
         self.report.trigger_buffered = len(self.trigger_log.buffered)
         self.report.trigger_run_nows = len(set(self.run_now_keys))
@@ -1298,7 +1321,10 @@ def _sqs_event(messages: list[SimMessage], queue_arn: str) -> dict[str, Any]:
                 "messageId": m.message_id,
                 "receiptHandle": m.receipt,
                 "body": m.body,
-                "attributes": {"ApproximateReceiveCount": str(m.receive_count)},
+                "attributes": {
+                    "ApproximateReceiveCount": str(m.receive_count),
+                    "SentTimestamp": str(int(m.sent_at * 1000)),
+                },
                 "messageAttributes": {},
                 "md5OfBody": "",
                 "eventSource": "aws:sqs",

@@ -1,5 +1,5 @@
-"""Triggers in the simulation: workflows started by a schedule's ticks or a bus's events through the real trigger
-function (``run.trigger_kind``: the seed says which).
+"""Triggers in the simulation: workflows started by a schedule's ticks, a bus's events or a queue's messages through
+the real trigger function (``run.trigger_kind``: the seed says which).
 
 Besides the API's starts, the template's trigger function (triggers.yaml's ``every-minute-trip``, its ``TRIGGER`` as
 the template renders it) receives ticks on its own queue, as EventBridge Scheduler sends them: at least once, and
@@ -45,6 +45,8 @@ class TriggerLog:
     occurrences: set[str] = field(default_factory=set)
     bad: set[str] = field(default_factory=set)
     deliveries: int = 0
+    #: An sqs trigger's messages sent back to wait while it was paused (their occurrences).
+    held: set[str] = field(default_factory=set)
     #: Ticks a handler call skipped (the trigger was paused) or missed (later than the catch-up window), and
     #: violations seen as they happened.
     skipped: set[str] = field(default_factory=set)
@@ -55,6 +57,10 @@ class TriggerLog:
     buffered: set[str] = field(default_factory=set)
     runs: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+
+
+#: A delivery whose occurrence is the id SQS gives the message when it is sent (an sqs trigger's).
+MESSAGE = "message"
 
 
 def _iso(epoch: float) -> str:
@@ -70,20 +76,32 @@ def plan_deliveries(
     duplicate: float,
     bad: float,
     events: str | None = None,
+    messages: bool = False,
 ) -> list[Delivery]:
     """The messages of one run: ``ticks`` ticks within ``window`` seconds of ``start`` (whole seconds apart), each
     delivered again with probability ``duplicate`` (twice more with its square), each late by up to 45 s; and a bad
     message in place of a tick with probability ``bad``. Sorted by time.
 
     ``events`` (a prefix of their ids): events as an EventBridge rule delivers them instead of ticks, each copy of one
-    the same event (its id); a bad one names no detail."""
+    the same event (its id); a bad one names no detail. ``messages``: messages sent to an sqs trigger's queue (the
+    trip as the body), each sent once (its occurrence is the message id, `MESSAGE`: SQS's redeliveries are the
+    world's faults); a bad one's body is not a JSON object."""
     deliveries: list[Delivery] = []
     interval = max(1.0, window / (ticks + 1))
     for i in range(ticks):
         at = float(int(start + interval * (i + 1)))
         if rng.random() < bad:
-            body = json.dumps({"scheduled_time": f"not-a-time-{i}"} if events is None else {"id": f"{events}-bad-{i}"})
+            if messages:
+                body = rng.choice([f"not json {i}", json.dumps([i]), json.dumps(f"text {i}")])
+            else:
+                body = json.dumps(
+                    {"scheduled_time": f"not-a-time-{i}"} if events is None else {"id": f"{events}-bad-{i}"}
+                )
             deliveries.append(Delivery(at + rng.uniform(0, 45), body, None))
+            continue
+        if messages:
+            trip = {"traveller": f"traveller {i}", "route": "LHR-JFK", "nights": rng.randint(1, 5), "amount": 120}
+            deliveries.append(Delivery(at + rng.uniform(0, 45), json.dumps(trip), MESSAGE))
             continue
         if events is None:
             tick = _iso(at)

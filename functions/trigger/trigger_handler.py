@@ -1,9 +1,9 @@
 """Trigger Lambda: starts one workflow per occurrence that reaches the trigger's queue (sasflow.triggers).
 
 One function (and role) per trigger of triggers.yaml; its ``TRIGGER`` variable says which. Every occurrence is an
-SQS message (a schedule's tick). A refused occurrence goes to the trigger's dead-letter queue with its reason and is
-acknowledged; any other failure is a batch-item failure, so SQS delivers it again and, after five receives, moves it
-to that dead-letter queue as it is.
+SQS message (a schedule's tick, an event, a message sent to an sqs trigger's queue). A refused occurrence goes to
+the trigger's dead-letter queue with its reason and is acknowledged; any other failure is a batch-item failure, so
+SQS delivers it again and, after five receives, moves it to that dead-letter queue as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # 
 import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the engine)
 from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
-from sasflow.triggers import TriggerRefusedError, occurrence_of  # noqa: E402
+from sasflow.triggers import Message, TriggerRefusedError, occurrence_of  # noqa: E402
 
 logger = Logger()
 tracer = build_tracer()
@@ -45,15 +45,16 @@ processor = BatchProcessor(event_type=EventType.SQS)
 def handle_record(record: SQSRecord) -> dict[str, Any]:
     """Start the workflow of one occurrence; a refused one goes to the dead-letter queue with its reason."""
     trigger = service()
+    message = _message(record)
     try:
-        occurrence = occurrence_of(trigger.config, record.body)
+        occurrence = occurrence_of(trigger.config, record.body, message)
         outcome = trigger.handle(occurrence)
     except TriggerRefusedError as error:
         logger.warning(
             "occurrence refused",
             extra={"trigger": trigger.config.name, "code": error.code, "reason": str(error), "id": record.message_id},
         )
-        trigger.refuse(record.body, error, record.message_id)
+        trigger.refuse(record.body, error, record.message_id, message)
         return {"refused": error.code}
     logger.info(
         "occurrence handled",
@@ -67,6 +68,16 @@ def handle_record(record: SQSRecord) -> dict[str, Any]:
         },
     )
     return {"workflow_id": outcome.workflow_id, "created": outcome.created}
+
+
+def _message(record: SQSRecord) -> Message:
+    """The message itself: an sqs trigger's occurrence is its id, and its input may read its attributes."""
+    attributes = {
+        name: str(value.get("stringValue") if value.get("stringValue") is not None else value.get("binaryValue"))
+        for name, value in (record.get("messageAttributes") or {}).items()
+    }
+    sent = (record.get("attributes") or {}).get("SentTimestamp")
+    return Message(record.message_id, int(sent) if sent and str(sent).isdigit() else 0, attributes)
 
 
 @logger.inject_lambda_context

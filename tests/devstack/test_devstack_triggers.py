@@ -147,7 +147,11 @@ def test_a_bad_entry_is_refused_with_the_trigger_and_the_reason(tmp_path: Path, 
 def test_no_triggers_file_declares_none_and_the_repositorys_sits_beside_agents_yaml(tmp_path: Path) -> None:
     assert load_triggers(tmp_path / "triggers.yaml") == []
     assert triggers_file(AGENTS_FILE) == AGENTS_FILE.parent / "triggers.yaml"
-    assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == ["every-minute-trip", "trip-requested"]
+    assert [t.name for t in load_triggers(triggers_file(AGENTS_FILE))] == [
+        "every-minute-trip",
+        "trip-requested",
+        "trip-queue",
+    ]
 
 
 def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
@@ -156,20 +160,28 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
     from devstack.cli import trigger_lines
 
     stack = Stack.from_file(TEMPLATE_FILE, parameters={"DeploySampleServices": "false"})
-    quiet = SimpleNamespace(stack=stack, scheduler_schedules={})
+    queue = "http://127.0.0.1:5000/123456789012/sasflow-TripQueueTriggerQueue"
+    send = "sasflow-TripQueueTriggerQueue: each message starts a workflow of trip-queue: python -m devstack send "
+    quiet = SimpleNamespace(stack=stack, scheduler_schedules={}, physical_ids={"TripQueueTriggerQueue": queue})
     assert trigger_lines(quiet) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)",
         "TripRequestedRule: events on bus default, DISABLED (its State)",
+        f"{send}--trigger trip-queue --body JSON",  # a queue trigger is never a sample: it reads what is sent
     ]
     enabled = Stack.from_file(
         TEMPLATE_FILE, parameters={"DeploySampleServices": "false", "SampleTriggersState": "ENABLED"}
     )
-    ticking = SimpleNamespace(stack=enabled, scheduler_schedules={"EveryMinuteTripSchedule": object()})
+    ticking = SimpleNamespace(
+        stack=enabled,
+        scheduler_schedules={"EveryMinuteTripSchedule": object()},
+        physical_ids={"TripQueueTriggerQueue": queue},
+    )
     assert trigger_lines(ticking) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here",
         "TripRequestedRule: events on bus default matching "
         '{"source":["sasflow.demo"],"detail-type":["TripRequested"]}: '
         "python -m devstack emit --source ... --detail-type ... --detail JSON",
+        f"{send}--trigger trip-queue --body JSON",
     ]
 
 
@@ -353,4 +365,112 @@ def test_a_schedule_with_an_events_fields_is_refused(tmp_path: Path) -> None:
     declared = tmp_path / "triggers.yaml"
     declared.write_text(NIGHTLY + "    bus: orders\n")
     with pytest.raises(TriggersFileError, match="bus and pattern: an event trigger's"):
+        load_triggers(declared)
+
+
+PAYMENTS = """\
+triggers:
+  payment-received:
+    kind: sqs
+    definition: settle
+    batch_size: 4
+    input:
+      payment.$: body.payment_id
+      channel.$: attributes.channel
+"""
+
+
+def test_an_sqs_trigger_gets_its_queue_a_producers_policy_and_a_function_reading_its_batch_and_no_more(
+    tmp_path: Path,
+) -> None:
+    with_it = translate(load_template(rendered(tmp_path, PAYMENTS)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith("PaymentReceived")}
+    assert mine == {
+        "PaymentReceivedTriggerQueue",
+        "PaymentReceivedTriggerDeadLetterQueue",
+        "PaymentReceivedTriggerSendPolicy",
+        "PaymentReceivedTriggerFunction",
+        "PaymentReceivedTriggerFunctionRole",
+        "PaymentReceivedTriggerOccurrences",
+        "PaymentReceivedTriggerLogGroup",
+        "PaymentReceivedTriggerFunctionErrorsAlarm",
+        "PaymentReceivedTriggerFunctionThrottlesAlarm",
+        "PaymentReceivedTriggerDeadLetterAlarm",
+    }
+    assert set(with_it) - mine == set(without)
+    queue = with_it["PaymentReceivedTriggerQueue"]["Properties"]
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": ["PaymentReceivedTriggerDeadLetterQueue", "Arn"]},
+        "maxReceiveCount": 5,
+    }
+    # what sends the messages attaches this policy: send to this queue, nothing else
+    [send] = with_it["PaymentReceivedTriggerSendPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (send["Action"], send["Resource"]) == (
+        "sqs:SendMessage",
+        {"Fn::GetAtt": ["PaymentReceivedTriggerQueue", "Arn"]},
+    )
+    mapping = with_it["PaymentReceivedTriggerOccurrences"]["Properties"]
+    assert (mapping["BatchSize"], mapping["FunctionResponseTypes"]) == (4, ["ReportBatchItemFailures"])
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": ["PaymentReceivedTriggerQueue", "Arn"]}
+    # its role: its queue (read; send one back while paused), its dead-letter queue, its own trigger item
+    statements = {
+        s["Sid"]: s
+        for policy in with_it["PaymentReceivedTriggerFunctionRole"]["Properties"]["Policies"]
+        for s in policy["PolicyDocument"]["Statement"]
+        if "Sid" in s
+    }
+    assert statements["HeldMessages"]["Action"] == "sqs:SendMessage"
+    assert statements["HeldMessages"]["Resource"] == {"Fn::GetAtt": ["PaymentReceivedTriggerQueue", "Arn"]}
+    assert statements["OwnTriggerItem"]["Condition"] == {
+        "ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["TRIGGER#payment-received"]}
+    }
+    stack = Stack(
+        load_template(rendered(tmp_path, PAYMENTS)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    function = stack.function("PaymentReceivedTriggerFunction")
+    assert json.loads(function.environment["TRIGGER"]) == {
+        "name": "payment-received",
+        "kind": "sqs",
+        "definition": "settle",
+        "input": {"payment.$": "body.payment_id", "channel.$": "attributes.channel"},
+        "queue_url": stack.physical_id("PaymentReceivedTriggerQueue"),
+        "dead_letter_url": stack.physical_id("PaymentReceivedTriggerDeadLetterQueue"),
+    }
+    [event] = [e for e in function.events if isinstance(e, SqsEventSpec)]
+    assert (event.queue_url, event.batch_size) == (stack.physical_id("PaymentReceivedTriggerQueue"), 4)
+    # the operators see it with the queue to send to
+    triggers = json.loads(stack.function("OpsFunction").environment["TRIGGERS"])
+    assert triggers["payment-received"]["kind"] == "sqs"
+    assert (
+        triggers["payment-received"]["source"] == f"queue {stack.physical_id('PaymentReceivedTriggerQueue')}, batch 4"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ("    expression: rate(1 hour)\n", "expression: a schedule's or an event's"),
+        ("    overlap: skip\n", "overlap: a schedule's or an event's"),
+        ("    pattern:\n      source: [shop]\n", "pattern: a schedule's or an event's"),
+        ("    sample: true\n", "sample: turns a schedule or an event rule on"),
+        ("    batch_size: 11\n", "batch_size"),
+        ("    batch_size: 0\n", "batch_size"),
+    ],
+)
+def test_an_sqs_trigger_with_another_kinds_field_or_a_bad_batch_is_refused(
+    tmp_path: Path, extra: str, reason: str
+) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(PAYMENTS.replace("    batch_size: 4\n", "") + extra)
+    with pytest.raises(TriggersFileError, match=reason):
+        load_triggers(declared)
+
+
+def test_batch_size_is_an_sqs_triggers_only(tmp_path: Path) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(NIGHTLY + "    batch_size: 5\n")
+    with pytest.raises(TriggersFileError, match="batch_size: an sqs trigger's"):
         load_triggers(declared)

@@ -126,7 +126,7 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
     driver = deployed.driver(FUNCTION)
     status, listing = deployed.ops("GET", "/ops/triggers")
     assert status == 200
-    assert [t["name"] for t in listing["triggers"]] == ["every-minute-trip", "trip-requested"]
+    assert [t["name"] for t in listing["triggers"]] == ["every-minute-trip", "trip-queue", "trip-requested"]
     trigger = listing["triggers"][0]
     assert trigger == {
         "name": "every-minute-trip",
@@ -331,3 +331,52 @@ def test_an_event_delivered_again_after_a_crash_starts_one_workflow_that_complet
     assert letter["kind"] == "trigger.refused"
     # found by the trial: the reason says which message it is, so two refusals can be told apart
     assert letter["reason"].startswith("tick 2027-01-15T08:00:00Z: MALFORMED_OCCURRENCE: trigger trip-requested")
+
+
+def test_a_message_delivered_again_after_a_crash_starts_one_workflow_and_a_paused_trigger_keeps_them_waiting(
+    deployed: Deployed,
+) -> None:
+    publish(deployed)
+    driver = deployed.driver("TripQueueTriggerFunction")
+    queue = deployed.queue_url("TripQueueTriggerQueue")
+    trip = {"traveller": "Grace", "route": "CDG-NRT", "nights": 2, "amount": 240}
+    sqs = boto3.client("sqs")
+    # one message, and a run whose acknowledgement was lost: SQS delivers it again, with its id
+    sent = sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(trip))["MessageId"]
+    crashed = driver.receive()
+    driver.function.invoke(_event(driver, crashed))
+    for message in crashed:
+        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    while driver.deliver() is not None:
+        pass
+    assert deployed.depth("TripQueueTriggerQueue") == 0
+    deployed.pump()
+    [workflow] = started(deployed)
+    assert (workflow["status"], workflow["owner"]) == ("COMPLETED", "trigger:trip-queue")
+    assert workflow["trigger"] == {"name": "trip-queue", "occurrence": f"message {sent}"}
+    assert workflow["input"] == trip
+    # the same body in another message is another workflow
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(trip))
+    driver.deliver()
+    assert len(started(deployed)) == 2
+    # a queue trigger has no tick to run now
+    status, body = deployed.ops("POST", "/ops/triggers/trip-queue/run-now", {"reason": "try"})
+    assert (status, body["error"]) == (409, "TRIGGER_NOT_RUNNABLE") and "send a message to the queue" in body["message"]
+    # paused, a message waits in its queue (sent back, delayed, by the function's own role), and starts after resume
+    assert deployed.ops("POST", "/ops/triggers/trip-queue/pause", {"reason": "migration"})[0] == 200
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps({**trip, "traveller": "Ada"}))
+    driver.deliver()
+    assert len(started(deployed)) == 2  # (tests/unit/test_queue_triggers.py starts it after the resume)
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+    assert deployed.ops("POST", "/ops/triggers/trip-queue/resume", {"reason": "done"})[0] == 200
+    _, listing = deployed.ops("GET", "/ops/triggers")
+    [mine] = [t for t in listing["triggers"] if t["name"] == "trip-queue"]
+    assert mine["kind"] == "sqs" and mine["source"] == f"queue {queue}, batch 10" and mine["skipped"] == 0
+    # what is not an object goes to its dead-letter queue with its reason, naming the message
+    refused = sqs.send_message(QueueUrl=queue, MessageBody="not json")["MessageId"]
+    driver.deliver()
+    status, listing = deployed.ops("GET", "/ops/dead-letters", query="queue=TripQueueTriggerDeadLetterQueue")
+    [letter] = listing["queues"][0]["messages"]
+    assert letter["kind"] == "trigger.refused"
+    assert letter["reason"].startswith(f"message {refused}: INVALID_INPUT: triggers[trip-queue].input: the message")

@@ -541,6 +541,41 @@ def test_an_event_named_by_its_delivery_starts_two_workflows_for_one_event(monke
     assert "workflow of no occurrence" in kinds
 
 
+def test_messages_to_a_queue_trigger_under_every_fault_start_one_workflow_each_and_wait_out_a_pause() -> None:
+    """Invariant 20 on the sqs trigger (seeds with ``seed % 10 == 8``): each message redelivered by the world's faults
+    (crashes between the start's write and the acknowledgement, lost consumers), messages whose body is no object,
+    pauses: one workflow per message id; a message handled while paused is sent back to wait (never dropped) and
+    starts after the resume; a run-now is refused (409)."""
+    report = run_one(78, 30, TRIGGER_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert (report.trigger_kind, report.trigger_overlap) == ("sqs", "allow")
+    assert report.trigger_held >= 1 and report.trigger_skipped == 0 and report.trigger_dead_letters >= 1
+    assert report.operator_actions["trigger run-now 409"] >= 1 and "trigger run-now 202" not in report.operator_actions
+    assert sum(report.triggered.values()) >= 15 and set(report.triggered) <= TERMINAL_STATES
+
+
+def test_a_queue_trigger_that_skips_its_messages_while_paused_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a paused queue trigger drops its messages"): a pause
+    that skips an sqs trigger's messages, as a schedule's ticks are, loses work someone sent."""
+    monkeypatch.setattr(sasflow.triggers.TriggerKind, "holds", property(lambda self: False))
+    kinds = {v.kind for v in run_one(78, 30, TRIGGER_HEAVY).violations}
+    assert "a queue trigger dropped a message" in kinds
+
+
+def test_a_message_named_by_its_delivery_starts_a_workflow_of_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "a message's occurrence is its delivery"): an identity
+    that changes with every delivery of a message starts a workflow per redelivery."""
+    real = sasflow.triggers.message_occurrence
+
+    def per_delivery(config: Any, body: str, message: Any) -> Any:
+        occurrence = real(config, body, message)
+        return dataclasses.replace(occurrence, identity=f"{occurrence.identity} {id(message)}")
+
+    monkeypatch.setattr(sasflow.triggers, "message_occurrence", per_delivery)
+    kinds = {v.kind for v in run_one(78, 30, TRIGGER_HEAVY).violations}
+    assert "workflow of no occurrence" in kinds
+
+
 def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a trigger's key derives from the delivery"): a key that
     changes with every delivery starts a workflow per copy of a tick."""
@@ -555,7 +590,7 @@ def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(mo
 def test_a_refusal_that_is_not_written_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a refused occurrence is dropped"): a message that is not
     a tick, acknowledged without its dead-letter record, leaves no trace."""
-    monkeypatch.setattr(sasflow.triggers.TriggerService, "refuse", lambda self, body, error, message_id: None)
+    monkeypatch.setattr(sasflow.triggers.TriggerService, "refuse", lambda self, body, error, message_id, *kept: None)
     kinds = {v.kind for v in run_one(72, 30, TRIGGER_HEAVY).violations}
     assert kinds == {"bad message not in the dead-letter queue"}
 

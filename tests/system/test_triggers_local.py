@@ -54,6 +54,17 @@ def emit(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     return result.output
 
 
+def send(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """``python -m devstack send ARGS`` against this stack, as the lock of its `make up` would describe it."""
+    from devstack.cli import _trigger_queues
+
+    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_queues": _trigger_queues(stack)}
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    result = CliRunner().invoke(devstack.cli.app, ["send", *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def sasflow(stack: LocalStack, *args: str, exit_code: int = 0) -> Any:
     state = CliState(client_=build_client(url=stack.api_url, stack=None, caller="operator"))
     result = CliRunner().invoke(app, [*args, "--json"], obj=state)
@@ -126,3 +137,48 @@ def test_emit_refuses_a_bus_the_stack_does_not_have_and_a_detail_that_is_not_an_
     monkeypatch.setattr(devstack.cli, "read_running", lambda path: None)
     down = runner.invoke(devstack.cli.app, args)
     assert down.exit_code == 1 and "no `make up` is running" in down.output
+
+
+def test_a_message_sent_to_a_queue_trigger_starts_one_workflow_that_completes_and_is_listed_by_its_trigger(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trip = json.dumps({"traveller": "Hedy", "route": "LHR-JFK", "nights": 1, "amount": 120})
+    out = send(stack, monkeypatch, "--trigger", "trip-queue", "--body", trip, "--attribute", "source=test")
+    assert out.startswith("message ") and "sent to sasflow-TripQueueTriggerQueue" in out
+    message_id = out.split()[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        workflows = sasflow(stack, "list", "--trigger", "trip-queue")["workflows"]
+        if workflows and all(w["status"] == "COMPLETED" for w in workflows):
+            break
+        time.sleep(0.2)
+    [workflow] = workflows
+    view = sasflow(stack, "get", workflow["workflow_id"])
+    assert (view["owner"], view["trigger"]) == (
+        "trigger:trip-queue",
+        {"name": "trip-queue", "occurrence": f"message {message_id}"},
+    )
+    assert view["input"] == json.loads(trip)
+    [trigger] = [t for t in sasflow(stack, "triggers", "list")["triggers"] if t["name"] == "trip-queue"]
+    assert trigger["kind"] == "sqs" and trigger["source"].endswith("sasflow-TripQueueTriggerQueue, batch 10")
+    # no tick to run now
+    state = CliState(client_=build_client(url=stack.api_url, stack=None, caller="operator"))
+    refused = CliRunner().invoke(app, ["triggers", "run-now", "trip-queue", "--reason", "try"], obj=state)
+    assert refused.exit_code != 0 and "devstack send" in refused.output, refused.output
+
+
+def test_send_refuses_a_trigger_that_is_not_a_queue_and_an_attribute_without_a_value(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devstack.cli import _trigger_queues
+
+    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_queues": _trigger_queues(stack)}
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    runner = CliRunner()
+    wrong = runner.invoke(devstack.cli.app, ["send", "--trigger", "trip-requested", "--body", "{}"])
+    said = " ".join(wrong.output.replace("│", " ").split())  # as rich wrapped it in its box
+    assert (
+        wrong.exit_code == 2 and "no sqs trigger 'trip-requested' in this stack; its sqs triggers: trip-queue" in said
+    )
+    bare = runner.invoke(devstack.cli.app, ["send", "--trigger", "trip-queue", "--body", "{}", "--attribute", "x"])
+    assert bare.exit_code == 2 and "an attribute is NAME=VALUE" in bare.output

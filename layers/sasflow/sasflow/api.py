@@ -140,7 +140,7 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     DeadLetterQueueNotFoundError: _Refusal(404, "QUEUE_NOT_FOUND", "No such dead-letter queue"),
     TriggerNotFoundError: _Refusal(404, "TRIGGER_NOT_FOUND", "No such trigger (triggers.yaml)"),
     TriggerAlreadyPausedError: _Refusal(409, "TRIGGER_ALREADY_PAUSED", "Another pause holds the trigger"),
-    TriggerNotRunnableError: _Refusal(409, "TRIGGER_NOT_RUNNABLE", "An event trigger starts on its bus's events"),
+    TriggerNotRunnableError: _Refusal(409, "TRIGGER_NOT_RUNNABLE", "An event or queue trigger starts on what arrives"),
     InvalidCursorError: _Refusal(400, "INVALID_CURSOR", "A cursor this API did not give"),
     IdempotencyKeyConflictError: _Refusal(409, "IDEMPOTENCY_KEY_REUSED", "Idempotency-Key used with another body"),
     ConditionFailedError: _Refusal(409, "CONFLICT", "The workflow is not in a state that allows this"),

@@ -737,6 +737,11 @@ def build_ops_app(
                 f"trigger {name} starts a workflow for each event its rule matches on its bus: it has no tick to run "
                 "now; put an event on the bus (aws events put-events, or python -m devstack emit on the local stack)"
             )
+        if action == "run-now" and route.kind == "sqs":
+            raise TriggerNotRunnableError(
+                f"trigger {name} starts a workflow for each message sent to its queue: it has no tick to run now; "
+                "send a message to the queue (aws sqs send-message, or python -m devstack send on the local stack)"
+            )
         if action == "run-now":
             key = idempotency_key or str(uuid.uuid4())
             occurrence = run_now_occurrence(key, principal)

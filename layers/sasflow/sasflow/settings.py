@@ -28,10 +28,11 @@ class TriggerRoute(BaseModel):
 
     queue_url: str = Field(min_length=1)
     principal: str = Field(min_length=1)
-    kind: Literal["schedule", "event"]
+    kind: Literal["schedule", "event", "sqs"]
     definition: str = Field(min_length=1)
     source: str = Field(
-        default="", description="The schedule's expression and time zone, or the event's bus and pattern."
+        default="",
+        description="The schedule's expression and time zone, the event's bus and pattern, or the queue it reads.",
     )
 
 

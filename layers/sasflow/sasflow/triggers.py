@@ -1,15 +1,19 @@
-"""Triggers: workflows started by a schedule's ticks or a bus's events, exactly one per occurrence (docs/triggers.md).
+"""Triggers: workflows started by a schedule's ticks, a bus's events or a queue's messages, exactly one per occurrence
+(docs/triggers.md).
 
 A trigger is declared once in ``triggers.yaml`` and rendered into template.yaml (``devstack/triggers.py``): its own
 queue and dead-letter queue, its own function and role, and its source. EventBridge Scheduler sends each tick of a
 schedule to the trigger's queue (``{"scheduled_time": "<aws.scheduler.scheduled-time>"}``); an EventBridge rule
-sends each event its pattern matches there, as it is. So every occurrence is one SQS message, and a failure is a
-batch-item failure that SQS delivers again and, after five receives, moves to the trigger's dead-letter queue.
+sends each event its pattern matches there, as it is; an sqs trigger's producers send their messages there. So every
+occurrence is one SQS message, and a failure is a batch-item failure that SQS delivers again and, after five
+receives, moves to the trigger's dead-letter queue.
 
 One occurrence, one workflow: the Idempotency-Key of the start derives from the occurrence, never from its delivery
-(a schedule's tick time, an event's id). A redelivered message or a retried tick asks for the same workflow id, and
-the start's conditional create answers the existing workflow (``scheduler.workflow_id_for``). The workflow's owner is
-the trigger's principal (its role), and its record and history name the trigger and the occurrence.
+(a schedule's tick time, an event's id, a message's id). A redelivered message or a retried tick asks for the same
+workflow id, and the start's conditional create answers the existing workflow (``scheduler.workflow_id_for``). The
+workflow's owner is the trigger's principal (its role), and its record and history name the trigger and the
+occurrence. A paused sqs trigger keeps its messages (`TriggerKind.holds`): each goes back to the queue, delayed, with
+its original id, and starts after the resume.
 
 An occurrence that cannot start a workflow (no such definition, an input the definition refuses) is refused: it goes
 to the trigger's dead-letter queue with its reason (`TriggerService.refuse`), where ``sasflow dlq list`` shows it and
@@ -65,6 +69,7 @@ from .states import ENDED_RUN
 from .types import TriggerName
 
 __all__ = [
+    "Message",
     "Occurrence",
     "Overlap",
     "SlotTakenError",
@@ -75,6 +80,7 @@ __all__ = [
     "TriggerService",
     "TriggerState",
     "event_occurrence",
+    "message_occurrence",
     "occurrence_key",
     "occurrence_of",
     "run_now_body",
@@ -97,6 +103,9 @@ LATEST_VERSION_SECONDS = 60
 #: A tick handled this late (seconds after its time) is on time whatever its trigger's catch-up window: delivery
 #: through SQS, a retried batch.
 ON_TIME_SECONDS = 60
+#: How long a message that reached a paused queue trigger waits before it is looked at again (seconds: SQS's
+#: longest delay). It is sent back to the trigger's queue, with its occurrence, and starts after the resume.
+HOLD_SECONDS = 900
 
 
 class TriggerKind(StrEnum):
@@ -104,6 +113,13 @@ class TriggerKind(StrEnum):
 
     SCHEDULE = "schedule"
     EVENT = "event"
+    SQS = "sqs"
+
+    @property
+    def holds(self) -> bool:
+        """Whether a pause keeps its occurrences waiting (a queue's messages are work to do) rather than skipping
+        them (a schedule's ticks and a bus's events: what comes while it is paused is not started)."""
+        return self is TriggerKind.SQS
 
 
 class Overlap(StrEnum):
@@ -158,8 +174,14 @@ class TriggerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _schedules_only(self) -> TriggerConfig:
-        if self.kind is TriggerKind.EVENT and (self.overlap is not Overlap.ALLOW or self.catch_up_seconds is not None):
-            raise ValueError("overlap and catch_up_seconds are a schedule's: an event trigger starts every event")
+        if self.kind is not TriggerKind.SCHEDULE and (
+            self.overlap is not Overlap.ALLOW or self.catch_up_seconds is not None
+        ):
+            raise ValueError(
+                f"overlap and catch_up_seconds are a schedule's: an {self.kind.value} trigger starts every occurrence"
+            )
+        if self.kind.holds and not self.queue_url:
+            raise ValueError(f"queue_url: an {self.kind.value} trigger sends a message back to it while paused")
         return self
 
     @classmethod
@@ -247,6 +269,8 @@ class Occurrence:
         When it happened (epoch seconds).
     run_now, buffered
         An operator's run-now; a tick that was kept waiting for the slot (`body`), now sent again.
+    message, raw
+        An sqs trigger's message and its body as it was sent (kept while it waits out a pause, `held_body`).
     """
 
     identity: str
@@ -254,6 +278,8 @@ class Occurrence:
     at: int
     run_now: bool = False
     buffered: bool = False
+    message: Message | None = None
+    raw: str | None = None
 
     def idempotency_key(self, trigger: str) -> str:
         """The start's Idempotency-Key (`occurrence_key`)."""
@@ -263,6 +289,14 @@ class Occurrence:
         """The message that starts it once the slot is given back (`occurrence_of` reads it)."""
         inner = {"identity": self.identity, "document": self.document, "at": self.at, "run_now": self.run_now}
         return json.dumps({"buffered": inner}, separators=(",", ":"), sort_keys=True)
+
+    def held_body(self) -> str:
+        """The message that keeps it waiting while its trigger is paused: the message as it was sent, and its id
+        (`occurrence_of` reads it back as this occurrence: the same workflow, whatever the new message's id)."""
+        if self.message is None or self.raw is None:
+            raise ValueError(f"{self.identity} is no queue's message: nothing to keep waiting")
+        inner = {"body": self.raw, "message": self.message.record()}
+        return json.dumps({"held": inner}, separators=(",", ":"), sort_keys=True)
 
 
 def _iso_seconds(text: str) -> int:
@@ -279,11 +313,11 @@ def iso_utc(at: int) -> str:
 
 
 def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
-    sender = (
-        "the schedule's target input is rendered by make template"
-        if config.kind is TriggerKind.SCHEDULE
-        else "its rule delivers the event as it was put on the bus"
-    )
+    sender = {
+        TriggerKind.SCHEDULE: "the schedule's target input is rendered by make template",
+        TriggerKind.EVENT: "its rule delivers the event as it was put on the bus",
+        TriggerKind.SQS: "the engine wrote it",
+    }[config.kind]
     return TriggerRefusedError(
         "MALFORMED_OCCURRENCE",
         f"trigger {config.name}: {why}; no delivery of this message can start a workflow: fix what sent it ({sender})",
@@ -301,7 +335,31 @@ def run_now_body(key: str, at: int, principal: str) -> str:
     return json.dumps({"run_now": {"key": key, "at": at, "by": principal}}, separators=(",", ":"))
 
 
-def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
+@dataclass(frozen=True)
+class Message:
+    """The SQS message that carried an occurrence: its id, when it was first sent (epoch milliseconds, SQS's
+    ``SentTimestamp``) and its message attributes (name → text; a binary one as base64)."""
+
+    message_id: str
+    sent_ms: int = 0
+    attributes: dict[str, str] | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What a refusal keeps of it (`TriggerService.refuse`), so a redriven message is the same occurrence."""
+        return {"id": self.message_id, "sent_ms": self.sent_ms, "attributes": self.attributes or {}}
+
+    @classmethod
+    def from_record(cls, kept: Any) -> Message | None:
+        """The message a refusal kept (None: none kept, the refusal of another kind of trigger)."""
+        if not isinstance(kept, dict) or not isinstance(kept.get("id"), str) or not kept["id"]:
+            return None
+        attributes: Any = kept.get("attributes")
+        sent = kept.get("sent_ms")
+        named = {str(k): str(v) for k, v in attributes.items()} if isinstance(attributes, dict) else {}
+        return cls(kept["id"], sent if isinstance(sent, int) else 0, named)
+
+
+def occurrence_of(config: TriggerConfig, body: str, message: Message | None = None) -> Occurrence:
     """Read the occurrence a message of the trigger's queue carries.
 
     Parameters
@@ -311,9 +369,12 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
     body
         The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), an
         event as an EventBridge rule delivers it (`event_occurrence`), an operator's run-now (`run_now_body`), a
-        tick kept waiting for the slot (`Occurrence.body`), or a refused occurrence redriven from the dead-letter
-        queue (``{"refused": ..., "body": ...}``: read as its original body, so its identity and Idempotency-Key
-        are the original's).
+        tick kept waiting for the slot (`Occurrence.body`), a message kept waiting while its trigger was paused
+        (`Occurrence.held_body`), or a refused occurrence redriven from the dead-letter queue (``{"refused": ...,
+        "body": ...}``: read as its original body, so its identity and Idempotency-Key are the original's). An sqs
+        trigger's message is any body (`message_occurrence`).
+    message
+        The message itself (an sqs trigger's occurrence is its id).
 
     Raises
     ------
@@ -323,11 +384,25 @@ def occurrence_of(config: TriggerConfig, body: str) -> Occurrence:
     try:
         document: Any = json.loads(body)
     except ValueError:
+        if config.kind is TriggerKind.SQS and message is not None:
+            return message_occurrence(config, body, message)
         raise _malformed(config, "the message is not JSON") from None
     if not isinstance(document, dict):
+        if config.kind is TriggerKind.SQS and message is not None:
+            return message_occurrence(config, body, message)
         raise _malformed(config, "the message is not a JSON object")
     if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
-        return occurrence_of(config, document["body"])
+        original = Message.from_record(document["refused"].get("message"))
+        return occurrence_of(config, document["body"], original or message)
+    if "held" in document and config.kind.holds:
+        held = _unheld(document)
+        if held is None:
+            raise _malformed(config, "a held message names no body and message")
+        return message_occurrence(config, *held)
+    if config.kind is TriggerKind.SQS:
+        if message is None:
+            raise _malformed(config, "an sqs trigger's occurrence is its message, and none was given")
+        return message_occurrence(config, body, message)
     if "run_now" in document:
         return _run_now(config, document["run_now"])
     if "buffered" in document:
@@ -367,6 +442,35 @@ def event_occurrence(config: TriggerConfig, event: dict[str, Any]) -> Occurrence
     return Occurrence(f"event {event_id}", event, at)
 
 
+def _unheld(document: Any) -> tuple[str, Message] | None:
+    """The message a held one keeps (`Occurrence.held_body`): its body as sent and the message; None when it is not
+    one."""
+    inner = document.get("held") if isinstance(document, dict) else None
+    if not isinstance(inner, dict) or not isinstance(inner.get("body"), str):
+        return None
+    original = Message.from_record(inner.get("message"))
+    return None if original is None else (inner["body"], original)
+
+
+def message_occurrence(config: TriggerConfig, body: str, message: Message) -> Occurrence:
+    """A message of an sqs trigger's queue: the occurrence is its id (SQS delivers a message at least once, every
+    copy with its id), its document ``{trigger, message_id, sent_at, attributes, body}`` (the body as JSON when it is
+    JSON, else as its text), its time when it was sent."""
+    try:
+        parsed: Any = json.loads(body)
+    except ValueError:
+        parsed = body
+    at = message.sent_ms // 1000
+    document = {
+        "trigger": config.name,
+        "message_id": message.message_id,
+        "sent_at": iso_utc(at),
+        "attributes": dict(message.attributes or {}),
+        "body": parsed,
+    }
+    return Occurrence(f"message {message.message_id}", document, at, message=message, raw=body)
+
+
 def run_now_occurrence(key: str, principal: str) -> str:
     """The identity of an operator's run-now: its Idempotency-Key and who asked (the same request made twice is one
     occurrence; two operators' are two)."""
@@ -397,11 +501,24 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
             "; the event lacks what the trigger's input reads: put a corrected event on the bus (a new id), or fix "
             "the trigger's input in triggers.yaml (make template, deploy) and redrive its dead-letter queue"
         )
+    elif config.kind is TriggerKind.SQS:
+        fix = (
+            "; the message lacks what the trigger's input reads: send a corrected message (a new message id), or fix "
+            "the trigger's input in triggers.yaml (make template, deploy) and redrive its dead-letter queue"
+        )
     else:
         fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
     try:
-        if config.input is None:
-            value: Any = occurrence.document
+        if config.input is None and config.kind is TriggerKind.SQS:
+            value: Any = occurrence.document.get("body")  # a message's input is its body (an object)
+            if not isinstance(value, dict):
+                shown = "text that is not JSON" if isinstance(value, str) else type(value).__name__
+                raise TriggerRefusedError(
+                    "INVALID_INPUT",
+                    f"{where}: the message's body is the workflow input and must be a JSON object, got {shown}{fix}",
+                )
+        elif config.input is None:
+            value = occurrence.document
         elif isinstance(config.input, str):
             value = render({"input.$": config.input}, occurrence.document, where=where)["input"]
         else:
@@ -422,12 +539,13 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
 class TriggerOutcome:
     """What one occurrence did: the workflow it started (``created``) or found started by an earlier delivery, or
     nothing (``skipped`` says why: the trigger is paused, the tick is late, or a run holds the slot, and then
-    ``buffered`` if it was kept waiting)."""
+    ``buffered`` if it was kept waiting; ``held``: a queue trigger's message sent back to wait out a pause)."""
 
     workflow_id: str | None
     created: bool
     skipped: str | None = None
     buffered: bool = False
+    held: bool = False
 
 
 class TriggerService:
@@ -449,7 +567,8 @@ class TriggerService:
         Time (injected, DESIGN Rule 7).
     metrics
         Counts ``TriggerWorkflowsStarted``, ``TriggerTicksSkipped``, ``TriggerTicksMissed``,
-        ``TriggerTicksBuffered``, ``TriggerOccurrencesRefused`` and ``TriggerStartMessagesNotSent``.
+        ``TriggerTicksBuffered``, ``TriggerMessagesHeld``, ``TriggerOccurrencesRefused`` and
+        ``TriggerStartMessagesNotSent``.
     """
 
     def __init__(
@@ -501,6 +620,8 @@ class TriggerService:
                 self.triggers.count(config.name, "missed")
                 self.metrics("TriggerTicksMissed")
                 return TriggerOutcome(None, created=False, skipped=f"missed: handled {late} s after its tick")
+        if scheduled and state is not None and state.paused and config.kind.holds:
+            return self._hold(occurrence, state)
         if scheduled and state is not None and state.paused:
             self.triggers.count(config.name, "skipped")
             self.metrics("TriggerTicksSkipped")
@@ -556,6 +677,23 @@ class TriggerService:
             # ended since: the slot this call took goes back at once.
             self.give_back(result.workflow.workflow_id)
         return TriggerOutcome(result.workflow.workflow_id, created=result.created)
+
+    def _hold(self, occurrence: Occurrence, state: TriggerState) -> TriggerOutcome:
+        """A queue trigger's message while it is paused: sent back to its queue (`HOLD_SECONDS` later, with its
+        occurrence, so it is the same workflow when it starts), not skipped: it is work someone asked for.
+
+        Raises
+        ------
+        errors.RetryableError
+            When it could not be sent back (the message fails, and SQS delivers it again).
+        """
+        held = Outgoing(self.config.queue_url, occurrence.held_body(), delay_seconds=HOLD_SECONDS)
+        if self.bus.send([held]):
+            raise RetryableError(f"trigger {self.config.name} is paused and its message could not be kept waiting")
+        self.metrics("TriggerMessagesHeld")
+        return TriggerOutcome(
+            None, created=False, skipped=f"held while paused by {state.paused_by}: {state.pause_reason}", held=True
+        )
 
     def give_back(self, workflow_id: str) -> None:
         """Give the slot back if ``workflow_id`` holds it, and send the tick waiting for it."""
@@ -637,7 +775,7 @@ class TriggerService:
         self._cached = (now + LATEST_VERSION_SECONDS, definition)
         return definition
 
-    def refuse(self, body: str, error: TriggerRefusedError, message_id: str) -> None:
+    def refuse(self, body: str, error: TriggerRefusedError, message_id: str, message: Message | None = None) -> None:
         """Send a refused occurrence to the trigger's dead-letter queue with its reason, and count it.
 
         Raises
@@ -645,12 +783,24 @@ class TriggerService:
         errors.RetryableError
             When the dead-letter queue could not be written (the message then fails, and SQS retries it).
         """
+        if self.config.kind.holds:  # a held message is refused as it was sent, under its own id
+            try:
+                held = _unheld(json.loads(body))
+            except ValueError:
+                held = None
+            if held is not None:
+                body, message = held
+                message_id = message.message_id
         record = {
             "refused": {
                 "code": error.code,
                 "reason": str(error),
                 "trigger": self.config.name,
                 "message_id": message_id,
+                # an sqs trigger's message: redriven, it is the same occurrence (its id), not a new message's
+                **(
+                    {"message": message.record()} if message is not None and self.config.kind is TriggerKind.SQS else {}
+                ),
             },
             "body": body,
         }

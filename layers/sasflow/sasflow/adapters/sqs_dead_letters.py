@@ -215,7 +215,7 @@ class DeadLetterQueues:
 
 def _occurrence(body: Any) -> str | None:
     """Which tick or event a trigger's message is (``tick <time>``, ``event <id>``), so a person can tell two refused
-    ones apart; None when the body names neither."""
+    ones apart; None when the body names neither (an sqs trigger's refusal names its message instead)."""
     try:
         document = json.loads(body) if isinstance(body, str) else None
     except json.JSONDecodeError:
@@ -244,6 +244,9 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
     refused = document.get("refused")
     if isinstance(refused, dict):  # sasflow.triggers.TriggerService.refuse
         which = _occurrence(refused.get("body") if isinstance(refused.get("body"), str) else document.get("body"))
+        original = refused.get("message")  # an sqs trigger's: its occurrence is the message's id
+        if isinstance(original, dict) and isinstance(original.get("id"), str):
+            which = _text(f"message {original['id']}", 80)
         said = f"{refused.get('code')}: {refused.get('reason')}"
         kind, reason = "trigger.refused", _text(f"{which}: {said}" if which else said, 1024)
     elif "scheduled_time" in document:
