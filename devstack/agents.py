@@ -491,7 +491,7 @@ def _base_url_description(agent: AgentDeclaration) -> str:
 def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDeclaration] = ()) -> dict[str, str]:
     """The text of each generated part of ``template.yaml`` (without its markers), by part name: the agents', and
     the triggers' of ``triggers.yaml`` (``devstack.triggers``)."""
-    from devstack.triggers import event_buses, sample_parameter, slots_policy, trigger_resources
+    from devstack.triggers import event_buses, sample_parameter, slots_policy, trigger_resources, upload_buckets
 
     parameters = "".join(
         f"""\
@@ -597,6 +597,7 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
         + "\n".join(_agent_resources(agent) for agent in agents)
         + "".join("\n" + trigger_resources(trigger) for trigger in triggers)
         + ("\n" + event_buses(triggers) if any(t.kind == "event" and t.bus for t in triggers) else "")
+        + ("\n" + upload_buckets(triggers) if any(t.kind == "s3" for t in triggers) else "")
     )
     dead_letters = "\n".join(f"        - !Ref {queue}" for queue in dead_letter_queues[1:])
     outputs = (

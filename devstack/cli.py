@@ -301,6 +301,7 @@ def _up(
             region=local.region,
             request_queues=_request_queues(local),
             trigger_queues=_trigger_queues(local),
+            trigger_buckets=_trigger_buckets(local),
             stack_name=local.stack.stack_name,
             event_rules=[LocalRule.of(rule).document() for rule in local.stack.event_rules()],
         )
@@ -444,6 +445,52 @@ def send(
     )
 
 
+@app.command()
+def upload(
+    trigger: Annotated[str, typer.Option(help="An s3 trigger of triggers.yaml (e.g. trip-uploads).")],
+    key: Annotated[str, typer.Option(help="The object's key: it must have the trigger's prefix and suffix.")],
+    body: Annotated[str, typer.Option(help="The object's content: text, or @FILE to upload a file.")] = "{}",
+) -> None:
+    """Upload an object to an s3 trigger's bucket of this checkout's running `make up`: S3 (moto) notifies the
+    trigger, which starts one workflow for the upload (its key and version id are the occurrence)."""
+    running = _running_stack()
+    buckets: dict[str, dict[str, str]] = running.get("trigger_buckets") or {}
+    if not running.get("endpoint_url"):
+        console.print(f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again")
+        raise typer.Exit(code=1)
+    if trigger not in buckets:
+        known = ", ".join(sorted(buckets)) or "none (kind: s3 in triggers.yaml, then restart make up)"
+        raise typer.BadParameter(
+            f"no s3 trigger {trigger!r} in this stack; its s3 triggers: {known}", param_hint="--trigger"
+        )
+    watched = buckets[trigger]
+    if not (key.startswith(watched["prefix"]) and key.endswith(watched["suffix"])):
+        raise typer.BadParameter(
+            f"{key!r}: trigger {trigger} watches {watched['prefix']}*{watched['suffix']}: S3 would not notify it",
+            param_hint="--key",
+        )
+    try:
+        content = Path(body[1:]).read_bytes() if body.startswith("@") else body.encode()
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {body[1:]}: {error.strerror}", param_hint="--body") from None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from devstack import _aws
+
+    s3 = _aws.client("s3", region=running.get("region", "us-east-1"), endpoint_url=running["endpoint_url"])
+    try:
+        put = s3.put_object(Bucket=watched["bucket"], Key=key, Body=content)
+    except (BotoCoreError, ClientError) as error:
+        console.print(f"[bold red]error:[/] the local stack did not take the upload ({error})", highlight=False)
+        raise typer.Exit(code=1) from None
+    console.print(
+        f"uploaded {watched['bucket']}/{key} (version {put.get('VersionId')}): it starts one workflow of trigger "
+        f"{trigger} (sasflow list --trigger {trigger})",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
 def trigger_lines(local: LocalStack) -> list[str]:
     """One line per schedule, event rule and queue of the template's triggers: what it ticks at, matches or reads,
     and whether it ticks (or takes events) here."""
@@ -465,6 +512,12 @@ def trigger_lines(local: LocalStack) -> list[str]:
         lines.append(
             f"{url.rsplit('/', 1)[-1]}: each message starts a workflow of {name}: "
             f"python -m devstack send --trigger {name} --body JSON"
+        )
+    for name, watched in _trigger_buckets(local).items():
+        keys = f"{watched['prefix']}*{watched['suffix']}"
+        lines.append(
+            f"{watched['bucket']}: each upload of {keys} starts a workflow of {name}: "
+            f"python -m devstack upload --trigger {name} --key {watched['prefix']}NAME{watched['suffix']}"
         )
     return lines
 
@@ -496,6 +549,19 @@ def _trigger_queues(local: LocalStack) -> dict[str, str]:
         trigger.name: local.physical_ids[f"{trigger.pascal}TriggerQueue"]
         for trigger in load_triggers(triggers_file(AGENTS_FILE))
         if trigger.kind == "sqs" and f"{trigger.pascal}TriggerQueue" in local.physical_ids
+    }
+
+
+def _trigger_buckets(local: LocalStack) -> dict[str, dict[str, str]]:
+    """Each s3 trigger's bucket and keys (``triggers.yaml``'s name -> bucket name, prefix, suffix), for ``python -m
+    devstack upload``."""
+    from devstack.agents import AGENTS_FILE
+    from devstack.triggers import load_triggers, triggers_file
+
+    return {
+        trigger.name: {"bucket": local.physical_ids[trigger.bucket], "prefix": trigger.prefix, "suffix": trigger.suffix}
+        for trigger in load_triggers(triggers_file(AGENTS_FILE))
+        if trigger.kind == "s3" and trigger.bucket in local.physical_ids
     }
 
 

@@ -275,21 +275,24 @@ def _drive(
 
 
 #: The sample triggers of triggers.yaml the demo starts a workflow with: a schedule's tick, an event (put twice
-#: with one id, as EventBridge may deliver it: one workflow), and a message sent to the sqs trigger's queue.
+#: with one id, as EventBridge may deliver it: one workflow), a message sent to the sqs trigger's queue, and an
+#: upload to the s3 trigger's bucket (a key with a space, which its notification URL-encodes).
 SAMPLE_SCHEDULE = "EveryMinuteTripSchedule"
 SAMPLE_EVENT_DETAIL = {"traveller": "Event traveller", "route": "CDG-NRT", "nights": 2, "amount": 240}
 SAMPLE_QUEUE_TRIGGER = "trip-queue"
 SAMPLE_MESSAGE = {"traveller": "Queued traveller", "route": "LHR-JFK", "nights": 1, "amount": 120}
+SAMPLE_UPLOAD_TRIGGER = "trip-uploads"
+SAMPLE_UPLOAD_KEY = "requests/Uploaded traveller.json"
 
 
 def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_seconds: float) -> list[str]:
     """Start one workflow from a tick of the sample schedule (fired now: a rate of one minute would make the demo
-    wait), one from an event put twice on the default bus and one from a message to the sample sqs trigger's queue,
-    after publishing their definition as its owner would; wait for them to end. Returns the problems (none when all
-    ended, one workflow each)."""
+    wait), one from an event put twice on the default bus, one from a message to the sample sqs trigger's queue and
+    one from an upload to the sample s3 trigger's bucket, after publishing their definition as its owner would; wait
+    for them to end. Returns the problems (none when all ended, one workflow each)."""
     from datetime import UTC, datetime
 
-    from devstack.cli import _trigger_queues, push_definitions
+    from devstack.cli import _trigger_buckets, _trigger_queues, push_definitions
     from devstack.events import LocalRule, envelope, put_event
 
     schedule = stack.scheduler_schedules.get(SAMPLE_SCHEDULE)
@@ -311,6 +314,11 @@ def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_
     if queue is not None:
         sent = sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(SAMPLE_MESSAGE))
         expected.add((SAMPLE_QUEUE_TRIGGER, f"message {sent['MessageId']}"))
+    watched = _trigger_buckets(stack).get(SAMPLE_UPLOAD_TRIGGER)
+    if watched is not None:
+        put = boto3.client("s3").put_object(Bucket=watched["bucket"], Key=SAMPLE_UPLOAD_KEY, Body=b"{}")
+        upload = f"object {watched['bucket']}/{SAMPLE_UPLOAD_KEY} version {put['VersionId']}"
+        expected.add((SAMPLE_UPLOAD_TRIGGER, upload))
     deadline = time.monotonic() + timeout_seconds
     started: list[Any] = []  # the schedule's own ticks may start more while the demo runs: only these count
     while time.monotonic() < deadline:

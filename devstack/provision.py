@@ -382,6 +382,8 @@ _BUCKET_PROPERTIES: Final = {
     "PublicAccessBlockConfiguration",
     "OwnershipControls",
     "LifecycleConfiguration",
+    "VersioningConfiguration",
+    "NotificationConfiguration",
     "Tags",
 }
 
@@ -424,6 +426,27 @@ def _bucket_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> 
                 converted["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": days}
             rules.append(converted)
         calls.append(("put_bucket_lifecycle_configuration", {"LifecycleConfiguration": {"Rules": rules}}))
+    if "VersioningConfiguration" in props:
+        status = str(props["VersioningConfiguration"]["Status"])
+        calls.append(("put_bucket_versioning", {"VersioningConfiguration": {"Status": status}}))
+    if "NotificationConfiguration" in props:
+        _unknown_properties(logical_id, props["NotificationConfiguration"], {"QueueConfigurations"})
+        queues = []
+        for configuration in props["NotificationConfiguration"].get("QueueConfigurations", []):
+            converted = {"QueueArn": str(configuration["Queue"]), "Events": [str(configuration["Event"])]}
+            rules = configuration.get("Filter", {}).get("S3Key", {}).get("Rules", [])
+            if rules:
+                converted["Filter"] = {
+                    "Key": {"FilterRules": [{"Name": str(r["Name"]), "Value": str(r["Value"])} for r in rules]}
+                }
+            queues.append(converted)
+        from devstack import moto_s3
+
+        moto_s3.install()  # moto's notifications then carry the version id and sequencer S3's do
+        # last: moto then sends S3's test event to each queue, as S3 does
+        calls.append(
+            ("put_bucket_notification_configuration", {"NotificationConfiguration": {"QueueConfigurations": queues}})
+        )
     return {"Bucket": name, "calls": calls}
 
 

@@ -14,6 +14,10 @@ the trigger's own, read by the trigger's own function under its own role, which 
   (``aws:SourceArn``).
 - ``sqs``: the trigger's queue is the source: whatever sends a message to it starts a workflow (one per message id);
   its event source mapping reads ``batch_size`` messages at a time.
+- ``s3``: a bucket the template creates (``bucket``: its logical id; named from the stack's id, versioned, encrypted,
+  private, TLS only) sends an event notification of every upload whose key has the trigger's ``prefix`` and
+  ``suffix`` to the trigger's queue, whose policy lets that bucket alone send (``aws:SourceArn``, and the account).
+  One bucket may serve several triggers, with keys S3 can tell apart (filters that do not overlap).
 
 Removing a trigger from the file removes all of it from the template.
 """
@@ -92,7 +96,7 @@ class TriggerDeclaration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=_NAME, max_length=40)
-    kind: Literal["schedule", "event", "sqs"]
+    kind: Literal["schedule", "event", "sqs", "s3"]
     definition: str = Field(min_length=1, max_length=64)
     version: int | None = Field(default=None, ge=1)
     description: str = Field(default="", max_length=200)
@@ -107,6 +111,9 @@ class TriggerDeclaration(BaseModel):
     catch_up_window: str = "all"
     overlap: Literal["allow", "skip", "buffer_one"] = "allow"
     batch_size: int = Field(default=10, ge=1, le=10)
+    bucket: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]{0,25}$")
+    prefix: str = Field(default="", max_length=1024)
+    suffix: str = Field(default="", max_length=1024)
 
     @model_validator(mode="after")
     def _consistent(self) -> TriggerDeclaration:
@@ -114,8 +121,13 @@ class TriggerDeclaration(BaseModel):
             return self._event()
         if self.kind == "sqs":
             return self._queue()
+        if self.kind == "s3":
+            return self._uploads()
         if "batch_size" in self.model_fields_set:
-            raise ValueError("batch_size: an sqs trigger's (the messages its function reads at a time)")
+            raise ValueError("batch_size: an sqs or s3 trigger's (the messages its function reads at a time)")
+        upload_only = sorted({"bucket", "prefix", "suffix"} & self.model_fields_set)
+        if upload_only:
+            raise ValueError(f"{', '.join(upload_only)}: an s3 trigger's (kind: s3)")
         if self.bus is not None or self.pattern is not None:
             raise ValueError("bus and pattern: an event trigger's (kind: event); a schedule has an expression")
         if self.expression is None:
@@ -151,7 +163,10 @@ class TriggerDeclaration(BaseModel):
         if given:
             raise ValueError(f"{', '.join(given)}: a schedule's; an event trigger starts one workflow per event")
         if "batch_size" in self.model_fields_set:
-            raise ValueError("batch_size: an sqs trigger's (the messages its function reads at a time)")
+            raise ValueError("batch_size: an sqs or s3 trigger's (the messages its function reads at a time)")
+        upload_only = sorted({"bucket", "prefix", "suffix"} & self.model_fields_set)
+        if upload_only:
+            raise ValueError(f"{', '.join(upload_only)}: an s3 trigger's (kind: s3)")
         if not self.pattern:
             raise ValueError("pattern: an event trigger needs an EventBridge event pattern (e.g. source: [my.app])")
         check_pattern(self.pattern)
@@ -159,18 +174,32 @@ class TriggerDeclaration(BaseModel):
         return self
 
     def _queue(self) -> TriggerDeclaration:
-        """An sqs trigger: its queue is its source, so none of a schedule's or an event's fields."""
-        others = {"expression", "timezone", "start_date", "end_date", "catch_up_window", "overlap", "bus", "pattern"}
+        """An sqs trigger: its queue is its source, so none of a schedule's, an event's or an upload's fields."""
+        self._only_its_own(
+            "an sqs trigger starts one per message", "what is sent to its queue", {"bucket", "prefix", "suffix"}
+        )
+        return self
+
+    def _uploads(self) -> TriggerDeclaration:
+        """An s3 trigger: a bucket of the template, and the keys (prefix, suffix) whose uploads start workflows."""
+        self._only_its_own("an s3 trigger starts one per upload", "what is uploaded to its bucket", set())
+        if self.bucket is None:
+            raise ValueError("bucket: an s3 trigger needs the logical id of the bucket the template creates for it")
+        return self
+
+    def _only_its_own(self, what: str, starts: str, others: set[str]) -> None:
+        """Refuse a schedule's and an event's fields (and ``others``) and ``sample`` on a queue's or a bucket's
+        trigger, and check its input's expressions."""
+        others |= {"expression", "timezone", "start_date", "end_date", "catch_up_window", "overlap", "bus", "pattern"}
         given = sorted(others & self.model_fields_set)
         if given:
-            raise ValueError(f"{', '.join(given)}: a schedule's or an event's; an sqs trigger starts one per message")
+            raise ValueError(f"{', '.join(given)}: another kind's; {what}")
         if self.sample:
             raise ValueError(
-                "sample: turns a schedule or an event rule on with SampleTriggersState; an sqs trigger starts only "
-                "what is sent to its queue"
+                f"sample: turns a schedule or an event rule on with SampleTriggersState; an {self.kind} trigger starts "
+                f"only {starts}"
             )
         _check_expressions(self.input)
-        return self
 
     @property
     def state(self) -> str:
@@ -198,6 +227,8 @@ class TriggerDeclaration(BaseModel):
             source = f"bus {self.bus_name}: {json.dumps(self.pattern, separators=(',', ':'))}"
         elif self.kind == "sqs":
             source = f"queue ${{{self.pascal}TriggerQueue}}, batch {self.batch_size}"
+        elif self.kind == "s3":
+            source = f"bucket ${{{self.bucket}}}, keys {self.prefix}*{self.suffix}, batch {self.batch_size}"
         else:
             source = f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}"
         return {"principal": self.principal, "kind": self.kind, "definition": self.definition, "source": source}
@@ -269,7 +300,9 @@ def load_triggers(path: Path) -> list[TriggerDeclaration]:
     entries = data.get("triggers") or {}
     if not isinstance(entries, dict):
         raise TriggersFileError(f"{path.name}: triggers must be a mapping of name to declaration")
-    return validated_entries(path, entries, TriggerDeclaration, TriggersFileError, "trigger")
+    triggers = validated_entries(path, entries, TriggerDeclaration, TriggersFileError, "trigger")
+    check_buckets(triggers)
+    return triggers
 
 
 # ------------------------------------------------------------------------------------------------ rendering
@@ -343,7 +376,7 @@ def _schedule(trigger: TriggerDeclaration) -> str:
 def _waiting_tick(trigger: TriggerDeclaration) -> str:
     """``buffer_one``: the trigger sends the tick kept waiting to its own queue again when its message was lost; an
     sqs trigger sends a message back to its queue while it is paused."""
-    if trigger.kind == "sqs":
+    if trigger.kind in ("sqs", "s3"):
         return f"""\
             # While it is paused, a message goes back to its queue to wait (its occurrence kept).
             - Sid: HeldMessages
@@ -408,7 +441,7 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     function = f"{p}TriggerFunction"
     description = trigger.description or f"Starts {trigger.definition} workflows: trigger {name} ({trigger.kind})."
     config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
-    if trigger.overlap == "buffer_one" or trigger.kind == "sqs":
+    if trigger.overlap == "buffer_one" or trigger.kind in ("sqs", "s3"):
         config += f', "queue_url": "${{{p}TriggerQueue}}"'
     config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
     config = config.replace("'", "''")
@@ -416,11 +449,14 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
         "schedule": " and ticks that\n  # EventBridge Scheduler could not deliver",
         "event": " and events that\n  # its rule could not deliver",
         "sqs": "",
+        "s3": "",
     }[trigger.kind]
     dlq_comment = (
         f"  # Occurrences refused with their reason (sasflow dlq list), those that failed five times{sender}.\n"
     )
-    source = {"schedule": _schedule, "event": _event_rule, "sqs": _queue_source}[trigger.kind](trigger)
+    source = {"schedule": _schedule, "event": _event_rule, "sqs": _queue_source, "s3": _upload_source}[trigger.kind](
+        trigger
+    )
     return (
         f"""\
   # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
@@ -610,6 +646,162 @@ def _queue_source(trigger: TriggerDeclaration) -> str:
             Resource: !GetAtt {p}TriggerQueue.Arn
 
 """
+
+
+def _bucket_name(logical_id: str) -> str:
+    """A bucket's name, from the stack's id (unique, lower case, known before the bucket exists, so the trigger's
+    queue policy can name the bucket that will send to it): ``<stack id's uuid>-<logical id, lower case>``."""
+    return f'!Join ["-", [!Select [2, !Split ["/", !Ref AWS::StackId]], "{logical_id.lower()}"]]'
+
+
+def _upload_source(trigger: TriggerDeclaration) -> str:
+    """An s3 trigger's source: the policy of its queues that lets its bucket, and only it, send notifications (the
+    bucket, created after it, is rendered once per bucket by `upload_buckets`)."""
+    p, bucket = trigger.pascal, trigger.bucket or ""
+    arn = (
+        f'!Join ["", ["arn:", !Ref AWS::Partition, ":s3:::", !Select [2, !Split ["/", !Ref AWS::StackId]], '
+        f'"-{bucket.lower()}"]]'
+    )
+    return f"""\
+  # S3 sends the notifications of {bucket}'s uploads to the trigger's queue: that bucket of this account only.
+  {p}TriggerQueuePolicy:
+    Type: AWS::SQS::QueuePolicy
+    Properties:
+      Queues:
+        - !Ref {p}TriggerQueue
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: BucketSendsUploads
+            Effect: Allow
+            Principal:
+              Service: s3.amazonaws.com
+            Action: sqs:SendMessage
+            Resource: !GetAtt {p}TriggerQueue.Arn
+            Condition:
+              ArnEquals:
+                aws:SourceArn: {arn}
+              StringEquals:
+                aws:SourceAccount: !Ref AWS::AccountId
+
+"""
+
+
+def _overlap(a: TriggerDeclaration, b: TriggerDeclaration) -> bool:
+    """Whether S3 could not tell two triggers' keys apart (it refuses overlapping notifications of one event type):
+    one prefix starts the other and one suffix ends the other."""
+    prefixes = a.prefix.startswith(b.prefix) or b.prefix.startswith(a.prefix)
+    suffixes = a.suffix.endswith(b.suffix) or b.suffix.endswith(a.suffix)
+    return prefixes and suffixes
+
+
+def check_buckets(triggers: Sequence[TriggerDeclaration]) -> None:
+    """Refuse two s3 triggers of one bucket whose keys overlap, naming both (S3 would refuse the deployment).
+
+    Raises
+    ------
+    TriggersFileError
+        When two overlap.
+    """
+    uploads = [trigger for trigger in triggers if trigger.kind == "s3"]
+    for index, first in enumerate(uploads):
+        for second in uploads[index + 1 :]:
+            if first.bucket == second.bucket and _overlap(first, second):
+                raise TriggersFileError(
+                    f"triggers {first.name} and {second.name} watch overlapping keys of bucket {first.bucket} "
+                    f"({first.prefix or '(any)'}*{first.suffix} and {second.prefix or '(any)'}*{second.suffix}): S3 "
+                    "refuses overlapping notifications; give them prefixes or suffixes that do not overlap"
+                )
+
+
+def upload_buckets(triggers: Sequence[TriggerDeclaration]) -> str:
+    """One ``AWS::S3::Bucket`` per bucket the s3 triggers name (versioned, encrypted, private, TLS only), whose
+    notification configuration sends each trigger's uploads to its queue, and its policy."""
+    by_bucket: dict[str, list[TriggerDeclaration]] = {}
+    for trigger in triggers:
+        if trigger.kind == "s3" and trigger.bucket:
+            by_bucket.setdefault(trigger.bucket, []).append(trigger)
+    parts = []
+    for bucket, watchers in sorted(by_bucket.items()):
+        policies = ", ".join(f"{t.pascal}TriggerQueuePolicy" for t in watchers)
+        configurations = "".join(_queue_configuration(t) for t in watchers)
+        names = ", ".join(t.name for t in watchers)
+        parts.append(f"""\
+  # The bucket of triggers.yaml's s3 triggers ({names}): each upload of their keys starts a workflow.
+  {bucket}:
+    Type: AWS::S3::Bucket
+    DependsOn: [{policies}]
+    DeletionPolicy: Retain
+    UpdateReplacePolicy: Retain
+    Metadata:
+      checkov:
+        skip:
+          - id: CKV_AWS_18
+            comment: >-
+              Access logs would need a second bucket; each upload's workflow names its object, and CloudTrail data
+              events can be turned on where an audit needs every read.
+    Properties:
+      BucketName: {_bucket_name(bucket)}
+      BucketEncryption:
+        ServerSideEncryptionConfiguration:
+          - ServerSideEncryptionByDefault:
+              SSEAlgorithm: AES256
+      PublicAccessBlockConfiguration:
+        BlockPublicAcls: true
+        BlockPublicPolicy: true
+        IgnorePublicAcls: true
+        RestrictPublicBuckets: true
+      OwnershipControls:
+        Rules:
+          - ObjectOwnership: BucketOwnerEnforced
+      # Every upload has its own version id: the occurrence its workflow is named by (a key uploaded again is
+      # another workflow, a notification sent twice is not).
+      VersioningConfiguration:
+        Status: Enabled
+      NotificationConfiguration:
+        QueueConfigurations:
+{configurations}
+  {bucket}Policy:
+    Type: AWS::S3::BucketPolicy
+    Properties:
+      Bucket: !Ref {bucket}
+      PolicyDocument:
+        Version: "2012-10-17"
+        Statement:
+          - Sid: TlsOnly
+            Effect: Deny
+            Principal: "*"
+            Action: "s3:*"
+            Resource:
+              - !GetAtt {bucket}.Arn
+              - !Sub "${{{bucket}.Arn}}/*"
+            Condition:
+              Bool:
+                aws:SecureTransport: "false"
+
+""")
+    return "".join(parts)
+
+
+def _queue_configuration(trigger: TriggerDeclaration) -> str:
+    rules = "".join(
+        f"                  - Name: {name}\n                    Value: {json.dumps(value)}\n"
+        for name, value in (("prefix", trigger.prefix), ("suffix", trigger.suffix))
+        if value
+    )
+    key_filter = (
+        f"""\
+            Filter:
+              S3Key:
+                Rules:
+{rules}"""
+        if rules
+        else ""
+    )
+    return f"""\
+          - Event: s3:ObjectCreated:*
+            Queue: !GetAtt {trigger.pascal}TriggerQueue.Arn
+{key_filter}"""
 
 
 def _event_rule(trigger: TriggerDeclaration) -> str:

@@ -94,7 +94,7 @@ def _print_tables(reports: list[RunReport]) -> None:
     for report in reports:
         kind = (
             report.trigger_kind
-            if report.trigger_kind in ("event", "sqs")
+            if report.trigger_kind in ("event", "sqs", "s3")
             else f"schedule, overlap {report.trigger_overlap}"
         )
         overlaps[kind] += sum(report.triggered.values())

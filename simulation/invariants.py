@@ -325,6 +325,9 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         document = json.loads(message.body)
         refused = document.get("refused") if isinstance(document, dict) else None
         body = document["body"] if isinstance(refused, dict) else message.body
+        if '"s3:TestEvent"' in body:
+            violations.append(Violation("S3's test event dead-lettered", "-", message.body[:120]))
+            continue
         try:
             # an sqs trigger's occurrence is the message's id (kept by a refusal; SQS keeps it when it moves one)
             which = occurrence_of(config, message.body, Message(message.message_id))

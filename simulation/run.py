@@ -56,7 +56,7 @@ from sasflow.states import ENDED_RUN, Outcome
 from sasflow.triggers import ON_TIME_SECONDS, Overlap, TriggerConfig, TriggerKind, TriggerService
 from simulation.direct import DirectDynamoDB, table_items
 from simulation.invariants import Violation, check_invariants
-from simulation.triggers import MESSAGE, Delivery, TriggerLog, plan_deliveries
+from simulation.triggers import MESSAGE, TEST_EVENT, Delivery, TriggerLog, plan_deliveries
 from simulation.world import (
     CrashInjector,
     FaultLog,
@@ -98,7 +98,7 @@ SIM_CATCH_UP_SECONDS = 120
 #: The trigger's overlap policy, by seed (``seed % 3``): every run of make sim has each.
 SIM_OVERLAPS = ("allow", "skip", "buffer_one")
 #: Which trigger of triggers.yaml a seed drives: the event trigger when ``seed % 5 == 4``, the sqs trigger when
-#: ``seed % 10 == 8``, else the schedule.
+#: ``seed % 10 == 8``, the s3 trigger when ``seed % 10 == 7``, else the schedule.
 SIM_EVENT_SEEDS = 5
 SIM_QUEUE_SEEDS = 10
 
@@ -107,6 +107,8 @@ def trigger_kind(seed: int) -> str:
     """The kind of trigger the simulation of ``seed`` drives (``SIM_EVENT_SEEDS``, ``SIM_QUEUE_SEEDS``)."""
     if seed % SIM_EVENT_SEEDS == SIM_EVENT_SEEDS - 1:
         return "event"
+    if seed % SIM_QUEUE_SEEDS == SIM_QUEUE_SEEDS - 3:
+        return "s3"
     return "sqs" if seed % SIM_QUEUE_SEEDS == SIM_QUEUE_SEEDS - 2 else "schedule"
 
 
@@ -190,8 +192,10 @@ class RunReport:
     trigger_kind: str = "schedule"
     trigger_overlap: str = "allow"
     trigger_buffered: int = 0
-    #: An sqs trigger's messages sent back to wait while an operator had paused it (each started after the resume).
+    #: An sqs or s3 trigger's messages sent back to wait while an operator had paused it (each started after the
+    #: resume), and S3's test events sent to an s3 trigger (none starts anything).
     trigger_held: int = 0
+    trigger_test_events: int = 0
     #: SHA-256 of every item of the state table at the end (canonical JSON, in key order): two runs of a seed, in
     #: either world, in any process, end with the same digest or they did not replay.
     state_digest: str = ""
@@ -270,6 +274,7 @@ class Simulation:
             bad=self.faults.trigger_bad,
             events=f"sim-{seed}" if trigger_kind(seed) == "event" else None,
             messages=trigger_kind(seed) == "sqs",
+            uploads=f"sim-{seed}-triprequestsbucket" if trigger_kind(seed) == "s3" else None,
         )
 
     # ------------------------------------------------------------------ setup
@@ -1035,7 +1040,7 @@ class Simulation:
         sometimes twice with one Idempotency-Key (one occurrence, one workflow), through the operators' function."""
         kind = self.trigger_config.kind
         # a queue trigger's messages wait out a pause: once every message is sent, the operator resumes it
-        last_resume = kind is TriggerKind.SQS and self.trigger_paused and not self.deliveries
+        last_resume = kind in (TriggerKind.SQS, TriggerKind.S3) and self.trigger_paused and not self.deliveries
         if not last_resume and (
             not self.trigger_log.occurrences or self.trigger_rng.random() >= self.faults.trigger_operator
         ):
@@ -1080,7 +1085,7 @@ class Simulation:
             missed = (outcome.skipped or "").startswith("missed")
             if outcome.held:
                 self.trigger_log.held.add(occurrence.identity)
-            elif trigger_kind(self.seed) == "sqs" and outcome.skipped is not None:  # not the code's own .holds
+            elif trigger_kind(self.seed) in ("sqs", "s3") and outcome.skipped is not None:  # not the code's .holds
                 self.trigger_log.seen.append(
                     Violation("a queue trigger dropped a message", "-", f"{occurrence.identity}: {outcome.skipped}")
                 )
@@ -1229,6 +1234,8 @@ class Simulation:
         self.trigger_log.deliveries += 1
         if delivery.identity is None:
             self.trigger_log.bad.add(delivery.body)
+        elif delivery.identity == TEST_EVENT:
+            self.trigger_log.test_events += 1
         elif delivery.identity == MESSAGE:  # an sqs trigger's occurrence: the message's id
             self.trigger_log.occurrences.add(f"message {message_id}")
         else:
@@ -1262,6 +1269,7 @@ class Simulation:
         self.report.trigger_missed = len(self.trigger_log.missed)
         self.report.trigger_kind = self.trigger_config.kind.value
         self.report.trigger_held = len(self.trigger_log.held)
+        self.report.trigger_test_events = self.trigger_log.test_events
         self.report.trigger_overlap = self.trigger_config.overlap.value
         self.report.trigger_buffered = len(self.trigger_log.buffered)
         self.report.trigger_run_nows = len(set(self.run_now_keys))

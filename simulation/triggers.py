@@ -22,6 +22,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote_plus
 
 from devstack.events import envelope
 
@@ -45,8 +46,10 @@ class TriggerLog:
     occurrences: set[str] = field(default_factory=set)
     bad: set[str] = field(default_factory=set)
     deliveries: int = 0
-    #: An sqs trigger's messages sent back to wait while it was paused (their occurrences).
+    #: An sqs or s3 trigger's messages sent back to wait while it was paused (their occurrences), and the test
+    #: events S3 sent (none may start a workflow or be refused).
     held: set[str] = field(default_factory=set)
+    test_events: int = 0
     #: Ticks a handler call skipped (the trigger was paused) or missed (later than the catch-up window), and
     #: violations seen as they happened.
     skipped: set[str] = field(default_factory=set)
@@ -61,6 +64,25 @@ class TriggerLog:
 
 #: A delivery whose occurrence is the id SQS gives the message when it is sent (an sqs trigger's).
 MESSAGE = "message"
+#: S3's test event: no occurrence, and no refusal either.
+TEST_EVENT = "s3:TestEvent"
+#: What the uploads' keys hold besides their number: what S3 URL-encodes in a notification.
+UPLOAD_NAMES = ("Ada Lovelace", "a+b", "été 日本", "50% off", "%41 as is", "plain")
+
+
+def _upload(bucket: str, key: str, version: str, event: str, at: float) -> str:
+    """S3's notification of one upload as it reaches the trigger's queue (the key URL-encoded, a space as ``+``)."""
+    record = {
+        "eventVersion": "2.1",
+        "eventSource": "aws:s3",
+        "eventTime": _iso(at).replace("Z", ".000Z"),
+        "eventName": event,
+        "s3": {
+            "bucket": {"name": bucket},
+            "object": {"key": quote_plus(key), "size": 64, "eTag": "e" * 32, "versionId": version, "sequencer": "0A"},
+        },
+    }
+    return json.dumps({"Records": [record]})
 
 
 def _iso(epoch: float) -> str:
@@ -77,6 +99,7 @@ def plan_deliveries(
     bad: float,
     events: str | None = None,
     messages: bool = False,
+    uploads: str | None = None,
 ) -> list[Delivery]:
     """The messages of one run: ``ticks`` ticks within ``window`` seconds of ``start`` (whole seconds apart), each
     delivered again with probability ``duplicate`` (twice more with its square), each late by up to 45 s; and a bad
@@ -85,19 +108,37 @@ def plan_deliveries(
     ``events`` (a prefix of their ids): events as an EventBridge rule delivers them instead of ticks, each copy of one
     the same event (its id); a bad one names no detail. ``messages``: messages sent to an sqs trigger's queue (the
     trip as the body), each sent once (its occurrence is the message id, `MESSAGE`: SQS's redeliveries are the
-    world's faults); a bad one's body is not a JSON object."""
+    world's faults); a bad one's body is not a JSON object. ``uploads`` (a bucket's name): S3's notifications of
+    uploads to it, each sent once to three times (S3 may notify twice), their keys with spaces, plus signs, unicode
+    and percent signs (URL-encoded in the notification); S3's test event now and then (it starts nothing, and is no
+    refusal); a bad one is a deletion's notification."""
     deliveries: list[Delivery] = []
+    if uploads is not None:  # S3 sends one when the bucket's notification is configured
+        deliveries.append(Delivery(start, json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"}), TEST_EVENT))
     interval = max(1.0, window / (ticks + 1))
     for i in range(ticks):
         at = float(int(start + interval * (i + 1)))
+        if uploads is not None and rng.random() < 0.05:
+            deliveries.append(Delivery(at, json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"}), TEST_EVENT))
         if rng.random() < bad:
-            if messages:
+            if uploads is not None:
+                body = _upload(uploads, f"requests/deleted {i}.json", f"v{i}", "ObjectRemoved:Delete", at)
+            elif messages:
                 body = rng.choice([f"not json {i}", json.dumps([i]), json.dumps(f"text {i}")])
             else:
                 body = json.dumps(
                     {"scheduled_time": f"not-a-time-{i}"} if events is None else {"id": f"{events}-bad-{i}"}
                 )
             deliveries.append(Delivery(at + rng.uniform(0, 45), body, None))
+            continue
+        if uploads is not None:
+            key = f"requests/{rng.choice(UPLOAD_NAMES)} {i}.json"
+            body, identity = (
+                _upload(uploads, key, f"v{i}", "ObjectCreated:Put", at),
+                f"object {uploads}/{key} version v{i}",
+            )
+            for _ in range(1 + (rng.random() < duplicate) + (rng.random() < duplicate * duplicate)):
+                deliveries.append(Delivery(at + rng.uniform(0, 45), body, identity))
             continue
         if messages:
             trip = {"traveller": f"traveller {i}", "route": "LHR-JFK", "nights": rng.randint(1, 5), "amount": 120}

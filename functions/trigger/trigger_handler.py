@@ -1,9 +1,9 @@
 """Trigger Lambda: starts one workflow per occurrence that reaches the trigger's queue (sasflow.triggers).
 
 One function (and role) per trigger of triggers.yaml; its ``TRIGGER`` variable says which. Every occurrence is an
-SQS message (a schedule's tick, an event, a message sent to an sqs trigger's queue). A refused occurrence goes to
-the trigger's dead-letter queue with its reason and is acknowledged; any other failure is a batch-item failure, so
-SQS delivers it again and, after five receives, moves it to that dead-letter queue as it is.
+SQS message (a schedule's tick, an event, a message sent to an sqs trigger's queue, an S3 notification). A refused
+occurrence goes to the trigger's dead-letter queue with its reason and is acknowledged; any other failure is a
+batch-item failure, so SQS delivers it again and, after five receives, moves it to that dead-letter queue as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # 
 import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the engine)
 from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
-from sasflow.triggers import Message, TriggerRefusedError, occurrence_of  # noqa: E402
+from sasflow.triggers import Message, TriggerRefusedError, occurrences_of  # noqa: E402
 
 logger = Logger()
 tracer = build_tracer()
@@ -43,31 +43,47 @@ processor = BatchProcessor(event_type=EventType.SQS)
 
 
 def handle_record(record: SQSRecord) -> dict[str, Any]:
-    """Start the workflow of one occurrence; a refused one goes to the dead-letter queue with its reason."""
+    """Start the workflow of each occurrence of a message (one, but an s3 notification's uploads; none for S3's test
+    event); a refused one goes to the dead-letter queue with its reason."""
     trigger = service()
     message = _message(record)
     try:
-        occurrence = occurrence_of(trigger.config, record.body, message)
-        outcome = trigger.handle(occurrence)
+        occurrences = occurrences_of(trigger.config, record.body, message)
     except TriggerRefusedError as error:
-        logger.warning(
-            "occurrence refused",
-            extra={"trigger": trigger.config.name, "code": error.code, "reason": str(error), "id": record.message_id},
+        return _refuse(trigger, record.body, error, message)
+    if not occurrences:
+        logger.info("S3 test event: nothing uploaded, nothing started", extra={"trigger": trigger.config.name})
+        return {"test_event": True}
+    handled = []
+    for occurrence in occurrences:
+        try:
+            outcome = trigger.handle(occurrence)
+        except TriggerRefusedError as error:  # this upload only; the others of the message go on
+            handled.append(_refuse(trigger, occurrence.raw or record.body, error, message))
+            continue
+        logger.info(
+            "occurrence handled",
+            extra={
+                "trigger": trigger.config.name,
+                "occurrence": occurrence.identity,
+                "workflow_id": outcome.workflow_id,
+                # not "created": a LogRecord attribute, which logging refuses to overwrite (KeyError)
+                "workflow_created": outcome.created,
+                "skipped": outcome.skipped,  # why it started nothing: paused, missed, a run holds the slot, waiting
+            },
         )
-        trigger.refuse(record.body, error, record.message_id, message)
-        return {"refused": error.code}
-    logger.info(
-        "occurrence handled",
-        extra={
-            "trigger": trigger.config.name,
-            "occurrence": occurrence.identity,
-            "workflow_id": outcome.workflow_id,
-            # not "created": a LogRecord attribute, which logging refuses to overwrite (KeyError)
-            "workflow_created": outcome.created,
-            "skipped": outcome.skipped,  # why it started nothing: paused, missed, a run holds the slot, waiting
-        },
+        handled.append({"workflow_id": outcome.workflow_id, "created": outcome.created})
+    return handled[0] if len(handled) == 1 else {"occurrences": handled}
+
+
+def _refuse(trigger: Any, body: str, error: TriggerRefusedError, message: Message) -> dict[str, Any]:
+    """Send a refused occurrence to the trigger's dead-letter queue with its reason (and log it)."""
+    logger.warning(
+        "occurrence refused",
+        extra={"trigger": trigger.config.name, "code": error.code, "reason": str(error), "id": message.message_id},
     )
-    return {"workflow_id": outcome.workflow_id, "created": outcome.created}
+    trigger.refuse(body, error, message.message_id, message)
+    return {"refused": error.code}
 
 
 def _message(record: SQSRecord) -> Message:

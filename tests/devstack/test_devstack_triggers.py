@@ -151,6 +151,7 @@ def test_no_triggers_file_declares_none_and_the_repositorys_sits_beside_agents_y
         "every-minute-trip",
         "trip-requested",
         "trip-queue",
+        "trip-uploads",
     ]
 
 
@@ -162,11 +163,17 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
     stack = Stack.from_file(TEMPLATE_FILE, parameters={"DeploySampleServices": "false"})
     queue = "http://127.0.0.1:5000/123456789012/sasflow-TripQueueTriggerQueue"
     send = "sasflow-TripQueueTriggerQueue: each message starts a workflow of trip-queue: python -m devstack send "
-    quiet = SimpleNamespace(stack=stack, scheduler_schedules={}, physical_ids={"TripQueueTriggerQueue": queue})
+    ids = {"TripQueueTriggerQueue": queue, "TripRequestsBucket": "5f2a-triprequestsbucket"}
+    upload = (
+        "5f2a-triprequestsbucket: each upload of requests/*.json starts a workflow of trip-uploads: python -m devstack "
+        "upload --trigger trip-uploads --key requests/NAME.json"
+    )
+    quiet = SimpleNamespace(stack=stack, scheduler_schedules={}, physical_ids=ids)
     assert trigger_lines(quiet) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)",
         "TripRequestedRule: events on bus default, DISABLED (its State)",
         f"{send}--trigger trip-queue --body JSON",  # a queue trigger is never a sample: it reads what is sent
+        upload,
     ]
     enabled = Stack.from_file(
         TEMPLATE_FILE, parameters={"DeploySampleServices": "false", "SampleTriggersState": "ENABLED"}
@@ -174,7 +181,7 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
     ticking = SimpleNamespace(
         stack=enabled,
         scheduler_schedules={"EveryMinuteTripSchedule": object()},
-        physical_ids={"TripQueueTriggerQueue": queue},
+        physical_ids=ids,
     )
     assert trigger_lines(ticking) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here",
@@ -182,6 +189,7 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
         '{"source":["sasflow.demo"],"detail-type":["TripRequested"]}: '
         "python -m devstack emit --source ... --detail-type ... --detail JSON",
         f"{send}--trigger trip-queue --body JSON",
+        upload,
     ]
 
 
@@ -452,9 +460,9 @@ def test_an_sqs_trigger_gets_its_queue_a_producers_policy_and_a_function_reading
 @pytest.mark.parametrize(
     ("extra", "reason"),
     [
-        ("    expression: rate(1 hour)\n", "expression: a schedule's or an event's"),
-        ("    overlap: skip\n", "overlap: a schedule's or an event's"),
-        ("    pattern:\n      source: [shop]\n", "pattern: a schedule's or an event's"),
+        ("    expression: rate(1 hour)\n", "expression: another kind's"),
+        ("    overlap: skip\n", "overlap: another kind's"),
+        ("    pattern:\n      source: [shop]\n", "pattern: another kind's"),
         ("    sample: true\n", "sample: turns a schedule or an event rule on"),
         ("    batch_size: 11\n", "batch_size"),
         ("    batch_size: 0\n", "batch_size"),
@@ -469,8 +477,133 @@ def test_an_sqs_trigger_with_another_kinds_field_or_a_bad_batch_is_refused(
         load_triggers(declared)
 
 
-def test_batch_size_is_an_sqs_triggers_only(tmp_path: Path) -> None:
+def test_batch_size_and_a_bucket_are_not_a_schedules(tmp_path: Path) -> None:
     declared = tmp_path / "triggers.yaml"
-    declared.write_text(NIGHTLY + "    batch_size: 5\n")
-    with pytest.raises(TriggersFileError, match="batch_size: an sqs trigger's"):
+    for extra, reason in (
+        ("    batch_size: 5\n", "batch_size: an sqs or s3 trigger's"),
+        ("    prefix: a/\n", "prefix"),
+    ):
+        declared.write_text(NIGHTLY + extra)
+        with pytest.raises(TriggersFileError, match=reason):
+            load_triggers(declared)
+
+
+UPLOADS = """\
+triggers:
+  invoice-uploaded:
+    kind: s3
+    definition: ingest
+    bucket: InvoicesBucket
+    prefix: incoming/
+    suffix: .pdf
+  receipt-uploaded:
+    kind: s3
+    definition: ingest
+    bucket: InvoicesBucket
+    prefix: receipts/
+"""
+
+
+def test_an_s3_trigger_gets_a_versioned_private_bucket_that_notifies_its_queue_alone_and_removing_it_removes_them(
+    tmp_path: Path,
+) -> None:
+    with_it = translate(load_template(rendered(tmp_path, UPLOADS)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {
+        logical_id
+        for logical_id in with_it
+        if logical_id.startswith(("InvoiceUploaded", "ReceiptUploaded", "InvoicesBucket"))
+    }
+    assert {"InvoicesBucket", "InvoicesBucketPolicy", "InvoiceUploadedTriggerQueuePolicy"} <= mine
+    assert set(with_it) - mine == set(without)
+    bucket = with_it["InvoicesBucket"]
+    # created after the queues' policies (S3 checks it may send when the notification is configured), kept on delete
+    assert sorted(bucket["DependsOn"]) == ["InvoiceUploadedTriggerQueuePolicy", "ReceiptUploadedTriggerQueuePolicy"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    props = bucket["Properties"]
+    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert all(props["PublicAccessBlockConfiguration"].values())
+    assert props["NotificationConfiguration"]["QueueConfigurations"] == [
+        {
+            "Event": "s3:ObjectCreated:*",
+            "Queue": {"Fn::GetAtt": ["InvoiceUploadedTriggerQueue", "Arn"]},
+            "Filter": {
+                "S3Key": {"Rules": [{"Name": "prefix", "Value": "incoming/"}, {"Name": "suffix", "Value": ".pdf"}]}
+            },
+        },
+        {
+            "Event": "s3:ObjectCreated:*",
+            "Queue": {"Fn::GetAtt": ["ReceiptUploadedTriggerQueue", "Arn"]},
+            "Filter": {"S3Key": {"Rules": [{"Name": "prefix", "Value": "receipts/"}]}},
+        },
+    ]
+    # the queue takes notifications from S3 for that bucket of this account only, named before it exists
+    [statement] = with_it["InvoiceUploadedTriggerQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert (statement["Principal"], statement["Action"]) == ({"Service": "s3.amazonaws.com"}, "sqs:SendMessage")
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    stack = Stack(
+        load_template(rendered(tmp_path, UPLOADS)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    name = stack.physical_id("InvoicesBucket")
+    assert name.endswith("-invoicesbucket") and name == name.lower() and len(name) <= 63
+    assert stack.resolve(statement["Condition"]["ArnEquals"]["aws:SourceArn"]) == f"arn:aws:s3:::{name}"
+    assert stack.get_att("InvoicesBucket", "Arn") == f"arn:aws:s3:::{name}"
+    config = json.loads(stack.function("InvoiceUploadedTriggerFunction").environment["TRIGGER"])
+    assert config == {
+        "name": "invoice-uploaded",
+        "kind": "s3",
+        "definition": "ingest",
+        "queue_url": stack.physical_id("InvoiceUploadedTriggerQueue"),
+        "dead_letter_url": stack.physical_id("InvoiceUploadedTriggerDeadLetterQueue"),
+    }
+    triggers = json.loads(stack.function("OpsFunction").environment["TRIGGERS"])
+    assert triggers["invoice-uploaded"]["source"] == f"bucket {name}, keys incoming/*.pdf, batch 10"
+
+
+@pytest.mark.parametrize(
+    ("second", "overlaps"),
+    [
+        ("    prefix: incoming/\n", True),  # the same keys, any suffix
+        ("    prefix: incoming/2027/\n    suffix: .pdf\n", True),  # within the first's
+        ("    prefix: incoming/\n    suffix: .csv\n", False),  # other suffixes
+        ("    prefix: archive/\n", False),  # other prefixes
+    ],
+)
+def test_two_s3_triggers_of_one_bucket_whose_keys_overlap_are_refused_naming_both(
+    tmp_path: Path, second: str, overlaps: bool
+) -> None:
+    declared = tmp_path / "triggers.yaml"
+    head = UPLOADS.split("  receipt-uploaded:")[0]
+    declared.write_text(
+        f"{head}  receipt-uploaded:\n    kind: s3\n    definition: ingest\n    bucket: InvoicesBucket\n{second}"
+    )
+    if not overlaps:
+        assert len(load_triggers(declared)) == 2
+        return
+    with pytest.raises(
+        TriggersFileError, match="triggers invoice-uploaded and receipt-uploaded watch overlapping keys"
+    ):
+        load_triggers(declared)
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ("    expression: rate(1 hour)\n", "expression: another kind's"),
+        ("    sample: true\n", "sample: turns a schedule or an event rule on"),
+        ("    bucket: invoices\n", "bucket"),  # a logical id: upper camel case
+    ],
+)
+def test_an_s3_trigger_with_another_kinds_field_or_no_bucket_logical_id_is_refused(
+    tmp_path: Path, extra: str, reason: str
+) -> None:
+    declared = tmp_path / "triggers.yaml"
+    single = "triggers:\n  invoice-uploaded:\n    kind: s3\n    definition: ingest\n"
+    declared.write_text(single + (extra if "bucket" in extra else "    bucket: InvoicesBucket\n" + extra))
+    with pytest.raises(TriggersFileError, match=reason):
+        load_triggers(declared)
+    declared.write_text(single)
+    with pytest.raises(TriggersFileError, match="bucket: an s3 trigger needs the logical id"):
         load_triggers(declared)

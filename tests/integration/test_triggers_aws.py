@@ -126,7 +126,12 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
     driver = deployed.driver(FUNCTION)
     status, listing = deployed.ops("GET", "/ops/triggers")
     assert status == 200
-    assert [t["name"] for t in listing["triggers"]] == ["every-minute-trip", "trip-queue", "trip-requested"]
+    assert [t["name"] for t in listing["triggers"]] == [
+        "every-minute-trip",
+        "trip-queue",
+        "trip-requested",
+        "trip-uploads",
+    ]
     trigger = listing["triggers"][0]
     assert trigger == {
         "name": "every-minute-trip",
@@ -380,3 +385,52 @@ def test_a_message_delivered_again_after_a_crash_starts_one_workflow_and_a_pause
     [letter] = listing["queues"][0]["messages"]
     assert letter["kind"] == "trigger.refused"
     assert letter["reason"].startswith(f"message {refused}: INVALID_INPUT: triggers[trip-queue].input: the message")
+
+
+def test_an_upload_starts_one_workflow_however_often_its_notification_comes_and_s3s_test_event_none(
+    deployed: Deployed,
+) -> None:
+    publish(deployed)
+    driver = deployed.driver("TripUploadsTriggerFunction")
+    queue = deployed.queue_url("TripUploadsTriggerQueue")
+    bucket = deployed.stack.physical_id("TripRequestsBucket")
+    sqs, s3 = boto3.client("sqs"), boto3.client("s3")
+    # provisioning configured the notification: S3 sent its test event, which starts nothing and is no refusal
+    assert driver.deliver() is not None
+    assert started(deployed) == [] and deployed.depth("TripUploadsTriggerDeadLetterQueue") == 0
+    # an upload whose key S3 URL-encodes (a space, a plus, unicode, a percent); its notification handled, then the
+    # same notification again after a crash before the acknowledgement
+    key = "requests/Ada Lovelace+1 été 50%.json"
+    version = s3.put_object(Bucket=bucket, Key=key, Body=b'{"trip": 1}')["VersionId"]
+    crashed = driver.receive()
+    assert len(crashed) == 1 and "Ada+Lovelace%2B1" in crashed[0]["Body"]  # as S3 sends it
+    driver.function.invoke(_event(driver, crashed))
+    for message in crashed:
+        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
+    while driver.deliver() is not None:
+        pass
+    # a key outside the trigger's prefix and suffix starts nothing: S3 sends no notification of it
+    s3.put_object(Bucket=bucket, Key="elsewhere/notes.txt", Body=b"x")
+    assert driver.deliver() is None
+    deployed.pump()
+    [workflow] = started(deployed)
+    assert (workflow["status"], workflow["owner"]) == ("COMPLETED", "trigger:trip-uploads")
+    assert workflow["trigger"] == {"name": "trip-uploads", "occurrence": f"object {bucket}/{key} version {version}"}
+    assert workflow["input"]["traveller"] == key
+    # the same key uploaded again: another version, another workflow
+    s3.put_object(Bucket=bucket, Key=key, Body=b'{"trip": 2}')
+    driver.deliver()
+    assert len(started(deployed)) == 2
+    # no tick to run now
+    status, body = deployed.ops("POST", "/ops/triggers/trip-uploads/run-now", {"reason": "try"})
+    assert (status, body["error"]) == (409, "TRIGGER_NOT_RUNNABLE") and "upload an object" in body["message"]
+    # paused: an upload waits (sent back, delayed, by the function's own role)
+    assert deployed.ops("POST", "/ops/triggers/trip-uploads/pause", {"reason": "migration"})[0] == 200
+    s3.put_object(Bucket=bucket, Key="requests/later.json", Body=b"{}")
+    driver.deliver()
+    assert len(started(deployed)) == 2
+    attributes = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
+    _, listing = deployed.ops("GET", "/ops/triggers")
+    [mine] = [t for t in listing["triggers"] if t["name"] == "trip-uploads"]
+    assert mine["kind"] == "s3" and mine["source"] == f"bucket {bucket}, keys requests/*.json, batch 10"

@@ -576,6 +576,45 @@ def test_a_message_named_by_its_delivery_starts_a_workflow_of_no_message(monkeyp
     assert "workflow of no occurrence" in kinds
 
 
+def test_uploads_notified_again_under_every_fault_start_one_workflow_each_their_keys_decoded() -> None:
+    """Invariant 20 on the s3 trigger (seeds with ``seed % 10 == 7``): each upload's notification sent once to three
+    times, reordered, under every fault, its key with spaces, plus and percent signs and unicode (URL-encoded as S3
+    sends it); S3's test events; deletions' notifications (refused); pauses: one workflow per object version, named
+    by its decoded key; no test event starts anything or is refused; a run-now is refused (409)."""
+    report = run_one(77, 30, TRIGGER_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert (report.trigger_kind, report.trigger_overlap) == ("s3", "allow")
+    assert report.trigger_deliveries > 30 and report.trigger_dead_letters >= 1 and report.trigger_skipped == 0
+    assert report.trigger_held >= 1 and report.operator_actions["trigger run-now 409"] >= 1
+    assert report.trigger_test_events >= 1
+    assert sum(report.triggered.values()) >= 15 and set(report.triggered) <= TERMINAL_STATES
+
+
+def test_a_key_left_url_encoded_names_a_workflow_of_no_upload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "an upload's key is decoded as a URL, not as S3 encodes
+    it"): a key decoded without turning ``+`` into a space names another object than the one uploaded."""
+    import urllib.parse
+
+    monkeypatch.setattr(sasflow.triggers, "unquote_plus", urllib.parse.unquote)
+    kinds = {v.kind for v in run_one(77, 30, TRIGGER_HEAVY).violations}
+    assert "workflow of no occurrence" in kinds
+
+
+def test_a_test_event_taken_for_an_upload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "S3's test event is refused"): a trigger that does not
+    know S3's test event refuses it into the dead-letter queue, where an operator would chase it."""
+    real = sasflow.triggers.occurrences_of
+
+    def unknown(config: Any, body: str, message: Any = None) -> Any:
+        if '"s3:TestEvent"' in body:
+            raise sasflow.triggers.TriggerRefusedError("MALFORMED_OCCURRENCE", "an S3 notification names no Records")
+        return real(config, body, message)
+
+    monkeypatch.setattr(sasflow.triggers, "occurrences_of", unknown)
+    kinds = {v.kind for v in run_one(77, 30, TRIGGER_HEAVY).violations}
+    assert "S3's test event dead-lettered" in kinds
+
+
 def test_an_idempotency_key_of_the_delivery_starts_two_workflows_for_one_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a trigger's key derives from the delivery"): a key that
     changes with every delivery starts a workflow per copy of a tick."""

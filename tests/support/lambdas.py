@@ -12,6 +12,7 @@ succeeded.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +40,10 @@ def load_event(name: str) -> dict[str, Any]:
 
 class FakeContext(FakeLambdaContext):
     """A Lambda context whose remaining time is fixed (milliseconds) unless a test changes it."""
+
+
+#: Held by each in-process invocation (re-entrant: a handler may invoke another's code in its thread).
+_INVOKING = threading.RLock()
 
 
 @dataclass
@@ -78,7 +83,9 @@ class FunctionUnderTest:
             context = FakeContext(self.spec.logical_id, self.spec.timeout_seconds, self.spec.memory_mb)
         if remaining_ms is not None:
             context.remaining_ms = remaining_ms
-        with environment(function_environment(self.spec)), acting_as(self.principal):
+        # One invocation at a time, as a Lambda instance runs them: the environment is the process's, and a handler's
+        # resolver keeps the request in flight (found when two console clicks at once made the ops handler fail).
+        with _INVOKING, environment(function_environment(self.spec)), acting_as(self.principal):
             return self.module.handler(event, context)
 
 

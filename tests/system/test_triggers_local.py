@@ -182,3 +182,32 @@ def test_send_refuses_a_trigger_that_is_not_a_queue_and_an_attribute_without_a_v
     )
     bare = runner.invoke(devstack.cli.app, ["send", "--trigger", "trip-queue", "--body", "{}", "--attribute", "x"])
     assert bare.exit_code == 2 and "an attribute is NAME=VALUE" in bare.output
+
+
+def test_an_upload_starts_one_workflow_whose_input_has_its_key_decoded(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from devstack.cli import _trigger_buckets
+
+    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_buckets": _trigger_buckets(stack)}
+    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    key = "requests/Grace Hopper+1 ünï.json"
+    result = CliRunner().invoke(devstack.cli.app, ["upload", "--trigger", "trip-uploads", "--key", key, "--body", "{}"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("uploaded ") and key in result.output
+    deadline = time.monotonic() + 60
+    workflows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        workflows = sasflow(stack, "list", "--trigger", "trip-uploads")["workflows"]
+        if workflows and all(w["status"] == "COMPLETED" for w in workflows):
+            break
+        time.sleep(0.2)
+    [workflow] = workflows  # S3's test event, sent when make up configured the bucket, started nothing
+    view = sasflow(stack, "get", workflow["workflow_id"])
+    assert view["input"]["traveller"] == key
+    assert view["trigger"]["occurrence"].startswith(
+        f"object {lock['trigger_buckets']['trip-uploads']['bucket']}/{key} version "
+    )
+    # a key the trigger does not watch is refused before anything is uploaded
+    outside = CliRunner().invoke(devstack.cli.app, ["upload", "--trigger", "trip-uploads", "--key", "notes.txt"])
+    assert outside.exit_code == 2 and "S3 would not notify it" in " ".join(outside.output.replace("│", " ").split())

@@ -737,6 +737,11 @@ def build_ops_app(
                 f"trigger {name} starts a workflow for each event its rule matches on its bus: it has no tick to run "
                 "now; put an event on the bus (aws events put-events, or python -m devstack emit on the local stack)"
             )
+        if action == "run-now" and route.kind == "s3":
+            raise TriggerNotRunnableError(
+                f"trigger {name} starts a workflow for each upload to its bucket: it has no tick to run now; upload "
+                "an object (aws s3 cp, or python -m devstack upload on the local stack)"
+            )
         if action == "run-now" and route.kind == "sqs":
             raise TriggerNotRunnableError(
                 f"trigger {name} starts a workflow for each message sent to its queue: it has no tick to run now; "

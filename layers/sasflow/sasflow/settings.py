@@ -28,11 +28,12 @@ class TriggerRoute(BaseModel):
 
     queue_url: str = Field(min_length=1)
     principal: str = Field(min_length=1)
-    kind: Literal["schedule", "event", "sqs"]
+    kind: Literal["schedule", "event", "sqs", "s3"]
     definition: str = Field(min_length=1)
     source: str = Field(
         default="",
-        description="The schedule's expression and time zone, the event's bus and pattern, or the queue it reads.",
+        description="The schedule's expression and time zone, the event's bus and pattern, the queue it reads, or "
+        "the bucket and keys it watches.",
     )
 
 

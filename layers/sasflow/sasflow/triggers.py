@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+from urllib.parse import unquote_plus
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -83,6 +84,7 @@ __all__ = [
     "message_occurrence",
     "occurrence_key",
     "occurrence_of",
+    "occurrences_of",
     "run_now_body",
     "run_now_occurrence",
     "trigger_input",
@@ -114,12 +116,14 @@ class TriggerKind(StrEnum):
     SCHEDULE = "schedule"
     EVENT = "event"
     SQS = "sqs"
+    S3 = "s3"
 
     @property
     def holds(self) -> bool:
-        """Whether a pause keeps its occurrences waiting (a queue's messages are work to do) rather than skipping
-        them (a schedule's ticks and a bus's events: what comes while it is paused is not started)."""
-        return self is TriggerKind.SQS
+        """Whether a pause keeps its occurrences waiting (a queue's messages and a bucket's uploads are work to do)
+        rather than skipping them (a schedule's ticks and a bus's events: what comes while it is paused is not
+        started)."""
+        return self in (TriggerKind.SQS, TriggerKind.S3)
 
 
 class Overlap(StrEnum):
@@ -317,6 +321,7 @@ def _malformed(config: TriggerConfig, why: str) -> TriggerRefusedError:
         TriggerKind.SCHEDULE: "the schedule's target input is rendered by make template",
         TriggerKind.EVENT: "its rule delivers the event as it was put on the bus",
         TriggerKind.SQS: "the engine wrote it",
+        TriggerKind.S3: "S3 sends its notifications as they are: check the bucket's notification configuration",
     }[config.kind]
     return TriggerRefusedError(
         "MALFORMED_OCCURRENCE",
@@ -376,11 +381,18 @@ def occurrence_of(config: TriggerConfig, body: str, message: Message | None = No
     message
         The message itself (an sqs trigger's occurrence is its id).
 
+    An s3 trigger's message holds one upload (`occurrences_of` reads any number).
+
     Raises
     ------
     TriggerRefusedError
         ``MALFORMED_OCCURRENCE``: the body is not what the trigger's source sends.
     """
+    if config.kind is TriggerKind.S3:
+        found = occurrences_of(config, body, message)
+        if len(found) != 1:
+            raise _malformed(config, f"the message names {len(found)} uploads, not one")
+        return found[0]
     try:
         document: Any = json.loads(body)
     except ValueError:
@@ -440,6 +452,84 @@ def event_occurrence(config: TriggerConfig, event: dict[str, Any]) -> Occurrence
     except ValueError:
         raise _malformed(config, f"the event's time {when!r} is not an ISO-8601 time") from None
     return Occurrence(f"event {event_id}", event, at)
+
+
+def occurrences_of(config: TriggerConfig, body: str, message: Message | None = None) -> list[Occurrence]:
+    """Read every occurrence a message of the trigger's queue carries: one (`occurrence_of`), but for an s3 trigger,
+    whose notification holds its uploads as ``Records`` (one each, in practice) and whose test event
+    (``s3:TestEvent``, sent when the notification is configured) holds none.
+
+    Raises
+    ------
+    TriggerRefusedError
+        ``MALFORMED_OCCURRENCE``: the body is not what the trigger's source sends.
+    """
+    if config.kind is not TriggerKind.S3:
+        return [occurrence_of(config, body, message)]
+    try:
+        document: Any = json.loads(body)
+    except ValueError:
+        raise _malformed(config, "the message is not JSON") from None
+    if not isinstance(document, dict):
+        raise _malformed(config, "the message is not a JSON object")
+    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
+        original = Message.from_record(document["refused"].get("message"))
+        return occurrences_of(config, document["body"], original or message)
+    held = _unheld(document)
+    if held is not None:
+        return occurrences_of(config, *held)
+    if document.get("Event") == "s3:TestEvent":
+        return []  # S3 checks that it can send: nothing was uploaded
+    records = document.get("Records")
+    if not isinstance(records, list) or not records:
+        raise _malformed(config, "an S3 notification names no Records (nor is it S3's test event)")
+    return [_upload(config, record, message) for record in records]
+
+
+def _upload(config: TriggerConfig, record: Any, message: Message | None) -> Occurrence:
+    """One upload of an S3 notification: the occurrence is the object's key and version id (or, unversioned, its
+    ETag and the sequencer S3 orders a key's events by), so a duplicate notification is the same one and another
+    upload to the same key is another. Its key arrives URL-encoded (a space as ``+``): the input has it decoded."""
+    try:
+        event, when, bucket = str(record["eventName"]), str(record["eventTime"]), str(record["s3"]["bucket"]["name"])
+        found = record["s3"]["object"]
+        encoded = found["key"]
+    except (KeyError, TypeError):
+        raise _malformed(config, "an S3 record names no eventName, eventTime, bucket and object key") from None
+    if not isinstance(encoded, str) or not encoded:
+        raise _malformed(config, "an S3 record's object key is not text")
+    if not event.startswith("ObjectCreated:"):
+        raise _malformed(config, f"an S3 record of {event}: an s3 trigger starts on uploads (ObjectCreated) only")
+    key = unquote_plus(encoded)
+    version = found.get("versionId") if found.get("versionId") not in (None, "", "null") else None
+    etag, sequencer = found.get("eTag"), found.get("sequencer")
+    if version is not None:
+        identity = f"object {bucket}/{key} version {version}"
+    elif etag and sequencer:
+        identity = f"object {bucket}/{key} etag {etag} sequencer {sequencer}"
+    else:
+        raise _malformed(config, f"the upload of {bucket}/{key} names no version id, nor an ETag and a sequencer")
+    try:
+        at = _iso_seconds(when)
+    except ValueError:
+        raise _malformed(config, f"the upload's eventTime {when!r} is not an ISO-8601 time") from None
+    document = {
+        "trigger": config.name,
+        "bucket": bucket,
+        "key": key,
+        "size": found.get("size"),
+        "etag": etag,
+        "version_id": version,
+        "sequencer": sequencer,
+        "event": event,
+        "time": when,
+    }
+    raw = json.dumps({"Records": [record]}, separators=(",", ":"))
+    return Occurrence(identity, document, at, message=message, raw=raw)
+
+
+#: What an upload's workflow input is when its trigger names none (the object itself is read by the steps).
+UPLOAD_INPUT = ("bucket", "key", "size", "etag", "version_id")
 
 
 def _unheld(document: Any) -> tuple[str, Message] | None:
@@ -506,6 +596,11 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
             "; the message lacks what the trigger's input reads: send a corrected message (a new message id), or fix "
             "the trigger's input in triggers.yaml (make template, deploy) and redrive its dead-letter queue"
         )
+    elif config.kind is TriggerKind.S3:
+        fix = (
+            "; the upload's notification lacks what the trigger's input reads: fix the trigger's input in "
+            "triggers.yaml (make template, deploy) and redrive its dead-letter queue"
+        )
     else:
         fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
     try:
@@ -517,6 +612,8 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
                     "INVALID_INPUT",
                     f"{where}: the message's body is the workflow input and must be a JSON object, got {shown}{fix}",
                 )
+        elif config.input is None and config.kind is TriggerKind.S3:
+            value = {name: occurrence.document.get(name) for name in UPLOAD_INPUT}
         elif config.input is None:
             value = occurrence.document
         elif isinstance(config.input, str):

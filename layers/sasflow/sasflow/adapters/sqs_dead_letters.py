@@ -17,6 +17,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
 
 from botocore.exceptions import ClientError
 
@@ -214,8 +215,9 @@ class DeadLetterQueues:
 
 
 def _occurrence(body: Any) -> str | None:
-    """Which tick or event a trigger's message is (``tick <time>``, ``event <id>``), so a person can tell two refused
-    ones apart; None when the body names neither (an sqs trigger's refusal names its message instead)."""
+    """Which tick, event or upload a trigger's message is (``tick <time>``, ``event <id>``, ``upload <bucket>/<key>``),
+    so a person can tell two refused ones apart; None when the body names none (an sqs trigger's refusal names its
+    message instead)."""
     try:
         document = json.loads(body) if isinstance(body, str) else None
     except json.JSONDecodeError:
@@ -226,7 +228,12 @@ def _occurrence(body: Any) -> str | None:
         return _text(f"tick {document['scheduled_time']}", 80)
     if isinstance(document.get("id"), str) and "detail" in document:
         return _text(f"event {document['id']}", 80)
-    return None
+    records: Any = document.get("Records")  # an s3 trigger's upload: which object
+    try:
+        found = records[0]["s3"]
+        return _text(f"upload {found['bucket']['name']}/{unquote_plus(found['object']['key'])}", 200)
+    except (TypeError, KeyError, IndexError):
+        return None
 
 
 def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
