@@ -108,6 +108,8 @@ class Usage:
     lambda_invocations: Counter[str] = field(default_factory=Counter)
     lambda_ms: Counter[str] = field(default_factory=Counter)
     api_requests: int = 0
+    #: Custom events put on an EventBridge bus (an event trigger's occurrences).
+    eventbridge_events: int = 0
     #: Bytes each function wrote to its log (log lines and EMF metrics): what CloudWatch Logs ingests.
     log_bytes: Counter[str] = field(default_factory=Counter)
 
@@ -129,6 +131,7 @@ class Usage:
         self.lambda_invocations.update(other.lambda_invocations)
         self.lambda_ms.update(other.lambda_ms)
         self.api_requests += other.api_requests
+        self.eventbridge_events += other.eventbridge_events
         self.log_bytes.update(other.log_bytes)
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,6 +147,7 @@ class Usage:
             "lambda_invocations": dict(sorted(self.lambda_invocations.items())),
             "lambda_billed_ms": dict(sorted(self.lambda_ms.items())),
             "api_requests": self.api_requests,
+            "eventbridge_events": self.eventbridge_events,
             "log_bytes": dict(sorted(self.log_bytes.items())),
         }
 
@@ -160,6 +164,7 @@ class Cost:
     api: float
     logs: float = 0.0
     s3: float = 0.0
+    events: float = 0.0
 
     @property
     def total(self) -> float:
@@ -172,6 +177,7 @@ class Cost:
             + self.api
             + self.logs
             + self.s3
+            + self.events
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -184,6 +190,7 @@ class Cost:
             "api": self.api,
             "cloudwatch_logs": self.logs,
             "s3": self.s3,
+            "eventbridge": self.events,
             "total": self.total,
         }
 
@@ -203,6 +210,7 @@ def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = 
         logs=sum(n for f, n in usage.log_bytes.items() if lambdas is None or f in lambdas)
         * prices.CLOUDWATCH_LOGS_PER_BYTE,
         s3=s3_cost(usage),
+        events=usage.eventbridge_events * prices.EVENTBRIDGE_PER_EVENT,
     )
 
 
@@ -313,6 +321,17 @@ class Meter:
     def current_function(self) -> str | None:
         """The function (logical id) whose invocation this thread is in, if any."""
         return getattr(self._local, "function", None)
+
+    @contextlib.contextmanager
+    def attributed(self, caller: str) -> Iterator[None]:
+        """Calls made in this block (on this thread) are ``caller``'s (a trigger's event source mapping, the delivery
+        of an occurrence), outside any Lambda invocation: nothing is billed for Lambda."""
+        previous = getattr(self._local, "function", None)
+        self._local.function = caller
+        try:
+            yield
+        finally:
+            self._local.function = previous
 
     @contextlib.contextmanager
     def lambda_invocation(self, function: str) -> Iterator[None]:

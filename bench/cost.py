@@ -51,7 +51,7 @@ from bench.report import Row
 from bench.scenarios import ScenarioResult, engine_functions
 
 #: Our cost per step over Step Functions Standard's, at most (by scenario).
-COST_TARGETS = {"S1": 0.17, "S2": 0.20}
+COST_TARGETS = {"S1": 0.17, "S2": 0.20, "S6": 0.17}
 #: Our cost per step over Lambda durable functions', at most (by scenario).
 DURABLE_TARGETS = {"S1": 0.50}
 REQUEST_TARGET = 1.25
@@ -388,11 +388,12 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
     if result.scenario.map_items:
         return map_figures(result)
     usage = result.usage
-    cost = bill(usage, result.memory_mb, lambdas=engine_functions())
+    orchestration = engine_functions() | ({result.trigger_function} if result.trigger_function else set())
+    cost = bill(usage, result.memory_mb, lambdas=orchestration)
     empty_poll_dollars = result.empty_polls * prices.SQS_PER_REQUEST
     ours = cost.total + empty_poll_dollars
     transitions = step_functions_transitions(result)
-    anchor = transitions * prices.STEP_FUNCTIONS_PER_TRANSITION
+    anchor = transitions * prices.STEP_FUNCTIONS_PER_TRANSITION + step_functions_start_dollars(result)
     steps = result.steps_run
     sent = usage.sqs_messages["sent"]
     received = usage.sqs_messages["received"]
@@ -447,6 +448,60 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
         "log_bytes_per_workflow": sum(usage.log_bytes[f] for f in engine_functions()) / result.workflows,
         "logs_share": cost.logs / ours if ours else 0.0,
         "anchor_per_workflow": anchor / result.workflows,
+        "start": start_cost(result),
+    }
+
+
+#: How a scenario's workflows started, in its "start's own cost" row.
+_START_LABEL = {
+    "api": "through the API: HTTP API request, API function, its writes and sends",
+    "event": "an event: PutEvents, the rule's send, the trigger's mapping, function, writes and sends",
+    "sqs": "a message: the producer's send, the trigger's mapping, function, writes and sends",
+    "s3": "an upload: S3's notification, the trigger's mapping, function, writes and sends",
+}
+
+
+def step_functions_start_dollars(result: ScenarioResult) -> float:
+    """What starting the anchor's executions costs besides their transitions (S6): an event's PutEvents (the rule's
+    StartExecution is free), a message's share of an EventBridge Pipes request (SQS to a state machine takes a
+    pipe), an upload nothing (S3's Object Created events on the default bus are free, and so is the rule); an API
+    start: nothing counted on either side but ours (its HTTP API request)."""
+    per_start = {
+        "event": prices.EVENTBRIDGE_PER_EVENT,
+        "sqs": prices.EVENTBRIDGE_PIPES_PER_REQUEST / 10,  # the pipe's batch of ten small messages: one request
+        "s3": 0.0,
+    }.get(result.scenario.trigger, 0.0)
+    return per_start * result.workflows
+
+
+def start_cost(result: ScenarioResult) -> dict[str, Any]:
+    """What one start costs, by itself (dollars per start): through the API, its HTTP API request and the API
+    function's invocation, time and requests; through a trigger, the occurrence's delivery (and an event's
+    PutEvents), the trigger's mapping (receives, deletes) and the trigger function's invocation, time and requests.
+    Both include the workflow's first write and its first steps' sends, which the starting function makes."""
+    usage = result.usage
+    function = result.trigger_function or "ApiFunction"
+    callers = {function}
+    if result.trigger_function:
+        callers |= {f"{function} mapping", f"{result.scenario.trigger} delivery"}
+    lambda_cost = bill(usage, result.memory_mb, lambdas={function})
+    requests = sum(
+        usage.billed_by_function[(caller, "wru")] * prices.DYNAMODB_PER_WRU
+        + usage.billed_by_function[(caller, "rru")] * prices.DYNAMODB_PER_RRU
+        + usage.billed_by_function[(caller, "sqs_requests")] * prices.SQS_PER_REQUEST
+        for caller in callers
+    )
+    api = 0.0 if result.trigger_function else usage.api_requests * prices.HTTP_API_PER_REQUEST
+    starts = result.workflows
+    dollars = (
+        lambda_cost.lambda_requests + lambda_cost.lambda_compute + lambda_cost.logs + requests + api
+        + usage.eventbridge_events * prices.EVENTBRIDGE_PER_EVENT
+    )  # fmt: skip
+    return {
+        "through": result.scenario.trigger or "api",
+        "function": function,
+        "dollars_per_start": dollars / starts,
+        "invocations_per_start": usage.lambda_invocations[function] / starts,
     }
 
 
@@ -501,6 +556,11 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
             data["ours_per_workflow"] * per_million,
             data["anchor_per_workflow"] * per_million,
             data["ours_per_workflow"] / data["anchor_per_workflow"],
+        ),
+        Row(
+            f"{name} a start's own cost ({_START_LABEL[data['start']['through']]})",
+            f"${data['start']['dollars_per_start'] * per_million:,.2f} per 1M starts "
+            f"({data['start']['invocations_per_start']:.2f} invocations of {data['start']['function']} a start)",
         ),
         Row(
             f"{name} fixed costs (supervisor schedule, idle long polls), share of ours",

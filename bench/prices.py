@@ -49,6 +49,11 @@ HTTP_API_PER_REQUEST: Final = 1.00 / 1_000_000
 REST_API_PER_REQUEST: Final = 3.50 / 1_000_000
 STEP_FUNCTIONS_PER_TRANSITION: Final = 0.025 / 1_000
 EVENTBRIDGE_SCHEDULED_INVOCATION: Final = 0.0
+#: A custom event put on a bus (PutEvents, per 64 KB chunk); a rule's delivery to its targets (an SQS queue, a state
+#: machine) is free, and so are the events AWS services publish (S3's Object Created).
+EVENTBRIDGE_PER_EVENT: Final = 1.00 / 1_000_000
+#: An EventBridge Pipes request (a batch of up to 10 SQS messages under 64 KB is one request per message chunk).
+EVENTBRIDGE_PIPES_PER_REQUEST: Final = 0.40 / 1_000_000
 CLOUDWATCH_LOGS_PER_BYTE: Final = 0.50 / 1_000_000_000
 EXPRESS_PER_REQUEST: Final = 1.00 / 1_000_000
 EXPRESS_PER_GB_SECOND: Final = 0.00001667

@@ -1,4 +1,4 @@
-"""The bench scenarios (S1, S2, S3, S4, S5), run through the real handlers on moto with every AWS call metered.
+"""The bench scenarios (S1 to S6), run through the real handlers on moto with every AWS call metered.
 
 One run: the tables and queues from template.yaml inside ``moto.mock_aws``; the real Lambda handlers (API,
 scheduler, three agents, supervisor) loaded in process, each building its own boto3 clients exactly as on Lambda, so
@@ -30,6 +30,11 @@ How AWS is emulated, and why the counts are what AWS would bill:
   ``POST /callbacks/{token}`` on the API function (one HTTP API request and one invocation, counted). It reads the
   token from the table (uncounted): it stands for whoever the ``notify`` action reached, and that action (an
   agent's request carrying the token) is counted like any step's.
+- **Triggers (S6).** The workflows start from occurrences instead of the API: events an EventBridge rule delivers
+  to the event trigger's queue (S6: the event's PutEvents, $1 per million, and the rule's SendMessage, counted),
+  messages a producer sends to the sqs trigger's queue (S6-sqs: the send counted), and S3's notifications of
+  uploads (S6-s3: the notification's SendMessage counted; the upload is the user's on either side). The trigger's
+  function runs under its own mapping (receives and deletes counted, and its Lambda time, as the engine's).
 - **Lambda time** is the wall time of each handler call on this machine (moto answers in process, in about the time
   DynamoDB and SQS take), rounded up to 1 ms and billed at the template's ``MemorySize``.
 
@@ -50,6 +55,7 @@ import random
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
@@ -103,6 +109,8 @@ class Scenario:
         Whether an approval (a ``callback`` step whose token goes out through ``notify``) follows the first step.
     map_items:
         When set, each workflow is one map step over this many items (`map_definition`): a child workflow each.
+    trigger:
+        When set (``event``, ``sqs``, ``s3``), the workflows start from that trigger of triggers.yaml, not the API.
     parameters:
         Template parameter overrides ``(name, value)`` the run deploys with (e.g. the batching windows); the
         template's defaults otherwise.
@@ -119,6 +127,7 @@ class Scenario:
     callback: bool = False
     map_items: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
+    trigger: str = ""
 
 
 #: What the cost scenarios deploy with, unless ``parameters`` say otherwise: the template's ``cost`` profile (the
@@ -165,6 +174,21 @@ def _scenarios(scale: float) -> list[Scenario]:
             3,
             n(100),
             callback=True,
+        ),
+        Scenario(
+            "S6",
+            "3-step workflows started by events (an EventBridge rule to the event trigger)",
+            3,
+            n(1000),
+            trigger="event",
+        ),
+        Scenario("S6-sqs", "3-step workflows started by messages to the sqs trigger's queue", 3, n(200), trigger="sqs"),
+        Scenario(
+            "S6-s3",
+            "3-step workflows started by uploads (S3's notifications to the s3 trigger)",
+            3,
+            n(200),
+            trigger="s3",
         ),
     ]
 
@@ -266,6 +290,8 @@ class ScenarioResult:
     children: Counter[str] = field(default_factory=Counter)
     #: The largest started workflow's item (bytes, by DynamoDB's rules), as last stored.
     parent_item_bytes: int = 0
+    #: The trigger function the workflows started from (S6), if any.
+    trigger_function: str | None = None
 
     @property
     def workflows(self) -> int:
@@ -414,6 +440,9 @@ class ScenarioRun:
                 functools.partial(build_agent, env, clock=self.clock, remote=self.remotes[agent], rng=rng)
             )
             self.modules[logical_id] = module
+        self.trigger_id: str | None = None
+        if self.scenario.trigger:
+            self._setup_trigger()
         for module in self.modules.values():
             # powertools' loggers of one service share one handler, bound to the stream of whoever made it first
             # (another test's, in a test run): point it at the counting sink, so every run counts its own lines
@@ -421,16 +450,85 @@ class ScenarioRun:
             if handler is not None and hasattr(handler, "setStream"):
                 handler.setStream(_LOG_SINK)
         self.consumers = workflow_consumers(self.specs.values())
+        if self.trigger_id is not None:
+            self.consumers += [
+                (self.trigger_id, e) for e in self.specs[self.trigger_id].events if isinstance(e, SqsEventSpec)
+            ]
         check_mappings(self.consumers)
         self.last_drain: dict[str, float] = {}
         # The SQS client of the event source mappings (Lambda's pollers): counted.
         self.poller = boto3.client("sqs")
+
+    def _setup_trigger(self) -> None:
+        """S6: the trigger function of triggers.yaml of the scenario's kind, and the definition it starts published
+        as its owner would (uncounted: once per deployment)."""
+        from sasflow.bootstrap import build_trigger
+        from sasflow.definition import parse_definition
+        from sasflow.registry import DefinitionRegistry
+
+        [spec] = [
+            spec
+            for spec in self.specs.values()
+            if "TRIGGER" in spec.environment
+            and json.loads(function_environment(spec)["TRIGGER"])["kind"] == self.scenario.trigger
+        ]
+        self.trigger_id = spec.logical_id
+        self.trigger_config = json.loads(function_environment(spec)["TRIGGER"])
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        correlate = module.logger.set_correlation_id
+        module.service = Lazy(functools.partial(build_trigger, env, clock=self.clock, correlate=correlate))
+        self.modules[spec.logical_id] = module
+        [event] = [e for e in spec.events if isinstance(e, SqsEventSpec)]
+        self.trigger_queue_url = event.queue_url
+        name = self.trigger_config["definition"]
+        with self.meter.paused():
+            DefinitionRegistry(self.observer_store).publish(
+                name, 1, parse_definition({**self.definition, "name": name}), owner="bench", now=int(START)
+            )
 
     # ------------------------------------------------------------------ invocation
     def _invoke(self, logical_id: str, event: Any) -> Any:
         spec = self.specs[logical_id]
         with environment(function_environment(spec)), self.meter.lambda_invocation(logical_id):
             return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+
+    def _occur(self, index: int, workflow_input: dict[str, Any]) -> None:
+        """S6: one occurrence reaches the trigger's queue, sent (and counted) as its source sends it."""
+        from urllib.parse import quote_plus
+
+        from devstack.events import envelope
+
+        when = datetime.fromtimestamp(int(self.clock.now()), UTC)
+        kind = self.scenario.trigger
+        if kind == "event":
+            self.meter.usage.eventbridge_events += 1  # the producer's PutEvents; the rule's delivery is free
+            body = json.dumps(
+                envelope(
+                    "sasflow.demo",
+                    "TripRequested",
+                    workflow_input,
+                    region="us-east-1",
+                    event_id=f"e-{index}",
+                    time=when,
+                )
+            )
+        elif kind == "sqs":
+            body = json.dumps(workflow_input)
+        else:
+            key = f"requests/{workflow_input['traveller']} trip.json"
+            found = {"key": quote_plus(key), "size": 512, "eTag": "9b2cf535f27731c974343645a3985328"}
+            found |= {"versionId": f"v{index}", "sequencer": f"{index:018X}"}
+            record = {
+                "eventVersion": "2.1",
+                "eventSource": "aws:s3",
+                "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+                "eventName": "ObjectCreated:Put",
+                "s3": {"bucket": {"name": "bench-bucket"}, "object": found},
+            }
+            body = json.dumps({"Records": [record]})
+        with self.meter.attributed(f"{kind} delivery"):
+            self.poller.send_message(QueueUrl=self.trigger_queue_url, MessageBody=body)
 
     def _start(self, index: int) -> None:
         workflow_input: dict[str, Any] = {
@@ -441,6 +539,9 @@ class ScenarioRun:
         }
         if self.scenario.map_items:
             workflow_input["orders"] = [100 + i for i in range(self.scenario.map_items)]
+        if self.scenario.trigger:
+            self._occur(index, workflow_input)
+            return
         body = {"definition": self.definition, "input": workflow_input}
         self.meter.usage.api_requests += 1
         response = self._invoke("ApiFunction", start_event(body, key=f"bench-{self.scenario.name}-{index}"))
@@ -448,7 +549,15 @@ class ScenarioRun:
             raise RuntimeError(f"start {index} failed: {response}")
 
     def _deliver(self, logical_id: str, event_spec: SqsEventSpec) -> None:
-        """One batching window of the event source mapping: drain what is visible now, 10 at a time."""
+        """One batching window of the event source mapping: drain what is visible now, 10 at a time (a trigger's
+        mapping's requests are its own: S6 reports what a start costs)."""
+        if logical_id == self.trigger_id:
+            with self.meter.attributed(f"{logical_id} mapping"):
+                self._drain(logical_id, event_spec)
+        else:
+            self._drain(logical_id, event_spec)
+
+    def _drain(self, logical_id: str, event_spec: SqsEventSpec) -> None:
         while self._visible(event_spec.queue_url):
             messages = self.poller.receive_message(
                 QueueUrl=event_spec.queue_url,
@@ -643,6 +752,7 @@ class ScenarioRun:
             definition=self.definition,
             children=children,
             parent_item_bytes=parent_bytes,
+            trigger_function=self.trigger_id,
         )
 
 

@@ -545,7 +545,12 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
       EventSourceArn: !GetAtt {p}TriggerQueue.Arn
       FunctionName: !Ref {function}
       BatchSize: {trigger.batch_size}
-      MaximumBatchingWindowInSeconds: 0
+      # It gathers occurrences as an agent's mapping gathers requests (the Profile, or AgentBatchingWindowSeconds): a
+      # start may wait that long, and a burst of them shares receives, deletes and invocations.
+      MaximumBatchingWindowInSeconds: !If
+        - AgentWindowFromProfile
+        - !FindInMap [BatchingProfiles, !Ref Profile, AgentWindow]
+        - !Ref AgentBatchingWindowSeconds
       FunctionResponseTypes: [ReportBatchItemFailures]
       ScalingConfig:
         MaximumConcurrency: 2

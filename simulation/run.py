@@ -1077,11 +1077,11 @@ class Simulation:
         checker = self.dynamodb_checker()
         table = self.physical["StateTable"]
 
-        def handle(occurrence: Any) -> Any:
+        def handle(occurrence: Any, outbox: Any = None) -> Any:
             item = checker.get_item(TableName=table, Key=trigger_key(service.config.name), ConsistentRead=True)
             paused = "paused_by" in item.get("Item", {})
             late = self.clock.now() - occurrence.at
-            outcome = original(occurrence)
+            outcome = original(occurrence, outbox)
             missed = (outcome.skipped or "").startswith("missed")
             if outcome.held:
                 self.trigger_log.held.add(occurrence.identity)

@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # 
 
 import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the engine)
 from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
+from sasflow.ports import Outgoing  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 from sasflow.triggers import Message, TriggerRefusedError, occurrences_of  # noqa: E402
 
@@ -42,9 +43,10 @@ service = Lazy(lambda: build_trigger(metrics=_count, correlate=logger.set_correl
 processor = BatchProcessor(event_type=EventType.SQS)
 
 
-def handle_record(record: SQSRecord) -> dict[str, Any]:
+def handle_record(record: SQSRecord, outbox: list[Outgoing] | None = None) -> dict[str, Any]:
     """Start the workflow of each occurrence of a message (one, but an s3 notification's uploads; none for S3's test
-    event); a refused one goes to the dead-letter queue with its reason."""
+    event); a refused one goes to the dead-letter queue with its reason. ``outbox`` collects the first requests of
+    the workflows started (sent by the caller with its batch's); without one, they are sent at once."""
     trigger = service()
     message = _message(record)
     try:
@@ -57,11 +59,13 @@ def handle_record(record: SQSRecord) -> dict[str, Any]:
     handled = []
     for occurrence in occurrences:
         try:
-            outcome = trigger.handle(occurrence)
+            outcome = trigger.handle(occurrence, outbox)
         except TriggerRefusedError as error:  # this upload only; the others of the message go on
             handled.append(_refuse(trigger, occurrence.raw or record.body, error, message))
             continue
-        logger.info(
+        # A workflow started is in the table, its history naming the occurrence: the line is for what started nothing
+        # (skipped, missed, held, kept waiting) or found the workflow an earlier delivery started.
+        (logger.debug if outcome.created else logger.info)(
             "occurrence handled",
             extra={
                 "trigger": trigger.config.name,
@@ -101,7 +105,17 @@ def _message(record: SQSRecord) -> Message:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Handle a batch of occurrences and report the ones that failed (``ReportBatchItemFailures``)."""
-    return dict(
-        process_partial_response(event=event, record_handler=handle_record, processor=processor, context=context)
-    )
+    """Handle a batch of occurrences and report the ones that failed (``ReportBatchItemFailures``); then send the
+    first requests of the workflows they started, together (lost, the supervisor resends them)."""
+    outbox: list[Outgoing] = []  # this invocation's: the first requests of the workflows its batch started
+
+    def handle(record: SQSRecord) -> dict[str, Any]:
+        return handle_record(record, outbox)
+
+    try:
+        with service().batch():
+            return dict(
+                process_partial_response(event=event, record_handler=handle, processor=processor, context=context)
+            )
+    finally:
+        service().send_outbox(outbox)

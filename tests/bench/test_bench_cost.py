@@ -207,11 +207,46 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
     assert wru["UpdateItem"] == 3 * 4
-    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 8
+    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 9
+    # a start through the API: its HTTP API request, the API function's invocation and its requests
+    assert data["start"]["through"] == "api" and data["start"]["invocations_per_start"] == 1.0
     # The anchors' raw counts: 4 executions of 3 steps, each step one durable operation and one Express Task
     assert (data["durable"]["operations"], data["durable"]["invocations"]) == (12, 4)
     assert (data["express"]["requests"], data["express"]["log_events"]) == (4, 4 * 17)
     # (the figures derived from such counts are checked against a hand count in the next test)
+
+
+@pytest.mark.parametrize(
+    ("name", "start_charge"),
+    [
+        ("S6", prices.EVENTBRIDGE_PER_EVENT),  # the event's PutEvents, paid by both sides
+        ("S6-sqs", prices.EVENTBRIDGE_PIPES_PER_REQUEST / 10),  # Step Functions needs a pipe to read a queue
+        ("S6-s3", 0.0),  # S3's events on the default bus are free, and so is the rule
+    ],
+)
+def test_the_workflows_started_by_a_trigger_are_costed_with_their_start_on_both_sides(
+    name: str, start_charge: float
+) -> None:
+    scenario = next(s for s in scenarios(scale=0.02) if s.name == name)
+    result = run_scenario(scenario)
+    workflows = result.workflows
+    assert dict(result.statuses) == {"COMPLETED": workflows} and workflows >= 2
+    data = figures(result)
+    kind = scenario.trigger
+    by_function = data["usage"]["calls_by_function"]
+    function = result.trigger_function
+    # every occurrence reached the trigger's queue as its source sends it (counted), and no start went through the API
+    assert by_function[f"{kind} delivery sqs.SendMessage"] == workflows
+    assert data["usage"]["api_requests"] == 0
+    assert data["usage"]["eventbridge_events"] == (workflows if kind == "event" else 0)
+    # the trigger's function is orchestration (its invocations billed as ours); a batch's first requests go together
+    invocations = data["usage"]["lambda_invocations"][function]
+    assert invocations < workflows and data["usage"]["lambda_billed_ms"][function] > 0
+    assert by_function[f"{function} sqs.SendMessageBatch"] <= invocations
+    assert data["start"]["through"] == kind and data["start"]["function"] == function
+    # the anchor: the walk's transitions and what starting an execution that way costs
+    assert data["anchor_per_workflow"] == pytest.approx(3 * prices.STEP_FUNCTIONS_PER_TRANSITION + start_charge)
+    assert any(row.metric.startswith(f"{name} a start's own cost") for row in rows(result, data))
 
 
 # One 3-step trip (flights -> hotels -> payments) on the happy path, alone in its run, counted by hand. Each hop
@@ -306,6 +341,7 @@ def _cost_row(name: str, ours: float, anchor: float) -> Row:
         "anchor_per_workflow": 3 * anchor,
         "fixed_share": 0.0,
         "supervisor_runs": 0,
+        "start": {"through": "api", "function": "ApiFunction", "dollars_per_start": 3e-6, "invocations_per_start": 1.0},
         "actual_requests_per_step": 7.0,
         "minimal_requests_per_step": 7.0,
         "log_bytes_per_workflow": 0.0,

@@ -367,3 +367,51 @@ def test_a_refused_event_names_the_sender_as_the_fix_once_and_a_copy_of_a_starte
     del again["detail"]["route"]
     outcome = trigger.handle(occurrence_of(trigger.config, json.dumps(again)))
     assert (outcome.workflow_id, outcome.created) == (started.workflow_id, False)
+
+
+class _CountingItems(InMemoryTriggerStore):
+    """The triggers' items, counting the reads of the pause."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[bool] = []
+
+    def state(self, name: str, *, consistent: bool = False) -> Any:
+        self.reads.append(consistent)
+        return super().state(name, consistent=consistent)
+
+
+def test_a_batch_reads_the_pause_once_and_sends_its_workflows_first_requests_together(pipeline: Pipeline) -> None:
+    items = _CountingItems()
+    reads = {"traveller.$": "detail.traveller", "route.$": "detail.route", "amount.$": "detail.amount"}
+    trigger = service(pipeline, items, kind="event", input=reads)
+    outbox: list[Any] = []
+    with trigger.batch():
+        for index in range(4):
+            assert trigger.handle(occurrence_of(trigger.config, event_body(f"e-{index}")), outbox).created
+    # one eventually consistent read of the item for the batch, not one an occurrence
+    assert items.reads == [False]
+    # the first requests wait for the batch's end, then go together (one SendMessageBatch for up to ten)
+    assert len(outbox) == 4 and pipeline.requests("flights") == []
+    sent = pipeline.bus.sent
+    trigger.send_outbox(outbox)
+    assert pipeline.bus.sent - sent == 4 and len(pipeline.requests("flights")) == 4
+    # the next batch reads the pause again: one that landed since is seen
+    items.pause("every-minute-trip", "ada", "migration", 100)
+    with trigger.batch():
+        skipped = trigger.handle(occurrence_of(trigger.config, event_body("e-9")), outbox)
+    assert skipped.skipped is not None and skipped.skipped.startswith("paused by ada")
+    assert items.reads == [False, False]
+    # outside a batch (a test, a caller of its own), every occurrence reads it
+    trigger.handle(occurrence_of(trigger.config, event_body("e-10")))
+    trigger.handle(occurrence_of(trigger.config, event_body("e-11")))
+    assert items.reads == [False, False, False, False]
+
+
+def test_a_trigger_with_a_slot_reads_its_item_strongly_for_every_occurrence_even_in_a_batch(pipeline: Pipeline) -> None:
+    items = _CountingItems()
+    trigger = service(pipeline, items, overlap="skip")
+    with trigger.batch():
+        trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
+        trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:01:00Z")))
+    assert items.reads[:2] == [True, True] and False not in items.reads

@@ -38,9 +38,10 @@ is taken over, and a waiting tick whose message was lost is sent again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -687,9 +688,15 @@ class TriggerService:
         self.clock = clock
         self.metrics = metrics or (lambda name, value=1: None)
         self._cached: tuple[float, Any] | None = None
+        self._batch_state: TriggerState | None = None
+        self._batching = False
 
-    def handle(self, occurrence: Occurrence) -> TriggerOutcome:
+    def handle(self, occurrence: Occurrence, outbox: list[Outgoing] | None = None) -> TriggerOutcome:
         """Start the occurrence's workflow and send its first requests; a repeat finds the one it started.
+
+        ``outbox``: the first requests are added to it instead, for the caller to send with the other occurrences'
+        of its batch (one SQS request for up to ten; `send_outbox`). Lost, they are resent by the supervisor at
+        their complete-by, as any first request whose send failed.
 
         Raises
         ------
@@ -703,8 +710,8 @@ class TriggerService:
         key = occurrence.idempotency_key(config.name)
         workflow_id = self.scheduler.workflow_id(self.principal, key)
         # The slot is decided on a strongly consistent read and a conditional write; the pause alone may be read
-        # eventually consistent (it takes effect within a second or so).
-        state = self.triggers.state(config.name, consistent=config.slot) if scheduled or config.slot else None
+        # eventually consistent (it takes effect within a second or so), once per batch (`begin_batch`).
+        state = self._state() if scheduled or config.slot else None
         # An earlier delivery of this occurrence that took the slot (on time) and crashed before its start decided
         # it: this one completes the start, however late now. Were it missed instead, the slot would stay held by a
         # run that never comes, and the tick waiting behind it would wait (found by the simulation); giving the slot
@@ -763,10 +770,10 @@ class TriggerService:
                 "triggers.yaml or publish a version of the definition that takes it, then redrive the trigger's "
                 "dead-letter queue",
             ) from exc
-        if result.messages:
-            failed = self.bus.send(result.messages)
-            if failed:  # the steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1)
-                self.metrics("TriggerStartMessagesNotSent")
+        if result.messages and outbox is not None:
+            outbox.extend(result.messages)
+        elif result.messages:
+            self.send_outbox(list(result.messages))
         if result.created:
             self.metrics("TriggerWorkflowsStarted")
         if config.slot and result.workflow.status in ENDED_RUN:
@@ -791,6 +798,33 @@ class TriggerService:
         return TriggerOutcome(
             None, created=False, skipped=f"held while paused by {state.paused_by}: {state.pause_reason}", held=True
         )
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One invocation's batch: the pause is read once for its occurrences (when no slot is kept), not once each."""
+        self._batch_state, self._batching = None, True
+        try:
+            yield
+        finally:
+            self._batch_state, self._batching = None, False
+
+    def _state(self) -> TriggerState:
+        """The trigger's item: strongly consistent for each occurrence of a trigger with a slot; otherwise eventually
+        consistent, once a `batch` (a pause that lands while a batch is handled is one the read does not see yet)."""
+        if self.config.slot:
+            return self.triggers.state(self.config.name, consistent=True)
+        if self._batch_state is not None:
+            return self._batch_state
+        state = self.triggers.state(self.config.name, consistent=False)
+        if self._batching:
+            self._batch_state = state
+        return state
+
+    def send_outbox(self, outbox: list[Outgoing]) -> None:
+        """Send the first requests of the workflows started (batched by queue, ten a request)."""
+        if outbox and self.bus.send(outbox):
+            # the steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1)
+            self.metrics("TriggerStartMessagesNotSent")
 
     def give_back(self, workflow_id: str) -> None:
         """Give the slot back if ``workflow_id`` holds it, and send the tick waiting for it."""
