@@ -200,7 +200,7 @@ def bench(
     header = f"Measured {when} on {machine()}{_load()}; prices of {prices.PRICES_READ_ON} ({prices.REGION})."
     if "cost" in parts:
         deployed = " ".join(f"{k}={v}" for k, v in sorted(raw["scenarios_deployed_with"].items()))
-        header += f" The S1-S5 rows deploy the template with {deployed}."
+        header += f" The S1-S6 rows deploy the template with {deployed}."
     console.print()
     if "cost" in parts:
         console.print((cost.__doc__ or "").strip(), markup=False, highlight=False)

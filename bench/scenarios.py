@@ -136,7 +136,7 @@ COST_PARAMETERS: Final[Mapping[str, str]] = MappingProxyType({"Profile": "cost"}
 
 
 def scenarios(scale: float = 1.0, parameters: dict[str, str] | None = None) -> list[Scenario]:
-    """S1 to S5 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale).
+    """S1 to S6 with ``workflows`` scaled by ``scale`` (the smoke test uses a tiny scale).
 
     Every scenario deploys with `COST_PARAMETERS`, updated with ``parameters`` (``--parameter-overrides`` of
     ``python -m bench``; the window parameters override the profile's windows).

@@ -14,6 +14,7 @@ import json
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -405,16 +406,7 @@ def send(
 ) -> None:
     """Send a message to an sqs trigger's queue of this checkout's running `make up`: it starts one workflow,
     however often SQS delivers it (its message id is the occurrence)."""
-    running = _running_stack()
-    queues: dict[str, str] = running.get("trigger_queues") or {}
-    if not running.get("endpoint_url"):
-        console.print(f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again")
-        raise typer.Exit(code=1)
-    if trigger not in queues:
-        known = ", ".join(sorted(queues)) or "none (kind: sqs in triggers.yaml, then restart make up)"
-        raise typer.BadParameter(
-            f"no sqs trigger {trigger!r} in this stack; its sqs triggers: {known}", param_hint="--trigger"
-        )
+    running, queue = _local_trigger(trigger, "sqs", "trigger_queues")
     try:
         text = Path(body[1:]).read_text(encoding="utf-8") if body.startswith("@") else body
     except OSError as error:
@@ -425,20 +417,16 @@ def send(
         if not equals or not name.strip():
             raise typer.BadParameter(f"{pair!r}: an attribute is NAME=VALUE", param_hint="--attribute")
         attributes[name.strip()] = {"DataType": "String", "StringValue": value}
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from devstack import _aws
-
-    sqs = _aws.client("sqs", region=running.get("region", "us-east-1"), endpoint_url=running["endpoint_url"])
-    try:
-        sent = sqs.send_message(
-            QueueUrl=queues[trigger], MessageBody=text, **({"MessageAttributes": attributes} if attributes else {})
-        )
-    except (BotoCoreError, ClientError) as error:
-        console.print(f"[bold red]error:[/] the local stack did not take the message ({error})", highlight=False)
-        raise typer.Exit(code=1) from None
+    sent = _on_local_stack(
+        running,
+        "sqs",
+        "message",
+        lambda sqs: sqs.send_message(
+            QueueUrl=queue, MessageBody=text, **({"MessageAttributes": attributes} if attributes else {})
+        ),
+    )
     console.print(
-        f"message {sent['MessageId']} sent to {queues[trigger].rsplit('/', 1)[-1]}: it starts one workflow of "
+        f"message {sent['MessageId']} sent to {queue.rsplit('/', 1)[-1]}: it starts one workflow of "
         f"trigger {trigger} (sasflow list --trigger {trigger})",
         highlight=False,
         soft_wrap=True,
@@ -453,17 +441,7 @@ def upload(
 ) -> None:
     """Upload an object to an s3 trigger's bucket of this checkout's running `make up`: S3 (moto) notifies the
     trigger, which starts one workflow for the upload (its key and version id are the occurrence)."""
-    running = _running_stack()
-    buckets: dict[str, dict[str, str]] = running.get("trigger_buckets") or {}
-    if not running.get("endpoint_url"):
-        console.print(f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again")
-        raise typer.Exit(code=1)
-    if trigger not in buckets:
-        known = ", ".join(sorted(buckets)) or "none (kind: s3 in triggers.yaml, then restart make up)"
-        raise typer.BadParameter(
-            f"no s3 trigger {trigger!r} in this stack; its s3 triggers: {known}", param_hint="--trigger"
-        )
-    watched = buckets[trigger]
+    running, watched = _local_trigger(trigger, "s3", "trigger_buckets")
     if not (key.startswith(watched["prefix"]) and key.endswith(watched["suffix"])):
         raise typer.BadParameter(
             f"{key!r}: trigger {trigger} watches {watched['prefix']}*{watched['suffix']}: S3 would not notify it",
@@ -473,22 +451,45 @@ def upload(
         content = Path(body[1:]).read_bytes() if body.startswith("@") else body.encode()
     except OSError as error:
         raise typer.BadParameter(f"cannot read {body[1:]}: {error.strerror}", param_hint="--body") from None
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from devstack import _aws
-
-    s3 = _aws.client("s3", region=running.get("region", "us-east-1"), endpoint_url=running["endpoint_url"])
-    try:
-        put = s3.put_object(Bucket=watched["bucket"], Key=key, Body=content)
-    except (BotoCoreError, ClientError) as error:
-        console.print(f"[bold red]error:[/] the local stack did not take the upload ({error})", highlight=False)
-        raise typer.Exit(code=1) from None
+    put = _on_local_stack(
+        running, "s3", "upload", lambda s3: s3.put_object(Bucket=watched["bucket"], Key=key, Body=content)
+    )
     console.print(
         f"uploaded {watched['bucket']}/{key} (version {put.get('VersionId')}): it starts one workflow of trigger "
         f"{trigger} (sasflow list --trigger {trigger})",
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _local_trigger(trigger: str, kind: str, published: str) -> tuple[dict[str, Any], Any]:
+    """The running `make up` and what its lock ``published`` of its ``kind`` trigger ``trigger`` (a queue's URL, a
+    bucket and its keys); exit saying so when it is still starting or has no such trigger."""
+    running = _running_stack()
+    if not running.get("endpoint_url"):
+        console.print(f"[bold red]error:[/] the `make up` of pid {running.get('pid')} is still starting; try again")
+        raise typer.Exit(code=1)
+    found: dict[str, Any] = running.get(published) or {}
+    if trigger not in found:
+        known = ", ".join(sorted(found)) or f"none (kind: {kind} in triggers.yaml, then restart make up)"
+        raise typer.BadParameter(
+            f"no {kind} trigger {trigger!r} in this stack; its {kind} triggers: {known}", param_hint="--trigger"
+        )
+    return running, found[trigger]
+
+
+def _on_local_stack(running: dict[str, Any], service: str, what: str, call: Callable[[Any], Any]) -> Any:
+    """``call`` with a client of ``service`` on the running `make up`; exit 1 saying it did not take ``what``."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from devstack import _aws
+
+    client = _aws.client(service, region=running.get("region", "us-east-1"), endpoint_url=running["endpoint_url"])
+    try:
+        return call(client)
+    except (BotoCoreError, ClientError) as error:
+        console.print(f"[bold red]error:[/] the local stack did not take the {what} ({error})", highlight=False)
+        raise typer.Exit(code=1) from None
 
 
 def trigger_lines(local: LocalStack) -> list[str]:

@@ -604,16 +604,20 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         )
     else:
         fix = "; fix the trigger's input in triggers.yaml (make template, deploy), then redrive its dead-letter queue"
+    if config.input is None and config.kind is TriggerKind.SQS:
+        body = occurrence.document.get("body")  # a message's input is its body (an object)
+        if not isinstance(body, dict):
+            shown = "text that is not JSON" if isinstance(body, str) else type(body).__name__
+            raise TriggerRefusedError(
+                "INVALID_INPUT",
+                f"{where}: the message's body is the workflow input and must be a JSON object, got {shown}; send "
+                "it as one (a new message), or give the trigger an input that reads body in triggers.yaml (make "
+                "template, deploy) and redrive its dead-letter queue",
+            )
+        return body
     try:
-        if config.input is None and config.kind is TriggerKind.SQS:
-            value: Any = occurrence.document.get("body")  # a message's input is its body (an object)
-            if not isinstance(value, dict):
-                shown = "text that is not JSON" if isinstance(value, str) else type(value).__name__
-                raise TriggerRefusedError(
-                    "INVALID_INPUT",
-                    f"{where}: the message's body is the workflow input and must be a JSON object, got {shown}{fix}",
-                )
-        elif config.input is None and config.kind is TriggerKind.S3:
+        if config.input is None and config.kind is TriggerKind.S3:
+            value: Any = {name: occurrence.document.get(name) for name in UPLOAD_INPUT}
             value = {name: occurrence.document.get(name) for name in UPLOAD_INPUT}
         elif config.input is None:
             value = occurrence.document
