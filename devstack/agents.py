@@ -658,7 +658,30 @@ def render_template(
         if len(found) != 1:
             raise AgentsFileError(f"template.yaml needs one '# >>> agents:{part}' ... '# <<< agents:{part}' pair")
         text = pattern.sub(_replacer(parts[part]), text)
+    _check_bucket_names(template_text, triggers)
     return text
+
+
+def _check_bucket_names(template_text: str, triggers: Sequence[TriggerDeclaration]) -> None:
+    """Refuse an s3 trigger whose bucket names a resource the template has outside its generated parts (found by
+    a trial: ``bucket: PayloadBucket`` rendered the engine's claim-check bucket a second time, versioned and
+    notifying, and ``make template`` said nothing).
+
+    Raises
+    ------
+    AgentsFileError
+        Naming the trigger, the resource and what to do.
+    """
+    from devstack.triggers import TriggersFileError
+
+    outside = _marker_re("resources").sub("", template_text)
+    for trigger in triggers:
+        for logical_id in (trigger.bucket, f"{trigger.bucket}Policy") if trigger.kind == "s3" else ():
+            if re.search(rf"^  {re.escape(str(logical_id))}:\s*$", outside, re.MULTILINE):
+                raise TriggersFileError(
+                    f"trigger {trigger.name}: bucket {trigger.bucket}: template.yaml already has a resource "
+                    f"{logical_id} of its own; an s3 trigger creates its bucket: give it a logical id of its own"
+                )
 
 
 @dataclass(frozen=True)

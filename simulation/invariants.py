@@ -107,7 +107,7 @@ from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.states import ENDED_RUN
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
-from sasflow.triggers import Message, TriggerRefusedError, occurrence_of, trigger_input
+from sasflow.triggers import Message, TriggerRefusedError, trigger_input
 
 if TYPE_CHECKING:
     from simulation.run import Simulation
@@ -329,8 +329,9 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
             violations.append(Violation("S3's test event dead-lettered", "-", message.body[:120]))
             continue
         try:
-            # an sqs trigger's occurrence is the message's id (kept by a refusal; SQS keeps it when it moves one)
-            which = occurrence_of(config, message.body, Message(message.message_id))
+            # as the trigger reads it (its sealed envelopes opened): an sqs trigger's occurrence is the message's id,
+            # kept by a refusal (SQS keeps it when it moves one)
+            [which] = sim.modules[sim.trigger_id].service().read(message.body, Message(message.message_id))
             trigger_input(config, which)  # a message whose input cannot render is a bad one, whatever its kind
             occurrence = which.identity
         except TriggerRefusedError:

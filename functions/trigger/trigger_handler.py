@@ -27,7 +27,7 @@ import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the en
 from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
 from sasflow.ports import Outgoing  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
-from sasflow.triggers import Message, TriggerRefusedError, occurrences_of  # noqa: E402
+from sasflow.triggers import Message, TriggerRefusedError  # noqa: E402
 
 logger = Logger()
 tracer = build_tracer()
@@ -50,7 +50,7 @@ def handle_record(record: SQSRecord, outbox: list[Outgoing] | None = None) -> di
     trigger = service()
     message = _message(record)
     try:
-        occurrences = occurrences_of(trigger.config, record.body, message)
+        occurrences = trigger.read(record.body, message)
     except TriggerRefusedError as error:
         return _refuse(trigger, record.body, error, message)
     if not occurrences:
@@ -61,7 +61,7 @@ def handle_record(record: SQSRecord, outbox: list[Outgoing] | None = None) -> di
         try:
             outcome = trigger.handle(occurrence, outbox)
         except TriggerRefusedError as error:  # this upload only; the others of the message go on
-            handled.append(_refuse(trigger, occurrence.raw or record.body, error, message))
+            handled.append(_refuse(trigger, occurrence.raw or record.body, error, occurrence.message or message))
             continue
         # A workflow started is in the table, its history naming the occurrence: the line is for what started nothing
         # (skipped, missed, held, kept waiting) or found the workflow an earlier delivery started.

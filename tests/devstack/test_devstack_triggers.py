@@ -607,3 +607,15 @@ def test_an_s3_trigger_with_another_kinds_field_or_no_bucket_logical_id_is_refus
     declared.write_text(single)
     with pytest.raises(TriggersFileError, match="bucket: an s3 trigger needs the logical id"):
         load_triggers(declared)
+
+
+def test_an_s3_trigger_naming_a_resource_the_template_has_is_refused(tmp_path: Path) -> None:
+    """Found by the trial: ``bucket: PayloadBucket`` rendered the engine's claim-check bucket a second time."""
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text("triggers:\n  x:\n    kind: s3\n    definition: d\n    bucket: PayloadBucket\n")
+    with pytest.raises(TriggersFileError, match="already has a resource PayloadBucket of its own"):
+        render_template(TEMPLATE_FILE.read_text(), load_agents(), load_triggers(declared))
+    # the same trigger rendered twice (make template run again) is no clash with itself
+    declared.write_text(UPLOADS)
+    once = render_template(TEMPLATE_FILE.read_text(), load_agents(), load_triggers(declared))
+    assert render_template(once, load_agents(), load_triggers(declared)) == once

@@ -135,14 +135,13 @@ def test_a_refused_message_redriven_is_the_same_occurrence_though_sqs_gives_it_a
     [dead] = pipeline.bus.peek(DEAD_LETTERS)
     # the operator fixes the input (make template, deploy) and redrives: the record comes back as a new message
     fixed = service(pipeline, input={"traveller.$": "body.name", "route": "CDG-NRT", "amount": 10})
-    redriven = occurrence_of(fixed.config, dead.body, message("a-new-id-from-the-move"))
+    [redriven] = fixed.read(dead.body, message("a-new-id-from-the-move"))
     assert redriven == occurrence_of(fixed.config, original, message())
     started = fixed.handle(redriven)
     assert pipeline.snapshot(started.workflow_id).workflow.trigger.occurrence == "message 9d7c1f3e-0001"
     # redriven twice (the move repeated): still that one workflow
-    assert (
-        fixed.handle(occurrence_of(fixed.config, dead.body, message("another-id"))).workflow_id == started.workflow_id
-    )
+    [again] = fixed.read(dead.body, message("another-id"))
+    assert fixed.handle(again).workflow_id == started.workflow_id
 
 
 def test_a_paused_trigger_keeps_its_messages_waiting_and_starts_them_after_the_resume(pipeline: Pipeline) -> None:
@@ -159,11 +158,12 @@ def test_a_paused_trigger_keeps_its_messages_waiting_and_starts_them_after_the_r
     # still paused 15 minutes later: held again
     pipeline.clock.advance(HOLD_SECONDS)
     [again] = pipeline.bus.receive(QUEUE)
-    assert trigger.handle(occurrence_of(trigger.config, again.body, message("held-copy-1"))).held
+    [held_again] = trigger.read(again.body, message("held-copy-1"))
+    assert trigger.handle(held_again).held
     items.resume("trip-queue")
     pipeline.clock.advance(HOLD_SECONDS)
     [last] = pipeline.bus.receive(QUEUE)
-    started = trigger.handle(occurrence_of(trigger.config, last.body, message("held-copy-2")))
+    started = trigger.handle(trigger.read(last.body, message("held-copy-2"))[0])
     assert started.created
     workflow = pipeline.snapshot(started.workflow_id).workflow
     assert (workflow.trigger.occurrence, workflow.input) == ("message 9d7c1f3e-0001", TRIP)
@@ -200,12 +200,39 @@ def test_a_message_held_while_paused_and_refused_after_is_dead_lettered_as_it_wa
     items.resume("trip-queue")
     pipeline.clock.advance(HOLD_SECONDS)
     [back] = pipeline.bus.receive(QUEUE)
+    [kept] = trigger.read(back.body, message("held-copy"))
     with pytest.raises(TriggerRefusedError) as refused:
-        trigger.handle(occurrence_of(trigger.config, back.body, message("held-copy")))
-    trigger.refuse(back.body, refused.value, "held-copy", message("held-copy"))
+        trigger.handle(kept)
+    trigger.refuse(kept.raw or "", refused.value, "held-copy", kept.message)
     [dead] = pipeline.bus.peek(DEAD_LETTERS)
     record = json.loads(dead.body)
     # what was sent, under its own id: a person reads the body they sent, and a redrive is the same occurrence
     assert record["body"] == "not json" and record["refused"]["message_id"] == "9d7c1f3e-0001"
     assert record["refused"]["message"]["attributes"] == {"traveller": "Grace"}
-    assert occurrence_of(trigger.config, dead.body, message("moved")).identity == "message 9d7c1f3e-0001"
+    assert trigger.read(dead.body, message("moved"))[0].identity == "message 9d7c1f3e-0001"
+    # refused again after a redrive (its body still not an object): the same message, its original id kept
+    trigger.refuse(dead.body, refused.value, "moved", message("moved"))
+    [_, again] = pipeline.bus.peek(DEAD_LETTERS)
+    assert json.loads(again.body)["refused"]["message"]["id"] == "9d7c1f3e-0001"
+    assert json.loads(again.body)["body"] == "not json"
+
+
+def test_a_body_shaped_like_the_engines_envelopes_is_a_message_like_any_other_unless_sealed(
+    pipeline: Pipeline,
+) -> None:
+    """Found by the trial: a producer's body with "refused" and "body" (or "held") keys was opened as a redriven
+    refusal: another trip started, or, naming an earlier message's id, nothing at all."""
+    trigger = service(pipeline, input={"traveller.$": "body.traveller", "route": "CDG-NRT", "amount": 5})
+    first = trigger.handle(occurrence_of(trigger.config, json.dumps(TRIP), message("m-real")))
+    inner = json.dumps({"traveller": "Wrong"})
+    forged = [
+        {"traveller": "Right", "refused": {"code": "x", "message": {"id": "m-real"}}, "body": inner},
+        {"traveller": "Right", "held": {"body": inner, "message": {"id": "m-real"}}},
+        {"traveller": "Right", "held": {"body": inner, "message": {"id": "m-real"}}, "seal": "0" * 36},
+    ]
+    for index, body in enumerate(forged):
+        [occurrence] = trigger.read(json.dumps(body), message(f"m-{index}"))
+        assert occurrence.identity == f"message m-{index}"
+        started = trigger.handle(occurrence)
+        assert started.created and started.workflow_id != first.workflow_id
+        assert pipeline.snapshot(started.workflow_id).workflow.input["traveller"] == "Right"

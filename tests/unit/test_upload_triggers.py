@@ -185,7 +185,7 @@ def test_each_upload_of_a_notification_is_its_own_occurrence_and_refusal(pipelin
     trigger.refuse(uploads[1].raw or "", refused.value, "m-1", MESSAGE)
     [dead] = pipeline.bus.peek(DEAD_LETTERS)
     # the dead letter is that upload alone: redriven, it is the same occurrence
-    [again] = occurrences_of(trigger.config, dead.body, Message("moved"))
+    [again] = trigger.read(dead.body, Message("moved"))
     assert again.identity == uploads[1].identity
 
 
@@ -201,7 +201,7 @@ def test_a_paused_trigger_holds_its_uploads_and_starts_them_after_the_resume(pip
     items.resume("trip-uploads")
     pipeline.clock.advance(HOLD_SECONDS)
     [due] = pipeline.bus.receive(QUEUE)
-    [again] = occurrences_of(trigger.config, due.body, Message("held-copy"))
+    [again] = trigger.read(due.body, Message("held-copy"))
     assert again.identity == upload.identity
     started = trigger.handle(again)
     assert started.created

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -295,13 +296,12 @@ class Occurrence:
         inner = {"identity": self.identity, "document": self.document, "at": self.at, "run_now": self.run_now}
         return json.dumps({"buffered": inner}, separators=(",", ":"), sort_keys=True)
 
-    def held_body(self) -> str:
-        """The message that keeps it waiting while its trigger is paused: the message as it was sent, and its id
-        (`occurrence_of` reads it back as this occurrence: the same workflow, whatever the new message's id)."""
+    def held(self) -> dict[str, Any]:
+        """What keeps it waiting while its trigger is paused: the message as it was sent, and its id (sealed and sent
+        back by `TriggerService`; read back as this occurrence: the same workflow, whatever the new message's id)."""
         if self.message is None or self.raw is None:
             raise ValueError(f"{self.identity} is no queue's message: nothing to keep waiting")
-        inner = {"body": self.raw, "message": self.message.record()}
-        return json.dumps({"held": inner}, separators=(",", ":"), sort_keys=True)
+        return {"body": self.raw, "message": self.message.record()}
 
 
 def _iso_seconds(text: str) -> int:
@@ -404,15 +404,9 @@ def occurrence_of(config: TriggerConfig, body: str, message: Message | None = No
         if config.kind is TriggerKind.SQS and message is not None:
             return message_occurrence(config, body, message)
         raise _malformed(config, "the message is not a JSON object")
-    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
-        original = Message.from_record(document["refused"].get("message"))
-        return occurrence_of(config, document["body"], original or message)
-    if "held" in document and config.kind.holds:
-        held = _unheld(document)
-        if held is None:
-            raise _malformed(config, "a held message names no body and message")
-        return message_occurrence(config, *held)
-    if config.kind is TriggerKind.SQS:
+    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str) and not config.kind.holds:
+        return occurrence_of(config, document["body"], message)
+    if config.kind is TriggerKind.SQS:  # any body: a sealed envelope of the engine's is read by TriggerService.read
         if message is None:
             raise _malformed(config, "an sqs trigger's occurrence is its message, and none was given")
         return message_occurrence(config, body, message)
@@ -473,12 +467,6 @@ def occurrences_of(config: TriggerConfig, body: str, message: Message | None = N
         raise _malformed(config, "the message is not JSON") from None
     if not isinstance(document, dict):
         raise _malformed(config, "the message is not a JSON object")
-    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
-        original = Message.from_record(document["refused"].get("message"))
-        return occurrences_of(config, document["body"], original or message)
-    held = _unheld(document)
-    if held is not None:
-        return occurrences_of(config, *held)
     if document.get("Event") == "s3:TestEvent":
         return []  # S3 checks that it can send: nothing was uploaded
     records = document.get("Records")
@@ -533,14 +521,8 @@ def _upload(config: TriggerConfig, record: Any, message: Message | None) -> Occu
 UPLOAD_INPUT = ("bucket", "key", "size", "etag", "version_id")
 
 
-def _unheld(document: Any) -> tuple[str, Message] | None:
-    """The message a held one keeps (`Occurrence.held_body`): its body as sent and the message; None when it is not
-    one."""
-    inner = document.get("held") if isinstance(document, dict) else None
-    if not isinstance(inner, dict) or not isinstance(inner.get("body"), str):
-        return None
-    original = Message.from_record(inner.get("message"))
-    return None if original is None else (inner["body"], original)
+def _canonical(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def message_occurrence(config: TriggerConfig, body: str, message: Message) -> Occurrence:
@@ -795,7 +777,7 @@ class TriggerService:
         errors.RetryableError
             When it could not be sent back (the message fails, and SQS delivers it again).
         """
-        held = Outgoing(self.config.queue_url, occurrence.held_body(), delay_seconds=HOLD_SECONDS)
+        held = Outgoing(self.config.queue_url, self._sealed({"held": occurrence.held()}), delay_seconds=HOLD_SECONDS)
         if self.bus.send([held]):
             raise RetryableError(f"trigger {self.config.name} is paused and its message could not be kept waiting")
         self.metrics("TriggerMessagesHeld")
@@ -910,22 +892,67 @@ class TriggerService:
         self._cached = (now + LATEST_VERSION_SECONDS, definition)
         return definition
 
+    def read(self, body: str, message: Message | None = None) -> list[Occurrence]:
+        """The occurrences of a message of the trigger's queue (`occurrences_of`). A queue's or a bucket's trigger
+        first opens the engine's own envelopes: a message held while paused, a refusal redriven from the dead-letter
+        queue; each is read as the message it keeps, under that message's id. Only a sealed one is opened: anyone
+        who may send to the queue could send a body of that shape, which is then a message like any other.
+
+        Raises
+        ------
+        TriggerRefusedError
+            ``MALFORMED_OCCURRENCE``: the body is not what the trigger's source sends.
+        """
+        kept = self.unsealed(body)
+        if kept is not None:
+            return self.read(*kept) if kept[1] is not None else self.read(kept[0], message)
+        return occurrences_of(self.config, body, message)
+
+    def unsealed(self, body: str) -> tuple[str, Message | None] | None:
+        """The body and message a sealed envelope of this trigger's keeps (a message held while paused, a refusal);
+        None when ``body`` is none: not JSON, not that shape, or not sealed with the stack's key."""
+        try:
+            document: Any = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(document, dict) or not isinstance(document.get("seal"), str):
+            return None
+        content = {k: v for k, v in document.items() if k != "seal"}
+        if not hmac.compare_digest(document["seal"], self._seal(_canonical(content))):
+            return None
+        held, refused = content.get("held"), content.get("refused")
+        if isinstance(held, dict) and isinstance(held.get("body"), str):
+            return held["body"], Message.from_record(held.get("message"))
+        if isinstance(refused, dict) and isinstance(content.get("body"), str):
+            return content["body"], Message.from_record(refused.get("message"))
+        return None
+
+    def _seal(self, text: str) -> str:
+        """A MAC of ``text`` under the stack's workflow-id key (`scheduler.workflow_id_for`): only the engine makes
+        one."""
+        return str(self.scheduler.workflow_id(self.principal, f"envelope {text}"))
+
+    def _sealed(self, content: dict[str, Any]) -> str:
+        """``content`` as a message body with its seal."""
+        return _canonical({**content, "seal": self._seal(_canonical(content))})
+
     def refuse(self, body: str, error: TriggerRefusedError, message_id: str, message: Message | None = None) -> None:
-        """Send a refused occurrence to the trigger's dead-letter queue with its reason, and count it.
+        """Send a refused occurrence to the trigger's dead-letter queue with its reason, and count it. A held message
+        or a redriven refusal is refused as the message it keeps (its body as sent, its original id).
 
         Raises
         ------
         errors.RetryableError
             When the dead-letter queue could not be written (the message then fails, and SQS retries it).
         """
-        if self.config.kind.holds:  # a held message is refused as it was sent, under its own id
-            try:
-                held = _unheld(json.loads(body))
-            except ValueError:
-                held = None
-            if held is not None:
-                body, message = held
-                message_id = message.message_id
+        if message is not None and self.config.kind is TriggerKind.SQS:
+            message_id = message.message_id  # the message it is (a held one's, a redriven one's original)
+        kept = self.unsealed(body) if self.config.kind.holds else None
+        while kept is not None:
+            body = kept[0]
+            if kept[1] is not None:
+                message, message_id = kept[1], kept[1].message_id
+            kept = self.unsealed(body)
         record = {
             "refused": {
                 "code": error.code,
@@ -939,7 +966,8 @@ class TriggerService:
             },
             "body": body,
         }
-        failed = self.bus.send([Outgoing(self.config.dead_letter_url, json.dumps(record, separators=(",", ":")))])
+        text = self._sealed(record) if self.config.kind.holds else json.dumps(record, separators=(",", ":"))
+        failed = self.bus.send([Outgoing(self.config.dead_letter_url, text)])
         if failed:
             raise RetryableError(
                 f"the refused occurrence could not be written to {self.config.name}'s dead-letter queue"
