@@ -324,8 +324,8 @@ class Meter:
 
     @contextlib.contextmanager
     def attributed(self, caller: str) -> Iterator[None]:
-        """Calls made in this block (on this thread) are ``caller``'s (a trigger's event source mapping, the delivery
-        of an occurrence), outside any Lambda invocation: nothing is billed for Lambda."""
+        """Calls made in this block (on this thread) are ``caller``'s: a function's (`lambda_invocation` bills its
+        Lambda time around it), a trigger's event source mapping's, the delivery of an occurrence."""
         previous = getattr(self._local, "function", None)
         self._local.function = caller
         try:
@@ -339,12 +339,10 @@ class Meter:
         import time
 
         started = time.perf_counter()
-        previous = getattr(self._local, "function", None)
-        self._local.function = function
         try:
-            yield
+            with self.attributed(function):
+                yield
         finally:
-            self._local.function = previous
             elapsed_ms = (time.perf_counter() - started) * 1000
             self.usage.lambda_invocations[function] += 1
             self.usage.lambda_ms[function] += max(1, math.ceil(elapsed_ms))

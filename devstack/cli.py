@@ -298,13 +298,8 @@ def _up(
         lock.publish(
             api_url=local.api_url,
             services={name: server.base_url for name, server in servers.items()},
-            endpoint_url=local.endpoint_url,
-            region=local.region,
             request_queues=_request_queues(local),
-            trigger_queues=_trigger_queues(local),
-            trigger_buckets=_trigger_buckets(local),
-            stack_name=local.stack.stack_name,
-            event_rules=[LocalRule.of(rule).document() for rule in local.stack.event_rules()],
+            **trigger_sources(local),
         )
         operators = _console_server(local.api_url, console_port)
         try:
@@ -509,12 +504,13 @@ def trigger_lines(local: LocalStack) -> list[str]:
             f"{rule.logical_id}: events on bus {rule.bus} matching {pattern}: "
             "python -m devstack emit --source ... --detail-type ... --detail JSON"
         )
-    for name, url in _trigger_queues(local).items():
+    queues, buckets = _trigger_destinations(local)
+    for name, url in queues.items():
         lines.append(
             f"{url.rsplit('/', 1)[-1]}: each message starts a workflow of {name}: "
             f"python -m devstack send --trigger {name} --body JSON"
         )
-    for name, watched in _trigger_buckets(local).items():
+    for name, watched in buckets.items():
         keys = f"{watched['prefix']}*{watched['suffix']}"
         lines.append(
             f"{watched['bucket']}: each upload of {keys} starts a workflow of {name}: "
@@ -541,29 +537,37 @@ def batching_windows_line(local: LocalStack) -> str:
     return f"Profile={profile}: {windows}" if profile else windows
 
 
-def _trigger_queues(local: LocalStack) -> dict[str, str]:
-    """Each sqs trigger's queue (``triggers.yaml``'s name -> the queue's URL), for ``python -m devstack send``."""
-    from devstack.agents import AGENTS_FILE
-    from devstack.triggers import load_triggers, triggers_file
-
+def trigger_sources(local: LocalStack) -> dict[str, Any]:
+    """What `make up` publishes in its lock for ``emit``, ``send`` and ``upload``: where moto answers, the stack's
+    event rules, and each sqs trigger's queue and s3 trigger's bucket."""
+    queues, buckets = _trigger_destinations(local)
     return {
-        trigger.name: local.physical_ids[f"{trigger.pascal}TriggerQueue"]
-        for trigger in load_triggers(triggers_file(AGENTS_FILE))
-        if trigger.kind == "sqs" and f"{trigger.pascal}TriggerQueue" in local.physical_ids
+        "endpoint_url": local.endpoint_url,
+        "region": local.region,
+        "stack_name": local.stack.stack_name,
+        "event_rules": [LocalRule.of(rule).document() for rule in local.stack.event_rules()],
+        "trigger_queues": queues,
+        "trigger_buckets": buckets,
     }
 
 
-def _trigger_buckets(local: LocalStack) -> dict[str, dict[str, str]]:
-    """Each s3 trigger's bucket and keys (``triggers.yaml``'s name -> bucket name, prefix, suffix), for ``python -m
-    devstack upload``."""
+def _trigger_destinations(local: LocalStack) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """Where the local stack's triggers take occurrences from a person (``triggers.yaml`` read once): each sqs
+    trigger's queue URL, for ``python -m devstack send``, and each s3 trigger's bucket name, prefix and suffix, for
+    ``python -m devstack upload``."""
     from devstack.agents import AGENTS_FILE
     from devstack.triggers import load_triggers, triggers_file
 
-    return {
-        trigger.name: {"bucket": local.physical_ids[trigger.bucket], "prefix": trigger.prefix, "suffix": trigger.suffix}
-        for trigger in load_triggers(triggers_file(AGENTS_FILE))
-        if trigger.kind == "s3" and trigger.bucket in local.physical_ids
-    }
+    queues: dict[str, str] = {}
+    buckets: dict[str, dict[str, str]] = {}
+    for trigger in load_triggers(triggers_file(AGENTS_FILE)):
+        queue = f"{trigger.pascal}TriggerQueue"
+        if trigger.kind == "sqs" and queue in local.physical_ids:
+            queues[trigger.name] = local.physical_ids[queue]
+        elif trigger.kind == "s3" and trigger.bucket in local.physical_ids:
+            bucket = local.physical_ids[trigger.bucket]
+            buckets[trigger.name] = {"bucket": bucket, "prefix": trigger.prefix, "suffix": trigger.suffix}
+    return queues, buckets
 
 
 def _request_queues(local: LocalStack) -> dict[str, dict[str, str]]:

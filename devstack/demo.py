@@ -292,7 +292,7 @@ def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_
     for them to end. Returns the problems (none when all ended, one workflow each)."""
     from datetime import UTC, datetime
 
-    from devstack.cli import _trigger_buckets, _trigger_queues, push_definitions
+    from devstack.cli import push_definitions, trigger_sources
     from devstack.events import LocalRule, envelope, put_event
 
     schedule = stack.scheduler_schedules.get(SAMPLE_SCHEDULE)
@@ -310,11 +310,12 @@ def _triggered(stack: Any, store: DynamoDBStateStore, console: Console, timeout_
         ("every-minute-trip", f"tick {tick.strftime('%Y-%m-%dT%H:%M:%SZ')}"),
         ("trip-requested", f"event {event['id']}"),
     }
-    queue = _trigger_queues(stack).get(SAMPLE_QUEUE_TRIGGER)
+    sources = trigger_sources(stack)
+    queue = sources["trigger_queues"].get(SAMPLE_QUEUE_TRIGGER)
     if queue is not None:
         sent = sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(SAMPLE_MESSAGE))
         expected.add((SAMPLE_QUEUE_TRIGGER, f"message {sent['MessageId']}"))
-    watched = _trigger_buckets(stack).get(SAMPLE_UPLOAD_TRIGGER)
+    watched = sources["trigger_buckets"].get(SAMPLE_UPLOAD_TRIGGER)
     if watched is not None:
         put = boto3.client("s3").put_object(Bucket=watched["bucket"], Key=SAMPLE_UPLOAD_KEY, Body=b"{}")
         upload = f"object {watched['bucket']}/{SAMPLE_UPLOAD_KEY} version {put['VersionId']}"

@@ -115,6 +115,18 @@ def test_a_tick_before_its_definition_is_published_waits_in_the_dead_letter_queu
     assert workflow["trigger"]["occurrence"] == f"tick {minute(deployed)}"
 
 
+def handled_then_lost(driver: Any, queue_url: str, received: list[dict[str, Any]]) -> None:
+    """The function handles ``received`` and dies before their acknowledgement: SQS delivers them again, and every
+    delivery is then handled until the queue is empty."""
+    driver.function.invoke(_event(driver, received))
+    for message in received:
+        boto3.client("sqs").change_message_visibility(
+            QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+    while driver.deliver() is not None:
+        pass
+
+
 def _event(driver: Any, messages: list[dict[str, Any]]) -> dict[str, Any]:
     from tests.support.lambdas import sqs_event
 
@@ -314,11 +326,7 @@ def test_an_event_delivered_again_after_a_crash_starts_one_workflow_that_complet
     sqs.send_message(QueueUrl=queue, MessageBody=event)
     sqs.send_message(QueueUrl=queue, MessageBody=event)
     crashed = driver.receive()
-    driver.function.invoke(_event(driver, crashed))
-    for message in crashed:
-        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
-    while driver.deliver() is not None:
-        pass
+    handled_then_lost(driver, queue, crashed)
     assert deployed.depth("TripRequestedTriggerQueue") == 0
     deployed.pump()
     [workflow] = started(deployed)
@@ -349,11 +357,7 @@ def test_a_message_delivered_again_after_a_crash_starts_one_workflow_and_a_pause
     # one message, and a run whose acknowledgement was lost: SQS delivers it again, with its id
     sent = sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(trip))["MessageId"]
     crashed = driver.receive()
-    driver.function.invoke(_event(driver, crashed))
-    for message in crashed:
-        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
-    while driver.deliver() is not None:
-        pass
+    handled_then_lost(driver, queue, crashed)
     assert deployed.depth("TripQueueTriggerQueue") == 0
     deployed.pump()
     [workflow] = started(deployed)
@@ -404,11 +408,7 @@ def test_an_upload_starts_one_workflow_however_often_its_notification_comes_and_
     version = s3.put_object(Bucket=bucket, Key=key, Body=b'{"trip": 1}')["VersionId"]
     crashed = driver.receive()
     assert len(crashed) == 1 and "Ada+Lovelace%2B1" in crashed[0]["Body"]  # as S3 sends it
-    driver.function.invoke(_event(driver, crashed))
-    for message in crashed:
-        sqs.change_message_visibility(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0)
-    while driver.deliver() is not None:
-        pass
+    handled_then_lost(driver, queue, crashed)
     # a key outside the trigger's prefix and suffix starts nothing: S3 sends no notification of it
     s3.put_object(Bucket=bucket, Key="elsewhere/notes.txt", Body=b"x")
     assert driver.deliver() is None

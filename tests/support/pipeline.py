@@ -24,10 +24,12 @@ from sasflow.definition import parse_definition
 from sasflow.messages import StepReply, StepRequest, canonical_hash, decode_reply, decode_request, encode
 from sasflow.ports import Outgoing, Receipt
 from sasflow.records import Snapshot
+from sasflow.registry import DefinitionRegistry
 from sasflow.scheduler import SchedulerService
 from sasflow.settings import AgentConfig, AgentRoute, EngineConfig
 from sasflow.states import TERMINAL_WORKFLOW
 from sasflow.supervisor import SupervisorService, SweepReport
+from sasflow.triggers import TriggerConfig, TriggerService
 from tests.support.fakes import FakeRemoteService, InMemoryBreakerStore, InMemoryPersistenceLayer
 
 AGENTS = ("flights", "hotels", "payments")
@@ -185,6 +187,22 @@ class Pipeline:
         self.persistence = {agent: InMemoryPersistenceLayer() for agent in AGENTS}
         self.runtimes = {agent: self.runtime(agent) for agent in AGENTS}
         self.call_log: list[tuple[str, str]] = []
+
+    def publish(self, name: str, **step_overrides: dict[str, Any]) -> None:
+        """Publish the sample saga (`trip_definition`, with ``step_overrides``) as version 1 of ``name``, as its
+        owner would: what a trigger's definition must be before its occurrences start."""
+        definition = parse_definition({**trip_definition(**step_overrides), "name": name, "version": 1})
+        DefinitionRegistry(self.store).publish(name, 1, definition, owner=OWNER, now=0)
+
+    def trigger(
+        self, config: TriggerConfig, principal: str, items: InMemoryTriggerStore | None = None
+    ) -> TriggerService:
+        """The trigger of ``config`` on this pipeline (its triggers' items, or ``items``), starting as
+        ``principal``."""
+        return TriggerService(
+            config, self.scheduler, self.bus, items or self.triggers, principal=principal, clock=self.clock,
+            metrics=self.count,
+        )  # fmt: skip
 
     def count(self, name: str, value: int = 1) -> None:
         self.metrics[name] += value

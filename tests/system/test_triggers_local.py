@@ -40,29 +40,27 @@ def stack() -> Iterator[LocalStack]:
             server.stop()
 
 
-def emit(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
-    """``python -m devstack emit ARGS`` against this stack, as the lock of its `make up` would describe it."""
-    lock = {
-        "endpoint_url": stack.endpoint_url,
-        "region": stack.region,
-        "stack_name": stack.stack.stack_name,
-        "event_rules": [LocalRule.of(rule).document() for rule in stack.stack.event_rules()],
-    }
+def running(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Make ``python -m devstack`` find this stack as the lock of its `make up` describes it; that lock."""
+    lock = devstack.cli.trigger_sources(stack)
     monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
-    result = CliRunner().invoke(devstack.cli.app, ["emit", *args])
+    return lock
+
+
+def devstack_command(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """``python -m devstack ARGS`` (emit, send, upload) against this stack; its output."""
+    running(stack, monkeypatch)
+    result = CliRunner().invoke(devstack.cli.app, list(args))
     assert result.exit_code == 0, result.output
     return result.output
+
+
+def emit(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    return devstack_command(stack, monkeypatch, "emit", *args)
 
 
 def send(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
-    """``python -m devstack send ARGS`` against this stack, as the lock of its `make up` would describe it."""
-    from devstack.cli import _trigger_queues
-
-    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_queues": _trigger_queues(stack)}
-    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
-    result = CliRunner().invoke(devstack.cli.app, ["send", *args])
-    assert result.exit_code == 0, result.output
-    return result.output
+    return devstack_command(stack, monkeypatch, "send", *args)
 
 
 def sasflow(stack: LocalStack, *args: str, exit_code: int = 0) -> Any:
@@ -170,10 +168,7 @@ def test_a_message_sent_to_a_queue_trigger_starts_one_workflow_that_completes_an
 def test_send_refuses_a_trigger_that_is_not_a_queue_and_an_attribute_without_a_value(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from devstack.cli import _trigger_queues
-
-    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_queues": _trigger_queues(stack)}
-    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    running(stack, monkeypatch)
     runner = CliRunner()
     wrong = runner.invoke(devstack.cli.app, ["send", "--trigger", "trip-requested", "--body", "{}"])
     said = " ".join(wrong.output.replace("│", " ").split())  # as rich wrapped it in its box
@@ -187,14 +182,10 @@ def test_send_refuses_a_trigger_that_is_not_a_queue_and_an_attribute_without_a_v
 def test_an_upload_starts_one_workflow_whose_input_has_its_key_decoded(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from devstack.cli import _trigger_buckets
-
-    lock = {"endpoint_url": stack.endpoint_url, "region": stack.region, "trigger_buckets": _trigger_buckets(stack)}
-    monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
+    lock = running(stack, monkeypatch)
     key = "requests/Grace Hopper+1 ünï.json"
-    result = CliRunner().invoke(devstack.cli.app, ["upload", "--trigger", "trip-uploads", "--key", key, "--body", "{}"])
-    assert result.exit_code == 0, result.output
-    assert result.output.startswith("uploaded ") and key in result.output
+    output = devstack_command(stack, monkeypatch, "upload", "--trigger", "trip-uploads", "--key", key, "--body", "{}")
+    assert output.startswith("uploaded ") and key in output
     deadline = time.monotonic() + 60
     workflows: list[dict[str, Any]] = []
     while time.monotonic() < deadline:

@@ -10,13 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from sasflow.adapters.memory import InMemoryTriggerStore
-from sasflow.definition import parse_definition
 from sasflow.errors import RetryableError
 from sasflow.history import decode
-from sasflow.registry import DefinitionRegistry
 from sasflow.states import WorkflowStatus
 from sasflow.triggers import HOLD_SECONDS, Message, TriggerConfig, TriggerRefusedError, TriggerService, occurrence_of
-from tests.support.pipeline import OWNER, Pipeline, trip_definition
+from tests.support.pipeline import Pipeline
 
 QUEUE = "queue/trip-queue"
 DEAD_LETTERS = "queue/trip-queue-dlq"
@@ -43,16 +41,12 @@ def message(message_id: str = "9d7c1f3e-0001", **attributes: str) -> Message:
 @pytest.fixture
 def pipeline() -> Pipeline:
     pipeline = Pipeline()
-    definition = parse_definition({**trip_definition(), "name": "trip", "version": 1})
-    DefinitionRegistry(pipeline.store).publish("trip", 1, definition, owner=OWNER, now=0)
+    pipeline.publish("trip")
     return pipeline
 
 
 def service(pipeline: Pipeline, items: InMemoryTriggerStore | None = None, **changes: Any) -> TriggerService:
-    return TriggerService(
-        config(**changes), pipeline.scheduler, pipeline.bus, items or InMemoryTriggerStore(), principal=PRINCIPAL,
-        clock=pipeline.clock, metrics=pipeline.count,
-    )  # fmt: skip
+    return pipeline.trigger(config(**changes), PRINCIPAL, items or InMemoryTriggerStore())
 
 
 def test_a_message_starts_one_workflow_whose_input_is_its_body_however_often_it_is_delivered(

@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from sasflow.definition import parse_definition
-from sasflow.registry import DefinitionRegistry
 from sasflow.states import WorkflowStatus
 from sasflow.triggers import (
     CLAIM_SETTLED_SECONDS,
@@ -24,7 +22,7 @@ from sasflow.triggers import (
     occurrence_of,
     run_now_body,
 )
-from tests.support.pipeline import OWNER, Pipeline, trip_definition
+from tests.support.pipeline import Pipeline
 
 NAME = "hourly-trip"
 QUEUE = "queue/hourly-trip"
@@ -34,8 +32,7 @@ PRINCIPAL = f"trigger:{NAME}"
 @pytest.fixture
 def pipeline() -> Pipeline:
     pipeline = Pipeline()
-    definition = parse_definition({**trip_definition(), "name": "trip", "version": 1})
-    DefinitionRegistry(pipeline.store).publish("trip", 1, definition, owner=OWNER, now=0)
+    pipeline.publish("trip")
     return pipeline
 
 
@@ -50,10 +47,7 @@ def service(pipeline: Pipeline, overlap: str, **changes: Any) -> TriggerService:
         "dead_letter_url": "queue/hourly-trip-dlq",
         **changes,
     }
-    return TriggerService(
-        TriggerConfig.model_validate(document), pipeline.scheduler, pipeline.bus, pipeline.triggers,
-        principal=PRINCIPAL, clock=pipeline.clock, metrics=pipeline.count,
-    )  # fmt: skip
+    return pipeline.trigger(TriggerConfig.model_validate(document), PRINCIPAL)
 
 
 def tick(trigger: TriggerService, minute: int) -> Any:

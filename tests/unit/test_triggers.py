@@ -48,16 +48,12 @@ def tick(at: str) -> str:
 @pytest.fixture
 def pipeline() -> Pipeline:
     pipeline = Pipeline()
-    definition = parse_definition({**trip_definition(), "name": "trip", "version": 1})
-    DefinitionRegistry(pipeline.store).publish("trip", 1, definition, owner=OWNER, now=0)
+    pipeline.publish("trip")
     return pipeline
 
 
 def service(pipeline: Pipeline, items: InMemoryTriggerStore | None = None, **changes: Any) -> TriggerService:
-    return TriggerService(
-        config(**changes), pipeline.scheduler, pipeline.bus, items or InMemoryTriggerStore(), principal=PRINCIPAL,
-        clock=pipeline.clock, metrics=pipeline.count,
-    )  # fmt: skip
+    return pipeline.trigger(config(**changes), PRINCIPAL, items or InMemoryTriggerStore())
 
 
 def test_a_tick_starts_one_workflow_owned_by_the_trigger_whose_history_names_the_occurrence(

@@ -11,8 +11,6 @@ from urllib.parse import quote_plus
 import pytest
 
 from sasflow.adapters.memory import InMemoryTriggerStore
-from sasflow.definition import parse_definition
-from sasflow.registry import DefinitionRegistry
 from sasflow.triggers import (
     HOLD_SECONDS,
     Message,
@@ -22,7 +20,7 @@ from sasflow.triggers import (
     occurrence_of,
     occurrences_of,
 )
-from tests.support.pipeline import OWNER, Pipeline, trip_definition
+from tests.support.pipeline import Pipeline
 
 QUEUE = "queue/trip-uploads"
 DEAD_LETTERS = "queue/trip-uploads-dlq"
@@ -75,20 +73,14 @@ MESSAGE = Message("m-1", 1_796_547_600_000)
 @pytest.fixture
 def pipeline() -> Pipeline:
     pipeline = Pipeline()
-    definition = parse_definition({**trip_definition(), "name": "trip", "version": 1})
-    DefinitionRegistry(pipeline.store).publish("trip", 1, definition, owner=OWNER, now=0)
+    pipeline.publish("trip")
     # a definition whose first step reads the object the upload names (its input left as the trigger gives it)
-    reads = {"traveller.$": "input.key", "route.$": "input.bucket"}
-    ingest = parse_definition({**trip_definition(reserve_flight={"input": reads}), "name": "ingest", "version": 1})
-    DefinitionRegistry(pipeline.store).publish("ingest", 1, ingest, owner=OWNER, now=0)
+    pipeline.publish("ingest", reserve_flight={"input": {"traveller.$": "input.key", "route.$": "input.bucket"}})
     return pipeline
 
 
 def service(pipeline: Pipeline, items: InMemoryTriggerStore | None = None, **changes: Any) -> TriggerService:
-    return TriggerService(
-        config(**changes), pipeline.scheduler, pipeline.bus, items or InMemoryTriggerStore(), principal=PRINCIPAL,
-        clock=pipeline.clock, metrics=pipeline.count,
-    )  # fmt: skip
+    return pipeline.trigger(config(**changes), PRINCIPAL, items or InMemoryTriggerStore())
 
 
 @pytest.mark.parametrize(

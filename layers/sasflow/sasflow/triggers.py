@@ -276,7 +276,7 @@ class Occurrence:
     run_now, buffered
         An operator's run-now; a tick that was kept waiting for the slot (`body`), now sent again.
     message, raw
-        An sqs trigger's message and its body as it was sent (kept while it waits out a pause, `held_body`).
+        An sqs trigger's message and its body as it was sent (kept while it waits out a pause, `held`).
     """
 
     identity: str
@@ -375,20 +375,24 @@ def occurrence_of(config: TriggerConfig, body: str, message: Message | None = No
     body
         The SQS message body: EventBridge Scheduler's ``{"scheduled_time": ...}`` (the template's target input), an
         event as an EventBridge rule delivers it (`event_occurrence`), an operator's run-now (`run_now_body`), a
-        tick kept waiting for the slot (`Occurrence.body`), a message kept waiting while its trigger was paused
-        (`Occurrence.held_body`), or a refused occurrence redriven from the dead-letter queue (``{"refused": ...,
-        "body": ...}``: read as its original body, so its identity and Idempotency-Key are the original's). An sqs
-        trigger's message is any body (`message_occurrence`).
+        tick kept waiting for the slot (`Occurrence.body`), or a refused occurrence redriven from the dead-letter
+        queue (``{"refused": ..., "body": ...}``: read as its original body, so its identity and Idempotency-Key are
+        the original's). An sqs trigger's message is any body (`message_occurrence`).
     message
         The message itself (an sqs trigger's occurrence is its id).
 
-    An s3 trigger's message holds one upload (`occurrences_of` reads any number).
+    An s3 trigger's message holds one upload (`occurrences_of` reads any number). A queue's or a bucket's trigger
+    opens the engine's sealed envelopes (a held message, a refusal) in `TriggerService.read`, never here.
 
     Raises
     ------
     TriggerRefusedError
         ``MALFORMED_OCCURRENCE``: the body is not what the trigger's source sends.
     """
+    if config.kind is TriggerKind.SQS:  # any body is a message
+        if message is None:
+            raise _malformed(config, "an sqs trigger's occurrence is its message, and none was given")
+        return message_occurrence(config, body, message)
     if config.kind is TriggerKind.S3:
         found = occurrences_of(config, body, message)
         if len(found) != 1:
@@ -397,19 +401,11 @@ def occurrence_of(config: TriggerConfig, body: str, message: Message | None = No
     try:
         document: Any = json.loads(body)
     except ValueError:
-        if config.kind is TriggerKind.SQS and message is not None:
-            return message_occurrence(config, body, message)
         raise _malformed(config, "the message is not JSON") from None
     if not isinstance(document, dict):
-        if config.kind is TriggerKind.SQS and message is not None:
-            return message_occurrence(config, body, message)
         raise _malformed(config, "the message is not a JSON object")
-    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str) and not config.kind.holds:
+    if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
         return occurrence_of(config, document["body"], message)
-    if config.kind is TriggerKind.SQS:  # any body: a sealed envelope of the engine's is read by TriggerService.read
-        if message is None:
-            raise _malformed(config, "an sqs trigger's occurrence is its message, and none was given")
-        return message_occurrence(config, body, message)
     if "run_now" in document:
         return _run_now(config, document["run_now"])
     if "buffered" in document:
