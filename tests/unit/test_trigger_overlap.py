@@ -231,6 +231,23 @@ def test_a_late_tick_that_took_no_slot_is_missed_and_a_paused_one_skipped(pipeli
     assert item(pipeline).running is None
 
 
+def test_a_tick_delivered_again_while_paused_finds_the_run_it_started_which_keeps_the_slot(pipeline: Pipeline) -> None:
+    """Found by the simulation (seed 22): a tick's run started and holds the slot; the trigger is paused; the same tick
+    delivered again (a duplicate, or a redelivery after a crash past the start) a minute later took itself for a
+    claim whose start crashed and gave the slot back, and a run-now then started a second run beside the first."""
+    trigger = service(pipeline, "skip")
+    first = tick(trigger, 0)
+    assert first.created and item(pipeline).running == first.workflow_id
+    pipeline.triggers.pause(NAME, principal="ops", reason="maintenance", now=int(pipeline.clock.now()))
+    pipeline.clock.advance(CLAIM_SETTLED_SECONDS + 1)
+    again = tick(trigger, 0)
+    assert (again.workflow_id, again.created, again.skipped) == (first.workflow_id, False, None)
+    assert item(pipeline).running == first.workflow_id
+    assert item(pipeline).skipped == 0  # a repeat is no skipped tick
+    run_now = trigger.handle(occurrence_of(trigger.config, run_now_body("again", 1_800_000_100, "ops")))
+    assert (run_now.created, run_now.skipped) == (False, f"{first.workflow_id} runs (skip)")
+
+
 def test_a_tick_that_took_the_slot_and_crashed_then_met_a_pause_gives_the_slot_back_once_its_claim_settled(
     pipeline: Pipeline,
 ) -> None:

@@ -709,6 +709,11 @@ class TriggerService:
         if scheduled and state is not None and state.paused and config.kind.holds:
             return self._hold(occurrence, state)
         if scheduled and state is not None and state.paused:
+            if claimed and self.scheduler.store.load(workflow_id, consistent=True) is not None:
+                # Another delivery of the tick whose run holds the slot (that run started before the pause): it
+                # found its workflow, which keeps the slot until it ends (found by the simulation, seed 22: this
+                # delivery gave it back, and a run-now started a second run beside it).
+                return TriggerOutcome(workflow_id, created=False)
             self.triggers.count(config.name, "skipped")
             self.metrics("TriggerTicksSkipped")
             if claimed and state.running_since is not None and now - state.running_since > CLAIM_SETTLED_SECONDS:
