@@ -491,7 +491,14 @@ def _base_url_description(agent: AgentDeclaration) -> str:
 def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDeclaration] = ()) -> dict[str, str]:
     """The text of each generated part of ``template.yaml`` (without its markers), by part name: the agents', and
     the triggers' of ``triggers.yaml`` (``devstack.triggers``)."""
-    from devstack.triggers import event_buses, sample_parameter, slots_policy, trigger_resources, upload_buckets
+    from devstack.triggers import (
+        QueueRef,
+        event_buses,
+        sample_parameter,
+        slots_policy,
+        trigger_resources,
+        upload_buckets,
+    )
 
     parameters = "".join(
         f"""\
@@ -514,15 +521,16 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
           {{{entries}}}
 """
     dead_letter_queues = (
-        ["ResponseDeadLetterQueue"]
-        + [f"{agent.pascal}DeadLetterQueue" for agent in agents]
-        + [f"{trigger.pascal}TriggerDeadLetterQueue" for trigger in triggers]
+        [QueueRef("ResponseDeadLetterQueue")]
+        + [QueueRef(f"{agent.pascal}DeadLetterQueue") for agent in agents]
+        + [trigger.dead_letters for trigger in triggers]
     )
     dlq_entries = ",\n            ".join(
-        f'"{queue}": {{"url": "${{{queue}}}", "arn": "${{{queue}.Arn}}"}}' for queue in dead_letter_queues
+        f'"{queue.logical_id}": {{"url": "{queue.url_in_sub}", "arn": "{queue.arn_in_sub}"}}'
+        for queue in dead_letter_queues
     )
     trigger_entries = ",\n            ".join(
-        f'"{trigger.name}": {json.dumps(trigger.route())[:-1]}, "queue_url": "${{{trigger.pascal}TriggerQueue}}"}}'
+        f'"{trigger.name}": {json.dumps(trigger.route())[:-1]}, "queue_url": "{trigger.source_queue.url_in_sub}"}}'
         for trigger in triggers
     )
     ops_part = f"""\
@@ -533,13 +541,13 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
           TRIGGERS: !Sub >-
             {{{trigger_entries}}}
 """
-    dlq_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in dead_letter_queues)
+    dlq_arns = "\n".join(f"              - {queue.arn_value}" for queue in dead_letter_queues)
     sources = (
-        ["ResponseQueue"]
-        + [f"{agent.pascal}RequestQueue" for agent in agents]
-        + [f"{trigger.pascal}TriggerQueue" for trigger in triggers]
+        [QueueRef("ResponseQueue")]
+        + [QueueRef(f"{agent.pascal}RequestQueue") for agent in agents]
+        + [trigger.source_queue for trigger in triggers]
     )
-    source_arns = "\n".join(f"              - !GetAtt {queue}.Arn" for queue in sources)
+    source_arns = "\n".join(f"              - {queue.arn_value}" for queue in sources)
     queues = "\n".join(f"              - !GetAtt {agent.pascal}RequestQueue.Arn" for agent in agents)
     resources = (
         f"""\
@@ -599,7 +607,7 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
         + ("\n" + event_buses(triggers) if any(t.kind == "event" and t.bus for t in triggers) else "")
         + ("\n" + upload_buckets(triggers) if any(t.kind == "s3" for t in triggers) else "")
     )
-    dead_letters = "\n".join(f"        - !Ref {queue}" for queue in dead_letter_queues[1:])
+    dead_letters = "\n".join(f"        - {queue.url_value}" for queue in dead_letter_queues[1:])
     outputs = (
         "".join(
             f"""\

@@ -552,17 +552,19 @@ def trigger_sources(local: LocalStack) -> dict[str, Any]:
 
 
 def _trigger_destinations(local: LocalStack) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """Where the local stack's triggers take occurrences from a person (``triggers.yaml`` read once): each sqs
-    trigger's queue URL, for ``python -m devstack send``, and each s3 trigger's bucket name, prefix and suffix, for
-    ``python -m devstack upload``."""
-    from devstack.agents import AGENTS_FILE
+    """Where the local stack's triggers take occurrences from a person (its ``triggers.yaml``, beside its template,
+    read once): each sqs trigger's queue URL (an existing queue's stand-in), for ``python -m devstack send``, and
+    each s3 trigger's bucket name, prefix and suffix, for ``python -m devstack upload``."""
     from devstack.triggers import load_triggers, triggers_file
 
     queues: dict[str, str] = {}
     buckets: dict[str, dict[str, str]] = {}
-    for trigger in load_triggers(triggers_file(AGENTS_FILE)):
+    stand_ins = {existing.arn: existing.url for existing in local.stack.existing_queues()}
+    for trigger in load_triggers(triggers_file(local.template_path)):
         queue = f"{trigger.pascal}TriggerQueue"
-        if trigger.kind == "sqs" and queue in local.physical_ids:
+        if trigger.kind == "sqs" and trigger.queue is not None:
+            queues[trigger.name] = stand_ins[local.stack.resolve({"Fn::Sub": trigger.queue})]
+        elif trigger.kind == "sqs" and queue in local.physical_ids:
             queues[trigger.name] = local.physical_ids[queue]
         elif trigger.kind == "s3" and trigger.bucket in local.physical_ids:
             bucket = local.physical_ids[trigger.bucket]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from devstack import _aws
-from devstack.template import ScheduleEventSpec, SqsEventSpec, Stack, TemplateError
+from devstack.template import ExistingQueue, ScheduleEventSpec, SqsEventSpec, Stack, TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -668,7 +668,24 @@ def provision(
             client("cloudwatch").put_metric_alarm(**request)
             physical[logical_id] = str(request["AlarmName"])
         logger.debug("created %s %s as %s", rtype, logical_id, physical[logical_id])
+    for existing in stack.existing_queues():
+        _stand_in(client("sqs"), existing, exist_ok)
     return physical
+
+
+def _stand_in(client: SQSClient, existing: ExistingQueue, exist_ok: bool) -> None:
+    """Create the stand-ins of an existing queue a function reads and of its dead-letter queue (on AWS they exist
+    already; here nothing does): the queue gives a message to its dead-letter queue after five receives, as the
+    template's own queues do."""
+    _create_queue(
+        client, {"QueueName": existing.dead_letter_name, "Attributes": {}}, existing.dead_letter_url, exist_ok
+    )
+    redrive = json.dumps({"deadLetterTargetArn": existing.dead_letter_arn, "maxReceiveCount": 5})
+    attributes = {"VisibilityTimeout": "180", "RedrivePolicy": redrive}
+    _create_queue(client, {"QueueName": existing.name, "Attributes": attributes}, existing.url, exist_ok)
+    logger.debug(
+        "stood in for the existing queue %s and its dead-letter queue %s", existing.arn, existing.dead_letter_arn
+    )
 
 
 # ------------------------------------------------------------------------------------------------- describe

@@ -167,6 +167,20 @@ def load_template(path: str | Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class ExistingQueue:
+    """A queue outside the stack that a function reads (an sqs trigger's ``queue``), and its dead-letter queue: on
+    AWS they exist already; the local stack creates stand-ins of the same names (five receives, then the
+    dead-letter queue)."""
+
+    name: str
+    url: str
+    arn: str
+    dead_letter_name: str
+    dead_letter_url: str
+    dead_letter_arn: str
+
+
+@dataclass(frozen=True)
 class SqsEventSpec:
     """An SQS event source mapping (SAM ``Type: SQS``), resolved.
 
@@ -1200,13 +1214,18 @@ class Stack:
                 props = self.properties(logical_id)
                 if props.get("FilterCriteria"):
                     raise TemplateError(f"{where}: FilterCriteria is not emulated")
-                queue_id = self._queue_logical_id(raw.get("EventSourceArn"), props.get("EventSourceArn"), where)
+                existing = self.existing_queue(logical_id)
+                if existing is not None:  # the local stack's stand-in for a queue outside the stack
+                    queue_id, queue_url, queue_arn = existing.name, existing.url, existing.arn
+                else:
+                    queue_id = self._queue_logical_id(raw.get("EventSourceArn"), props.get("EventSourceArn"), where)
+                    queue_url, queue_arn = self.physical_id(queue_id), self.get_att(queue_id, "Arn")
                 scaling = props.get("ScalingConfig") or {}
                 events.append(
                     SqsEventSpec(
                         queue_logical_id=queue_id,
-                        queue_url=self.physical_id(queue_id),
-                        queue_arn=self.get_att(queue_id, "Arn"),
+                        queue_url=queue_url,
+                        queue_arn=queue_arn,
                         batch_size=int(props.get("BatchSize", 10)),
                         batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
                         report_batch_item_failures="ReportBatchItemFailures"
@@ -1235,6 +1254,48 @@ class Stack:
                     )
                 )
         return events
+
+    def existing_queue(self, mapping_id: str) -> ExistingQueue | None:
+        """The existing queue an event source mapping reads (its Metadata names the queue's dead-letter queue, see
+        ``devstack.triggers.STAND_IN_METADATA``), as the local stack stands in for it; None for a queue of the stack.
+
+        Raises
+        ------
+        TemplateError
+            When the mapping's queue ARN is not of this account and region, where the stand-in lives.
+        """
+        from devstack.triggers import STAND_IN_METADATA
+
+        declared = self.metadata(mapping_id).get(STAND_IN_METADATA)
+        if not isinstance(declared, dict):
+            return None
+        arn = str(self.properties(mapping_id).get("EventSourceArn"))
+        *_, region, account, name = arn.split(":")
+        if (region, account) != (self.region, self.account_id):
+            raise TemplateError(
+                f"AWS::Lambda::EventSourceMapping {mapping_id}: the local stack stands in for existing queues of its "
+                f"own account and region ({self.account_id}, {self.region}), not {arn}: write the queue's ARN with "
+                "${AWS::Region} and ${AWS::AccountId}"
+            )
+        dead_letters = str(declared["dead_letter_queue"])
+        return ExistingQueue(
+            name=name,
+            url=self._queue_url(name),
+            arn=arn,
+            dead_letter_name=dead_letters,
+            dead_letter_url=self._queue_url(dead_letters),
+            dead_letter_arn=f"arn:aws:sqs:{self.region}:{self.account_id}:{dead_letters}",
+        )
+
+    def existing_queues(self) -> list[ExistingQueue]:
+        """Every existing queue an event source mapping of the stack reads (the local stack creates stand-ins)."""
+        found = []
+        for logical_id, rtype, _cond, active in self.template_resources():
+            if active and rtype == "AWS::Lambda::EventSourceMapping":
+                existing = self.existing_queue(logical_id)
+                if existing is not None:
+                    found.append(existing)
+        return found
 
     def _route_function(self, route_id: str) -> str | None:
         """The function a route's ``Target: integrations/<Integration>`` invokes (``IntegrationUri`` its ARN)."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -86,6 +87,66 @@ SAMPLE_TRIGGERS_PARAMETER: Final = "SampleTriggersState"
 PRINCIPAL_PREFIX: Final = "trigger:"
 
 
+#: An existing queue's ARN: literal, or with CloudFormation's pseudo parameters for its partition, region and account
+#: (``arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders``), so one file serves every account.
+_QUEUE_ARN: Final = (
+    r"^arn:(?P<partition>aws|aws-cn|aws-us-gov|\$\{AWS::Partition\}):sqs:"
+    r"(?P<region>[a-z]{2}(-[a-z]+)+-\d|\$\{AWS::Region\}):(?P<account>\d{12}|\$\{AWS::AccountId\}):"
+    r"(?P<name>[A-Za-z0-9_-]{1,80}(\.fifo)?)$"
+)
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A queue a trigger reads or sends to, as the template names it: one the template creates (``logical_id``), or
+    an existing one (``arn``, from ``triggers.yaml``), named under the logical id it would have had."""
+
+    logical_id: str
+    arn: str | None = None
+
+    @property
+    def arn_value(self) -> str:
+        """Its ARN as a YAML value (a policy's Resource, a mapping's EventSourceArn)."""
+        if self.arn is None:
+            return f"!GetAtt {self.logical_id}.Arn"
+        return f"!Sub {json.dumps(self.arn)}" if "${" in self.arn else json.dumps(self.arn)
+
+    @property
+    def url_value(self) -> str:
+        """Its URL as a YAML value (an output)."""
+        return f"!Ref {self.logical_id}" if self.arn is None else f"!Sub {json.dumps(self.url_in_sub)}"
+
+    @property
+    def name_value(self) -> str:
+        """Its name as a YAML value (an alarm's QueueName dimension)."""
+        return f"!GetAtt {self.logical_id}.QueueName" if self.arn is None else self.name
+
+    @property
+    def arn_in_sub(self) -> str:
+        """Its ARN inside a ``!Sub`` string."""
+        return f"${{{self.logical_id}.Arn}}" if self.arn is None else self.arn
+
+    @property
+    def url_in_sub(self) -> str:
+        """Its URL inside a ``!Sub`` string: an existing queue's, from its ARN as SQS forms it
+        (``https://sqs.<region>.<domain>/<account>/<name>``)."""
+        if self.arn is None:
+            return f"${{{self.logical_id}}}"
+        match = re.match(_QUEUE_ARN, self.arn)
+        assert match is not None  # a declaration's ARN was checked by the same pattern
+        return f"https://sqs.{match['region']}.${{AWS::URLSuffix}}/{match['account']}/{match['name']}"
+
+    @property
+    def title(self) -> str:
+        """What an alarm's text calls it: the logical id of a queue the template creates, an existing one's name."""
+        return self.logical_id if self.arn is None else self.name
+
+    @property
+    def name(self) -> str:
+        """An existing queue's name (the last part of its ARN)."""
+        return (self.arn or "").rsplit(":", 1)[-1]
+
+
 class TriggersFileError(AgentsFileError):
     """``triggers.yaml`` is malformed (the message names the trigger and the field)."""
 
@@ -111,6 +172,8 @@ class TriggerDeclaration(BaseModel):
     catch_up_window: str = "all"
     overlap: Literal["allow", "skip", "buffer_one"] = "allow"
     batch_size: int = Field(default=10, ge=1, le=10)
+    queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
+    dead_letter_queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
     bucket: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]{0,25}$")
     prefix: str = Field(default="", max_length=1024)
     suffix: str = Field(default="", max_length=1024)
@@ -123,11 +186,7 @@ class TriggerDeclaration(BaseModel):
             return self._queue()
         if self.kind == "s3":
             return self._uploads()
-        if "batch_size" in self.model_fields_set:
-            raise ValueError("batch_size: an sqs or s3 trigger's (the messages its function reads at a time)")
-        upload_only = sorted({"bucket", "prefix", "suffix"} & self.model_fields_set)
-        if upload_only:
-            raise ValueError(f"{', '.join(upload_only)}: an s3 trigger's (kind: s3)")
+        self._no_queue_nor_upload_fields()
         if self.bus is not None or self.pattern is not None:
             raise ValueError("bus and pattern: an event trigger's (kind: event); a schedule has an expression")
         if self.expression is None:
@@ -162,27 +221,50 @@ class TriggerDeclaration(BaseModel):
         given = sorted(schedule_only & self.model_fields_set)
         if given:
             raise ValueError(f"{', '.join(given)}: a schedule's; an event trigger starts one workflow per event")
-        if "batch_size" in self.model_fields_set:
-            raise ValueError("batch_size: an sqs or s3 trigger's (the messages its function reads at a time)")
-        upload_only = sorted({"bucket", "prefix", "suffix"} & self.model_fields_set)
-        if upload_only:
-            raise ValueError(f"{', '.join(upload_only)}: an s3 trigger's (kind: s3)")
+        self._no_queue_nor_upload_fields()
         if not self.pattern:
             raise ValueError("pattern: an event trigger needs an EventBridge event pattern (e.g. source: [my.app])")
         check_pattern(self.pattern)
         _check_expressions(self.input)
         return self
 
+    def _no_queue_nor_upload_fields(self) -> None:
+        """Refuse an sqs or s3 trigger's fields on a schedule or an event trigger."""
+        if "batch_size" in self.model_fields_set:
+            raise ValueError("batch_size: an sqs or s3 trigger's (the messages its function reads at a time)")
+        queue_only = sorted({"queue", "dead_letter_queue"} & self.model_fields_set)
+        if queue_only:
+            raise ValueError(f"{', '.join(queue_only)}: an sqs trigger's (kind: sqs)")
+        upload_only = sorted({"bucket", "prefix", "suffix"} & self.model_fields_set)
+        if upload_only:
+            raise ValueError(f"{', '.join(upload_only)}: an s3 trigger's (kind: s3)")
+
     def _queue(self) -> TriggerDeclaration:
-        """An sqs trigger: its queue is its source, so none of a schedule's, an event's or an upload's fields."""
+        """An sqs trigger: its queue is its source (one the template creates, or an existing one with its dead-letter
+        queue), so none of a schedule's, an event's or an upload's fields."""
         self._only_its_own(
             "an sqs trigger starts one per message", "what is sent to its queue", {"bucket", "prefix", "suffix"}
         )
+        if (self.queue is None) != (self.dead_letter_queue is None):
+            raise ValueError(
+                "queue and dead_letter_queue: an existing queue needs both (its ARN and the ARN of the dead-letter "
+                "queue its RedrivePolicy moves failed messages to, where refused messages go too); omit both and "
+                "the template creates the pair"
+            )
+        if self.queue is not None and self.queue.endswith(".fifo"):
+            raise ValueError(
+                "queue: a FIFO queue cannot hold a message while the trigger is paused (SQS refuses a message's own "
+                "delay there); use a standard queue"
+            )
+        if self.queue is not None and self.queue == self.dead_letter_queue:
+            raise ValueError("dead_letter_queue: another queue than queue (where its failed messages go)")
         return self
 
     def _uploads(self) -> TriggerDeclaration:
         """An s3 trigger: a bucket of the template, and the keys (prefix, suffix) whose uploads start workflows."""
-        self._only_its_own("an s3 trigger starts one per upload", "what is uploaded to its bucket", set())
+        self._only_its_own(
+            "an s3 trigger starts one per upload", "what is uploaded to its bucket", {"queue", "dead_letter_queue"}
+        )
         if self.bucket is None:
             raise ValueError("bucket: an s3 trigger needs the logical id of the bucket the template creates for it")
         return self
@@ -217,6 +299,16 @@ class TriggerDeclaration(BaseModel):
         return "".join(part[:1].upper() + part[1:] for part in self.name.split("-"))
 
     @property
+    def source_queue(self) -> QueueRef:
+        """The queue its function reads: its own, or the existing one it names (``queue``)."""
+        return QueueRef(f"{self.pascal}TriggerQueue", self.queue)
+
+    @property
+    def dead_letters(self) -> QueueRef:
+        """Where its refused and failed occurrences go: its own, or the existing one it names."""
+        return QueueRef(f"{self.pascal}TriggerDeadLetterQueue", self.dead_letter_queue)
+
+    @property
     def principal(self) -> str:
         """Who its workflows belong to."""
         return f"{PRINCIPAL_PREFIX}{self.name}"
@@ -226,7 +318,7 @@ class TriggerDeclaration(BaseModel):
         if self.kind == "event":
             source = f"bus {self.bus_name}: {json.dumps(self.pattern, separators=(',', ':'))}"
         elif self.kind == "sqs":
-            source = f"queue ${{{self.pascal}TriggerQueue}}, batch {self.batch_size}"
+            source = f"queue {self.source_queue.url_in_sub}, batch {self.batch_size}"
         elif self.kind == "s3":
             source = f"bucket ${{{self.bucket}}}, keys {self.prefix}*{self.suffix}, batch {self.batch_size}"
         else:
@@ -382,7 +474,7 @@ def _waiting_tick(trigger: TriggerDeclaration) -> str:
             - Sid: HeldMessages
               Effect: Allow
               Action: sqs:SendMessage
-              Resource: !GetAtt {trigger.pascal}TriggerQueue.Arn
+              Resource: {trigger.source_queue.arn_value}
 """
     if trigger.overlap != "buffer_one":
         return ""
@@ -442,8 +534,8 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     description = trigger.description or f"Starts {trigger.definition} workflows: trigger {name} ({trigger.kind})."
     config = json.dumps(trigger.config(), separators=(", ", ": "))[:-1]
     if trigger.overlap == "buffer_one" or trigger.kind in ("sqs", "s3"):
-        config += f', "queue_url": "${{{p}TriggerQueue}}"'
-    config += f', "dead_letter_url": "${{{p}TriggerDeadLetterQueue}}"}}'
+        config += f', "queue_url": "{trigger.source_queue.url_in_sub}"'
+    config += f', "dead_letter_url": "{trigger.dead_letters.url_in_sub}"}}'
     config = config.replace("'", "''")
     sender = {
         "schedule": " and ticks that\n  # EventBridge Scheduler could not deliver",
@@ -457,11 +549,18 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     source = {"schedule": _schedule, "event": _event_rule, "sqs": _queue_source, "s3": _upload_source}[trigger.kind](
         trigger
     )
+    queues = (
+        ""
+        if trigger.queue is not None  # an existing queue and its dead-letter queue: the template names them only
+        else queue_pair(
+            f"{p}TriggerQueue", f"{p}TriggerDeadLetterQueue", function, f"{p}TriggerDeadLetterAlarm", dlq_comment
+        )
+        + "\n"
+    )
     return (
         f"""\
   # ---------------------------------------------------------------- trigger: {name} ({trigger.kind})
-{queue_pair(f"{p}TriggerQueue", f"{p}TriggerDeadLetterQueue", function, f"{p}TriggerDeadLetterAlarm", dlq_comment)}
-{source}  {function}:
+{queues}{source}  {function}:
     Type: AWS::Serverless::Function
     Metadata:
       checkov:
@@ -516,12 +615,12 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
             - Sid: Occurrences
               Effect: Allow
               Action: [sqs:ReceiveMessage, sqs:DeleteMessage, sqs:ChangeMessageVisibility, sqs:GetQueueAttributes]
-              Resource: !GetAtt {p}TriggerQueue.Arn
+              Resource: {trigger.source_queue.arn_value}
             # A refused occurrence goes to its dead-letter queue with its reason.
             - Sid: RefusedOccurrences
               Effect: Allow
               Action: sqs:SendMessage
-              Resource: !GetAtt {p}TriggerDeadLetterQueue.Arn
+              Resource: {trigger.dead_letters.arn_value}
 {_waiting_tick(trigger)}\
             # Its workflows' ids derive from the occurrence under this key (scheduler.workflow_id_for).
             - Sid: WorkflowIdKey
@@ -537,12 +636,12 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
     Type: AWS::Lambda::EventSourceMapping
     DependsOn: {function}Role
     Metadata:
-      cfn-lint:
+{_stand_in(trigger)}      cfn-lint:
         config:
           ignore_checks:
             - ES1001 # SQS sources take no OnFailure destination: the queue's RedrivePolicy moves it to the DLQ
     Properties:
-      EventSourceArn: !GetAtt {p}TriggerQueue.Arn
+      EventSourceArn: {trigger.source_queue.arn_value}
       FunctionName: !Ref {function}
       BatchSize: {trigger.batch_size}
       # It gathers occurrences as an agent's mapping gathers requests (the Profile, or AgentBatchingWindowSeconds): a
@@ -579,7 +678,7 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
         + "\n"
         + _alarm(
             f"{function}ThrottlesAlarm",
-            f"{function} invocations were throttled (its occurrences wait in {p}TriggerQueue).",
+            f"{function} invocations were throttled (its occurrences wait in {trigger.source_queue.title}).",
             "AWS/Lambda",
             "Throttles",
             "FunctionName",
@@ -588,15 +687,32 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
         + "\n"
         + _alarm(
             f"{p}TriggerDeadLetterAlarm",
-            f"Occurrences of trigger {name} were refused (each message says why) or failed five times. List them: "
+            f"Occurrences of trigger {name} were refused (each message says why) or failed "
+            f"{'five times' if trigger.queue is None else 'as often as its queue RedrivePolicy allows'}. List them: "
             f"sasflow --stack ${{AWS::StackName}} dlq list {p}TriggerDeadLetterQueue; once fixed, start them: sasflow "
             f"--stack ${{AWS::StackName}} dlq redrive {p}TriggerDeadLetterQueue --reason WHY (docs/triggers.md).",
             "AWS/SQS",
             "ApproximateNumberOfMessagesVisible",
             "QueueName",
-            f"!GetAtt {p}TriggerDeadLetterQueue.QueueName",
+            trigger.dead_letters.name_value,
         )
     )
+
+
+#: The key of an event source mapping's Metadata that names the dead-letter queue of an existing queue it reads.
+STAND_IN_METADATA: Final = "sasflow-existing-queue"
+
+
+def _stand_in(trigger: TriggerDeclaration) -> str:
+    """An existing queue's mapping names the queue's dead-letter queue, so the local stack can stand in for both."""
+    if trigger.queue is None:
+        return ""
+    return f"""\
+      # An existing queue: the local stack (no account, no such queue) creates a stand-in for it and for its
+      # dead-letter queue, where failed messages go after five receives.
+      {STAND_IN_METADATA}:
+        dead_letter_queue: {trigger.dead_letters.name}
+"""
 
 
 def check_pattern(pattern: dict[str, Any]) -> None:
@@ -648,7 +764,7 @@ def _queue_source(trigger: TriggerDeclaration) -> str:
           - Sid: StartWorkflows
             Effect: Allow
             Action: sqs:SendMessage
-            Resource: !GetAtt {p}TriggerQueue.Arn
+            Resource: {trigger.source_queue.arn_value}
 
 """
 

@@ -10,7 +10,7 @@ import pytest
 
 from devstack.agents import AGENTS_FILE, TEMPLATE_FILE, load_agents, render_template
 from devstack.sam import translate
-from devstack.template import SqsEventSpec, Stack, load_template
+from devstack.template import SqsEventSpec, Stack, TemplateError, load_template
 from devstack.triggers import TriggersFileError, load_triggers, triggers_file
 
 NIGHTLY = """\
@@ -168,7 +168,7 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
         "5f2a-triprequestsbucket: each upload of requests/*.json starts a workflow of trip-uploads: python -m devstack "
         "upload --trigger trip-uploads --key requests/NAME.json"
     )
-    quiet = SimpleNamespace(stack=stack, scheduler_schedules={}, physical_ids=ids)
+    quiet = SimpleNamespace(stack=stack, scheduler_schedules={}, physical_ids=ids, template_path=TEMPLATE_FILE)
     assert trigger_lines(quiet) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, DISABLED (its State)",
         "TripRequestedRule: events on bus default, DISABLED (its State)",
@@ -182,6 +182,7 @@ def test_make_up_names_each_schedule_and_whether_it_ticks_here() -> None:
         stack=enabled,
         scheduler_schedules={"EveryMinuteTripSchedule": object()},
         physical_ids=ids,
+        template_path=TEMPLATE_FILE,
     )
     assert trigger_lines(ticking) == [
         "EveryMinuteTripSchedule: rate(1 minute) UTC, ticks here",
@@ -475,6 +476,135 @@ def test_an_sqs_trigger_with_another_kinds_field_or_a_bad_batch_is_refused(
     declared.write_text(PAYMENTS.replace("    batch_size: 4\n", "") + extra)
     with pytest.raises(TriggersFileError, match=reason):
         load_triggers(declared)
+
+
+EXISTING_ORDERS = """\
+triggers:
+  orders:
+    kind: sqs
+    definition: settle
+    queue: arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders
+    dead_letter_queue: arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders-dlq
+    batch_size: 5
+"""
+ORDERS_ARN = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders"}
+ORDERS_DLQ_ARN = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders-dlq"}
+
+
+def test_an_sqs_trigger_on_an_existing_queue_creates_no_queue_and_its_function_reads_and_refuses_to_those_named(
+    tmp_path: Path,
+) -> None:
+    with_it = translate(load_template(rendered(tmp_path, EXISTING_ORDERS)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith("Orders")}
+    assert mine == {
+        "OrdersTriggerSendPolicy",
+        "OrdersTriggerFunction",
+        "OrdersTriggerFunctionRole",
+        "OrdersTriggerOccurrences",
+        "OrdersTriggerLogGroup",
+        "OrdersTriggerFunctionErrorsAlarm",
+        "OrdersTriggerFunctionThrottlesAlarm",
+        "OrdersTriggerDeadLetterAlarm",
+    }
+    assert set(with_it) - mine == set(without)
+    mapping = with_it["OrdersTriggerOccurrences"]
+    assert (mapping["Properties"]["EventSourceArn"], mapping["Properties"]["BatchSize"]) == (ORDERS_ARN, 5)
+    assert mapping["Metadata"]["sasflow-existing-queue"] == {"dead_letter_queue": "orders-dlq"}
+    statements = {
+        s["Sid"]: s
+        for policy in with_it["OrdersTriggerFunctionRole"]["Properties"]["Policies"]
+        for s in policy["PolicyDocument"]["Statement"]
+        if "Sid" in s
+    }
+    assert (statements["Occurrences"]["Resource"], statements["HeldMessages"]["Resource"]) == (ORDERS_ARN, ORDERS_ARN)
+    assert statements["RefusedOccurrences"]["Resource"] == ORDERS_DLQ_ARN
+    [send] = with_it["OrdersTriggerSendPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert send["Resource"] == ORDERS_ARN
+    # the alarm watches the existing dead-letter queue; the operators list it and redrive it to the existing queue
+    [dimension] = with_it["OrdersTriggerDeadLetterAlarm"]["Properties"]["Dimensions"]
+    assert dimension == {"Name": "QueueName", "Value": "orders-dlq"}
+    redrive = {
+        s["Sid"]: s["Resource"] for s in with_it["DeadLetterRedrivePolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    }
+    assert ORDERS_DLQ_ARN in redrive["DeadLetterQueues"] and ORDERS_ARN in redrive["SourceQueues"]
+    # resolved in an account: the function's URLs are SQS's for those ARNs
+    stack = Stack(
+        load_template(rendered(tmp_path, EXISTING_ORDERS)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+        region="eu-west-1",
+    )
+    account = stack.account_id
+    config = json.loads(stack.function("OrdersTriggerFunction").environment["TRIGGER"])
+    assert (config["queue_url"], config["dead_letter_url"]) == (
+        f"https://sqs.eu-west-1.amazonaws.com/{account}/orders",
+        f"https://sqs.eu-west-1.amazonaws.com/{account}/orders-dlq",
+    )
+    dead_letters = json.loads(stack.function("OpsFunction").environment["DEAD_LETTER_QUEUES"])
+    assert dead_letters["OrdersTriggerDeadLetterQueue"] == {
+        "url": f"https://sqs.eu-west-1.amazonaws.com/{account}/orders-dlq",
+        "arn": f"arn:aws:sqs:eu-west-1:{account}:orders-dlq",
+    }
+    [existing] = stack.existing_queues()
+    assert (existing.arn, existing.dead_letter_arn) == (
+        f"arn:aws:sqs:eu-west-1:{account}:orders",
+        f"arn:aws:sqs:eu-west-1:{account}:orders-dlq",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ("    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n", "an existing queue needs both"),
+        ("    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders-dlq\n", "an existing queue needs both"),
+        ("    queue: https://sqs.eu-west-1.amazonaws.com/123456789012/orders\n", "queue"),
+        (
+            "    queue: arn:aws:sqs:eu-west-1:123456789012:orders.fifo\n"
+            "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:dlq.fifo\n",
+            "a FIFO queue cannot hold a message",
+        ),
+        (
+            "    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n"
+            "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders\n",
+            "another queue than queue",
+        ),
+    ],
+)
+def test_an_existing_queue_without_its_dead_letter_queue_or_not_an_arn_or_fifo_is_refused(
+    tmp_path: Path, fields: str, reason: str
+) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text("triggers:\n  orders:\n    kind: sqs\n    definition: settle\n" + fields)
+    with pytest.raises(TriggersFileError, match=reason):
+        load_triggers(declared)
+
+
+@pytest.mark.parametrize("kind", ["schedule", "event", "s3"])
+def test_an_existing_queue_is_an_sqs_triggers_field_only(tmp_path: Path, kind: str) -> None:
+    fields = {
+        "schedule": "    expression: rate(1 hour)\n",
+        "event": "    pattern:\n      source: [shop]\n",
+        "s3": "    bucket: Uploads\n",
+    }[kind]
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(
+        f"triggers:\n  orders:\n    kind: {kind}\n    definition: settle\n{fields}"
+        "    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n"
+    )
+    with pytest.raises(TriggersFileError, match="queue"):
+        load_triggers(declared)
+
+
+def test_the_local_stack_stands_in_for_an_existing_queue_of_its_own_account_only(tmp_path: Path) -> None:
+    elsewhere = EXISTING_ORDERS.replace("${AWS::AccountId}", "111122223333")
+    stack = Stack(
+        load_template(rendered(tmp_path, elsewhere)),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false"},
+    )
+    with pytest.raises(TemplateError, match=r"own account and region .* write the queue's ARN with \$\{AWS::Region\}"):
+        stack.existing_queues()
 
 
 def test_batch_size_and_a_bucket_are_not_a_schedules(tmp_path: Path) -> None:
