@@ -493,23 +493,30 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
     the triggers' of ``triggers.yaml`` (``devstack.triggers``)."""
     from devstack.triggers import (
         QueueRef,
+        bucket_outputs,
+        bucket_parameters,
         event_buses,
         sample_parameter,
         slots_policy,
+        trigger_outputs,
         trigger_resources,
         upload_buckets,
     )
 
-    parameters = "".join(
-        f"""\
+    parameters = (
+        "".join(
+            f"""\
   {agent.base_url_parameter}:
     Type: String
     Default: ""
     Description: {json.dumps(_base_url_description(agent))}
 """
-        for agent in agents
-        if agent.base_url_parameter
-    ) + sample_parameter(list(triggers))
+            for agent in agents
+            if agent.base_url_parameter
+        )
+        + sample_parameter(list(triggers))
+        + bucket_parameters(triggers)
+    )
     entries = ",\n          ".join(
         f'"{agent.name}": {{"queue_url": "${{{agent.pascal}RequestQueue}}", '
         f'"actions": {json.dumps(list(agent.actions))}}}'
@@ -616,6 +623,8 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
 """
             for agent in agents
         )
+        + "".join(trigger_outputs(trigger) for trigger in triggers)
+        + bucket_outputs(triggers)
         + f"""\
   DeadLetterQueueUrls:
     Description: Every dead-letter queue of the stack, comma-separated.
@@ -682,14 +691,21 @@ def _check_bucket_names(template_text: str, triggers: Sequence[TriggerDeclaratio
     """
     from devstack.triggers import TriggersFileError
 
-    outside = _marker_re("resources").sub("", template_text)
+    outside = _marker_re("parameters").sub("", _marker_re("resources").sub("", template_text))
     for trigger in triggers:
-        for logical_id in (trigger.bucket, f"{trigger.bucket}Policy") if trigger.kind == "s3" else ():
-            if re.search(rf"^  {re.escape(str(logical_id))}:\s*$", outside, re.MULTILINE):
+        bucket = trigger.created_bucket
+        for logical_id in (bucket, f"{bucket}Policy") if bucket else ():
+            if re.search(rf"^  {re.escape(logical_id)}:\s*$", outside, re.MULTILINE):
                 raise TriggersFileError(
-                    f"trigger {trigger.name}: bucket {trigger.bucket}: template.yaml already has a resource "
+                    f"trigger {trigger.name}: bucket {bucket}: template.yaml already has a resource "
                     f"{logical_id} of its own; an s3 trigger creates its bucket: give it a logical id of its own"
                 )
+        parameter = trigger.bucket_parameter
+        if parameter and re.search(rf"^  {re.escape(parameter)}:\s*$", outside, re.MULTILINE):
+            raise TriggersFileError(
+                f"trigger {trigger.name}: bucket parameter {parameter}: template.yaml already has a parameter or "
+                "resource of that name; give the bucket's parameter a name of its own"
+            )
 
 
 @dataclass(frozen=True)

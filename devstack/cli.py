@@ -566,8 +566,12 @@ def _trigger_destinations(local: LocalStack) -> tuple[dict[str, str], dict[str, 
             queues[trigger.name] = stand_ins[local.stack.resolve({"Fn::Sub": trigger.queue})]
         elif trigger.kind == "sqs" and queue in local.physical_ids:
             queues[trigger.name] = local.physical_ids[queue]
-        elif trigger.kind == "s3" and trigger.bucket in local.physical_ids:
-            bucket = local.physical_ids[trigger.bucket]
+        elif trigger.kind == "s3" and (trigger.bucket_parameter or trigger.created_bucket in local.physical_ids):
+            bucket = str(
+                local.stack.ref(trigger.bucket_parameter)  # an existing bucket's stand-in
+                if trigger.bucket_parameter
+                else local.physical_ids[trigger.bucket_id]
+            )
             buckets[trigger.name] = {"bucket": bucket, "prefix": trigger.prefix, "suffix": trigger.suffix}
     return queues, buckets
 

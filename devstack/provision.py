@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from devstack import _aws
-from devstack.template import ExistingQueue, ScheduleEventSpec, SqsEventSpec, Stack, TemplateError
+from devstack.template import ExistingBucket, ExistingQueue, ScheduleEventSpec, SqsEventSpec, Stack, TemplateError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -670,7 +670,45 @@ def provision(
         logger.debug("created %s %s as %s", rtype, logical_id, physical[logical_id])
     for existing in stack.existing_queues():
         _stand_in(client("sqs"), existing, exist_ok)
+    buckets: dict[str, list[ExistingBucket]] = {}
+    for bucket in stack.existing_buckets():
+        buckets.setdefault(bucket.name, []).append(bucket)
+    for name, watchers in buckets.items():
+        _stand_in_bucket(client("s3"), name, watchers)
     return physical
+
+
+#: What a bucket's notification configuration holds besides the queues (kept as they are).
+_NOTIFICATION_KEYS: Final = ("TopicConfigurations", "LambdaFunctionConfigurations", "EventBridgeConfiguration")
+
+
+def _stand_in_bucket(client: Any, name: str, watchers: list[ExistingBucket]) -> None:
+    """Create the stand-in of an existing bucket s3 triggers watch (versioned, as such a bucket should be), and add
+    to its notification configuration what its owner adds on AWS: each trigger's queue, for the uploads of its keys
+    (the configurations already there are kept)."""
+    from devstack import moto_s3
+
+    _create_bucket(client, {"Bucket": name, "calls": []}, exist_ok=True)  # it may well exist: it is the owner's
+    client.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    moto_s3.install()  # moto's notifications then carry the version id and sequencer S3's do
+    current = client.get_bucket_notification_configuration(Bucket=name)
+    queues = [q for q in current.get("QueueConfigurations", []) if q["QueueArn"] not in {w.queue_arn for w in watchers}]
+    for watcher in watchers:
+        rules = [
+            {"Name": key, "Value": value} for key, value in (("prefix", watcher.prefix), ("suffix", watcher.suffix))
+        ]
+        configuration: dict[str, Any] = {"QueueArn": watcher.queue_arn, "Events": ["s3:ObjectCreated:*"]}
+        if any(rule["Value"] for rule in rules):
+            configuration["Filter"] = {"Key": {"FilterRules": [rule for rule in rules if rule["Value"]]}}
+        queues.append(configuration)
+    client.put_bucket_notification_configuration(
+        Bucket=name,
+        NotificationConfiguration={
+            **{key: value for key, value in current.items() if key in _NOTIFICATION_KEYS},
+            "QueueConfigurations": queues,
+        },
+    )
+    logger.debug("stood in for the existing bucket %s, notifying %s", name, [w.queue_arn for w in watchers])
 
 
 def _stand_in(client: SQSClient, existing: ExistingQueue, exist_ok: bool) -> None:

@@ -181,6 +181,18 @@ class ExistingQueue:
 
 
 @dataclass(frozen=True)
+class ExistingBucket:
+    """A bucket outside the stack whose uploads an s3 trigger's queue takes (``bucket: {parameter: ...}``): on AWS
+    its owner configures its notifications; the local stack creates a stand-in of the parameter's name, versioned,
+    that notifies the queue of the uploads under ``prefix`` and ending in ``suffix``."""
+
+    name: str
+    queue_arn: str
+    prefix: str
+    suffix: str
+
+
+@dataclass(frozen=True)
 class SqsEventSpec:
     """An SQS event source mapping (SAM ``Type: SQS``), resolved.
 
@@ -1295,6 +1307,27 @@ class Stack:
                 existing = self.existing_queue(logical_id)
                 if existing is not None:
                     found.append(existing)
+        return found
+
+    def existing_buckets(self) -> list[ExistingBucket]:
+        """Every existing bucket an s3 trigger's queue policy lets send (its Metadata names the bucket's parameter,
+        see ``devstack.triggers.STAND_IN_BUCKET_METADATA``), as the local stack stands in for it."""
+        from devstack.triggers import STAND_IN_BUCKET_METADATA
+
+        found = []
+        for logical_id, rtype, _cond, active in self.template_resources():
+            declared = self.metadata(logical_id).get(STAND_IN_BUCKET_METADATA) if active else None
+            if rtype != "AWS::SQS::QueuePolicy" or not isinstance(declared, dict):
+                continue
+            [statement] = self.properties(logical_id)["PolicyDocument"]["Statement"]
+            found.append(
+                ExistingBucket(
+                    name=str(self.ref(str(declared["bucket_parameter"]))),
+                    queue_arn=str(statement["Resource"]),
+                    prefix=str(declared.get("prefix", "")),
+                    suffix=str(declared.get("suffix", "")),
+                )
+            )
         return found
 
     def _route_function(self, route_id: str) -> str | None:

@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jmespath
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from devstack.agents import (
     _ENV_KEY,
@@ -147,6 +147,15 @@ class QueueRef:
         return (self.arn or "").rsplit(":", 1)[-1]
 
 
+class BucketParameter(BaseModel):
+    """``bucket: {parameter: IncomingBucketName}``: a bucket that exists already, named at deployment by that
+    template parameter."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parameter: str = Field(pattern=r"^[A-Z][A-Za-z0-9]{0,254}$")
+
+
 class TriggersFileError(AgentsFileError):
     """``triggers.yaml`` is malformed (the message names the trigger and the field)."""
 
@@ -174,7 +183,7 @@ class TriggerDeclaration(BaseModel):
     batch_size: int = Field(default=10, ge=1, le=10)
     queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
     dead_letter_queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
-    bucket: str | None = Field(default=None, pattern=r"^[A-Z][A-Za-z0-9]{0,25}$")
+    bucket: Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Za-z0-9]{0,25}$")] | BucketParameter | None = None
     prefix: str = Field(default="", max_length=1024)
     suffix: str = Field(default="", max_length=1024)
 
@@ -266,7 +275,10 @@ class TriggerDeclaration(BaseModel):
             "an s3 trigger starts one per upload", "what is uploaded to its bucket", {"queue", "dead_letter_queue"}
         )
         if self.bucket is None:
-            raise ValueError("bucket: an s3 trigger needs the logical id of the bucket the template creates for it")
+            raise ValueError(
+                "bucket: an s3 trigger needs the logical id of the bucket the template creates for it, or "
+                "{parameter: Name} for a bucket that exists already"
+            )
         return self
 
     def _only_its_own(self, what: str, starts: str, others: set[str]) -> None:
@@ -309,6 +321,22 @@ class TriggerDeclaration(BaseModel):
         return QueueRef(f"{self.pascal}TriggerDeadLetterQueue", self.dead_letter_queue)
 
     @property
+    def created_bucket(self) -> str | None:
+        """The logical id of the bucket the template creates for it (an s3 trigger's, unless it names a parameter)."""
+        return self.bucket if isinstance(self.bucket, str) else None
+
+    @property
+    def bucket_parameter(self) -> str | None:
+        """The template parameter that names the existing bucket it watches (``bucket: {parameter: ...}``)."""
+        return self.bucket.parameter if isinstance(self.bucket, BucketParameter) else None
+
+    @property
+    def bucket_id(self) -> str:
+        """What ``!Ref`` names its bucket by: the created bucket's logical id, or the parameter (both give its
+        name)."""
+        return self.created_bucket or self.bucket_parameter or ""
+
+    @property
     def principal(self) -> str:
         """Who its workflows belong to."""
         return f"{PRINCIPAL_PREFIX}{self.name}"
@@ -320,7 +348,7 @@ class TriggerDeclaration(BaseModel):
         elif self.kind == "sqs":
             source = f"queue {self.source_queue.url_in_sub}, batch {self.batch_size}"
         elif self.kind == "s3":
-            source = f"bucket ${{{self.bucket}}}, keys {self.prefix}*{self.suffix}, batch {self.batch_size}"
+            source = f"bucket ${{{self.bucket_id}}}, keys {self.prefix}*{self.suffix}, batch {self.batch_size}"
         else:
             source = f"{self.expression} {self.timezone}, catch-up {self.catch_up_window}, overlap {self.overlap}"
         return {"principal": self.principal, "kind": self.kind, "definition": self.definition, "source": source}
@@ -703,6 +731,10 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
 STAND_IN_METADATA: Final = "sasflow-existing-queue"
 
 
+#: The key of an s3 trigger's queue policy's Metadata that names the parameter of the existing bucket it watches.
+STAND_IN_BUCKET_METADATA: Final = "sasflow-existing-bucket"
+
+
 def _stand_in(trigger: TriggerDeclaration) -> str:
     """An existing queue's mapping names the queue's dead-letter queue, so the local stack can stand in for both."""
     if trigger.queue is None:
@@ -778,16 +810,29 @@ def _bucket_name(logical_id: str) -> str:
 def _upload_source(trigger: TriggerDeclaration) -> str:
     """An s3 trigger's source: the policy of its queues that lets its bucket, and only it, send notifications (the
     bucket, created after it, is rendered once per bucket by `upload_buckets`)."""
-    p, bucket = trigger.pascal, trigger.bucket or ""
-    arn = (
-        f'!Join ["", ["arn:", !Ref AWS::Partition, ":s3:::", !Select [2, !Split ["/", !Ref AWS::StackId]], '
-        f'"-{bucket.lower()}"]]'
-    )
+    p, bucket = trigger.pascal, trigger.bucket_id
+    if trigger.bucket_parameter is None:
+        arn = (
+            f'!Join ["", ["arn:", !Ref AWS::Partition, ":s3:::", !Select [2, !Split ["/", !Ref AWS::StackId]], '
+            f'"-{bucket.lower()}"]]'
+        )
+        stand_in = ""
+    else:
+        arn = f'!Sub "arn:${{AWS::Partition}}:s3:::${{{bucket}}}"'
+        stand_in = f"""\
+    Metadata:
+      # The bucket exists already: its owner sends its uploads here (docs/triggers.md). The local stack creates a
+      # stand-in bucket of the parameter's name and configures that, as its owner would.
+      {STAND_IN_BUCKET_METADATA}:
+        bucket_parameter: {bucket}
+        prefix: {json.dumps(trigger.prefix)}
+        suffix: {json.dumps(trigger.suffix)}
+"""
     return f"""\
   # S3 sends the notifications of {bucket}'s uploads to the trigger's queue: that bucket of this account only.
   {p}TriggerQueuePolicy:
     Type: AWS::SQS::QueuePolicy
-    Properties:
+{stand_in}    Properties:
       Queues:
         - !Ref {p}TriggerQueue
       PolicyDocument:
@@ -829,7 +874,7 @@ def check_buckets(triggers: Sequence[TriggerDeclaration]) -> None:
         for second in uploads[index + 1 :]:
             if first.bucket == second.bucket and _overlap(first, second):
                 raise TriggersFileError(
-                    f"triggers {first.name} and {second.name} watch overlapping keys of bucket {first.bucket} "
+                    f"triggers {first.name} and {second.name} watch overlapping keys of bucket {first.bucket_id} "
                     f"({first.prefix or '(any)'}*{first.suffix} and {second.prefix or '(any)'}*{second.suffix}): S3 "
                     "refuses overlapping notifications; give them prefixes or suffixes that do not overlap"
                 )
@@ -840,8 +885,8 @@ def upload_buckets(triggers: Sequence[TriggerDeclaration]) -> str:
     notification configuration sends each trigger's uploads to its queue, and its policy."""
     by_bucket: dict[str, list[TriggerDeclaration]] = {}
     for trigger in triggers:
-        if trigger.kind == "s3" and trigger.bucket:
-            by_bucket.setdefault(trigger.bucket, []).append(trigger)
+        if trigger.kind == "s3" and trigger.created_bucket:
+            by_bucket.setdefault(trigger.created_bucket, []).append(trigger)
     parts = []
     for bucket, watchers in sorted(by_bucket.items()):
         policies = ", ".join(f"{t.pascal}TriggerQueuePolicy" for t in watchers)
@@ -974,6 +1019,61 @@ def _event_rule(trigger: TriggerDeclaration) -> str:
                 aws:SourceArn: !GetAtt {p}Rule.Arn
 
 """
+
+
+def trigger_outputs(trigger: TriggerDeclaration) -> str:
+    """A trigger's outputs: its queue (where its occurrences wait: an existing bucket's owner sends its uploads to
+    that ARN), an sqs trigger's send policy (for its producers' roles), the bucket the template creates for it."""
+    p, queue = trigger.pascal, trigger.source_queue
+    text = f"""\
+  {p}TriggerQueueUrl:
+    Description: {json.dumps(f"The queue of trigger {trigger.name}'s occurrences.")}
+    Value: {queue.url_value}
+  {p}TriggerQueueArn:
+    Value: {queue.arn_value}
+"""
+    if trigger.kind == "sqs":
+        text += f"""\
+  {p}TriggerSendPolicyArn:
+    Description: {json.dumps(f"Attach to the role of what sends trigger {trigger.name}'s messages.")}
+    Value: !Ref {p}TriggerSendPolicy
+"""
+    return text
+
+
+def bucket_outputs(triggers: Sequence[TriggerDeclaration]) -> str:
+    """The name of each bucket the template creates for s3 triggers (upload to it)."""
+    buckets = sorted({t.created_bucket for t in triggers if t.kind == "s3" and t.created_bucket})
+    return "".join(
+        f"""\
+  {bucket}Name:
+    Description: Uploads to this bucket start workflows (triggers.yaml's s3 triggers).
+    Value: !Ref {bucket}
+"""
+        for bucket in buckets
+    )
+
+
+def bucket_parameters(triggers: Sequence[TriggerDeclaration]) -> str:
+    """One parameter per existing bucket the s3 triggers name (``bucket: {parameter: ...}``): its name."""
+    watchers: dict[str, list[str]] = {}
+    for trigger in triggers:
+        if trigger.kind == "s3" and trigger.bucket_parameter:
+            watchers.setdefault(trigger.bucket_parameter, []).append(trigger.name)
+    parts = []
+    for parameter, names in sorted(watchers.items()):
+        description = (
+            f"The existing bucket whose uploads start the workflows of trigger {', '.join(names)}; its owner sends "
+            "them to the trigger's queue (docs/triggers.md)"
+        )
+        parts.append(f"""\
+  {parameter}:
+    Type: String
+    AllowedPattern: "^[a-z0-9][a-z0-9.-]{{1,61}}[a-z0-9]$"
+    ConstraintDescription: an S3 bucket's name (3 to 63 lower-case letters, digits, dots and hyphens)
+    Description: {json.dumps(description)}
+""")
+    return "".join(parts)
 
 
 def sample_parameter(triggers: list[TriggerDeclaration]) -> str:

@@ -749,3 +749,84 @@ def test_an_s3_trigger_naming_a_resource_the_template_has_is_refused(tmp_path: P
     declared.write_text(UPLOADS)
     once = render_template(TEMPLATE_FILE.read_text(), load_agents(), load_triggers(declared))
     assert render_template(once, load_agents(), load_triggers(declared)) == once
+
+
+INCOMING = """\
+triggers:
+  invoice-arrived:
+    kind: s3
+    definition: ingest
+    bucket: {parameter: IncomingBucketName}
+    prefix: invoices/
+  receipt-arrived:
+    kind: s3
+    definition: ingest
+    bucket: {parameter: IncomingBucketName}
+    prefix: receipts/
+    suffix: .png
+"""
+
+
+def test_an_s3_trigger_on_an_existing_bucket_takes_its_name_as_a_parameter_and_lets_only_it_send_to_the_queue(
+    tmp_path: Path,
+) -> None:
+    template = load_template(rendered(tmp_path, INCOMING))
+    with_it = translate(template)["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith(("InvoiceArrived", "ReceiptArrived"))}
+    # no bucket: the queues, their policies, the functions
+    assert set(with_it) - mine == set(without)
+    assert not [r for r in mine if with_it[r]["Type"] == "AWS::S3::Bucket"]
+    # one parameter for the two triggers of the bucket, checked as S3 names buckets
+    parameter = template["Parameters"]["IncomingBucketName"]
+    assert (parameter["Type"], parameter["AllowedPattern"]) == ("String", "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    assert "invoice-arrived, receipt-arrived" in parameter["Description"]
+    policy = with_it["ReceiptArrivedTriggerQueuePolicy"]
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": {"Fn::Sub": "arn:${AWS::Partition}:s3:::${IncomingBucketName}"}},
+        "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+    }
+    assert policy["Metadata"]["sasflow-existing-bucket"] == {
+        "bucket_parameter": "IncomingBucketName",
+        "prefix": "receipts/",
+        "suffix": ".png",
+    }
+    # the outputs give the queue to send its uploads to
+    outputs = template["Outputs"]
+    assert outputs["ReceiptArrivedTriggerQueueArn"]["Value"] == {"Fn::GetAtt": ["ReceiptArrivedTriggerQueue", "Arn"]}
+    stack = Stack(
+        template,
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "false", "IncomingBucketName": "acme-incoming"},
+    )
+    triggers = json.loads(stack.function("OpsFunction").environment["TRIGGERS"])
+    assert triggers["receipt-arrived"]["source"] == "bucket acme-incoming, keys receipts/*.png, batch 10"
+    stand_ins = {(b.name, b.prefix, b.suffix, b.queue_arn.rsplit(":", 1)[-1]) for b in stack.existing_buckets()}
+    assert stand_ins == {
+        ("acme-incoming", "invoices/", "", "sasflow-InvoiceArrivedTriggerQueue"),
+        ("acme-incoming", "receipts/", ".png", "sasflow-ReceiptArrivedTriggerQueue"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("bucket", "reason"),
+    [
+        ("{parameter: LogLevel}", "bucket parameter LogLevel: template.yaml already has a parameter or resource"),
+        ("{parameter: lower}", "parameter"),
+        ("{name: acme}", "parameter"),
+    ],
+)
+def test_an_existing_buckets_parameter_that_clashes_or_is_not_one_is_refused(
+    tmp_path: Path, bucket: str, reason: str
+) -> None:
+    text = INCOMING.replace("{parameter: IncomingBucketName}", bucket, 1)
+    with pytest.raises(TriggersFileError, match=reason):
+        rendered(tmp_path, text)
+
+
+def test_two_triggers_of_one_existing_bucket_whose_keys_overlap_are_refused(tmp_path: Path) -> None:
+    declared = tmp_path / "triggers.yaml"
+    declared.write_text(INCOMING.replace("    prefix: receipts/\n", "    prefix: invoices/\n"))
+    with pytest.raises(TriggersFileError, match="overlapping keys of bucket IncomingBucketName"):
+        load_triggers(declared)

@@ -1,8 +1,10 @@
-"""System tier: an sqs trigger on a queue that exists outside the stack (``queue`` and ``dead_letter_queue`` in
-triggers.yaml) on the local stack, every call of its function checked against its role. The local stack has no
-such queue, so it stands in for it and its dead-letter queue: a message sent to it starts one workflow, a body that
-is not a JSON object is refused into the existing dead-letter queue (listed by the operators), and a message sent
-while the trigger is paused goes back to the existing queue to wait."""
+"""System tier: triggers on sources that exist outside the stack, on the local stack, every call of their functions
+checked against their roles. An sqs trigger on an existing queue (``queue`` and ``dead_letter_queue``): the local
+stack stands in for it and its dead-letter queue; a message sent to it starts one workflow, a body that is not a
+JSON object is refused into the existing dead-letter queue (listed by the operators), and a message sent while the
+trigger is paused goes back to the existing queue to wait. An s3 trigger on an existing bucket (``bucket:
+{parameter: ...}``): the local stack stands in for the bucket and configures its notifications as its owner would;
+an upload under the trigger's prefix starts one workflow."""
 
 from __future__ import annotations
 
@@ -34,6 +36,17 @@ ORDERS = """
     queue: arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders
     dead_letter_queue: arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:orders-dlq
     batch_size: 5
+  incoming:
+    kind: s3
+    description: Books a trip for each request uploaded to an existing bucket.
+    definition: trip-booking
+    bucket: {parameter: IncomingBucketName}
+    prefix: trips/
+    input:
+      traveller.$: key
+      route: LHR-JFK
+      nights: 1
+      amount: 100
 """
 
 
@@ -52,6 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     parameters = {
         **remote_service_parameters({name: server.base_url for name, server in servers.items()}),
         "LogLevel": "WARN",
+        "IncomingBucketName": "acme-incoming",
     }
     try:
         with LocalStack(template, parameters, max_workers_per_function=1, sqs_concurrency=1) as running:
@@ -69,14 +83,20 @@ def sasflow(stack: LocalStack, *args: str) -> Any:
     return json.loads(result.stdout)
 
 
-def send(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, body: str) -> str:
-    """``python -m devstack send --trigger orders --body BODY``: the message's id."""
+def devstack_command(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """``python -m devstack ARGS`` (send, upload) against this stack; its output."""
     lock = devstack.cli.trigger_sources(stack)
     monkeypatch.setattr(devstack.cli, "read_running", lambda path: lock)
-    result = CliRunner().invoke(devstack.cli.app, ["send", "--trigger", "orders", "--body", body])
+    result = CliRunner().invoke(devstack.cli.app, list(args))
     assert result.exit_code == 0, result.output
-    assert "sent to orders" in result.output, result.output
-    return result.output.split()[1]
+    return result.output
+
+
+def send(stack: LocalStack, monkeypatch: pytest.MonkeyPatch, body: str) -> str:
+    """``python -m devstack send --trigger orders --body BODY``: the message's id."""
+    output = devstack_command(stack, monkeypatch, "send", "--trigger", "orders", "--body", body)
+    assert "sent to orders" in output, output
+    return output.split()[1]
 
 
 def depth(stack: LocalStack, queue: str, attribute: str) -> int:
@@ -128,4 +148,24 @@ def test_a_message_sent_while_paused_goes_back_to_the_existing_queue_to_wait(
     wait_for(lambda: depth(stack, "orders", "ApproximateNumberOfMessagesDelayed") == 1)
     assert len(sasflow(stack, "list", "--trigger", "orders")["workflows"]) == before
     assert depth(stack, "orders-dlq", "ApproximateNumberOfMessages") == dead_before
+    assert stack.role_refusals() == []
+
+
+def test_an_upload_to_the_existing_bucket_under_the_triggers_prefix_starts_one_workflow(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    output = devstack_command(stack, monkeypatch, "upload", "--trigger", "incoming", "--key", "trips/Ada Lovelace.json")
+    assert output.startswith("uploaded acme-incoming/trips/Ada Lovelace.json"), output
+    [workflow] = wait_for(
+        lambda: [w for w in sasflow(stack, "list", "--trigger", "incoming")["workflows"] if w["status"] == "COMPLETED"]
+    )
+    view = sasflow(stack, "get", workflow["workflow_id"])
+    assert view["input"]["traveller"] == "trips/Ada Lovelace.json"
+    assert view["trigger"]["occurrence"].startswith("object acme-incoming/trips/Ada Lovelace.json version ")
+    # the stand-in notifies the trigger's queue of its keys only
+    s3 = boto3.client("s3", endpoint_url=stack.endpoint_url, region_name=stack.region)
+    [configuration] = s3.get_bucket_notification_configuration(Bucket="acme-incoming")["QueueConfigurations"]
+    assert configuration["QueueArn"].endswith(":sasflow-IncomingTriggerQueue")
+    rules = configuration["Filter"]["Key"]["FilterRules"]
+    assert [(rule["Name"].lower(), rule["Value"]) for rule in rules] == [("prefix", "trips/")]  # S3 says Prefix
     assert stack.role_refusals() == []
