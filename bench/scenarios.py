@@ -524,7 +524,7 @@ class ScenarioRun:
                 "eventSource": "aws:s3",
                 "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
                 "eventName": "ObjectCreated:Put",
-                "s3": {"bucket": {"name": "bench-bucket"}, "object": found},
+                "s3": {"bucket": {"name": self.trigger_config["bucket"]}, "object": found},
             }
             body = json.dumps({"Records": [record]})
         with self.meter.attributed(f"{kind} delivery"):

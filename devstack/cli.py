@@ -421,8 +421,9 @@ def send(
         ),
     )
     console.print(
-        f"message {sent['MessageId']} sent to {queue.rsplit('/', 1)[-1]}: it starts one workflow of "
-        f"trigger {trigger} (sasflow list --trigger {trigger})",
+        f"message {sent['MessageId']} sent to {queue.rsplit('/', 1)[-1]}: trigger {trigger} starts one workflow for "
+        f"it (sasflow list --trigger {trigger}), holds it while paused, or refuses it into its dead-letter queue "
+        "with the reason (sasflow dlq list)",
         highlight=False,
         soft_wrap=True,
     )
@@ -450,8 +451,9 @@ def upload(
         running, "s3", "upload", lambda s3: s3.put_object(Bucket=watched["bucket"], Key=key, Body=content)
     )
     console.print(
-        f"uploaded {watched['bucket']}/{key} (version {put.get('VersionId')}): it starts one workflow of trigger "
-        f"{trigger} (sasflow list --trigger {trigger})",
+        f"uploaded {watched['bucket']}/{key} (version {put.get('VersionId')}): trigger {trigger} starts one workflow "
+        f"for it (sasflow list --trigger {trigger}), holds it while paused, or refuses it into its dead-letter queue "
+        "with the reason (sasflow dlq list)",
         highlight=False,
         soft_wrap=True,
     )

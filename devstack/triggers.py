@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import jmespath
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from devstack.agents import (
     _ENV_KEY,
@@ -183,7 +183,7 @@ class TriggerDeclaration(BaseModel):
     batch_size: int = Field(default=10, ge=1, le=10)
     queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
     dead_letter_queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
-    bucket: Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Za-z0-9]{0,25}$")] | BucketParameter | None = None
+    bucket: str | BucketParameter | None = None
     prefix: str = Field(default="", max_length=1024)
     suffix: str = Field(default="", max_length=1024)
 
@@ -271,6 +271,14 @@ class TriggerDeclaration(BaseModel):
 
     def _uploads(self) -> TriggerDeclaration:
         """An s3 trigger: a bucket of the template, and the keys (prefix, suffix) whose uploads start workflows."""
+        for field, value in (("prefix", self.prefix), ("suffix", self.suffix)):
+            if "*" in value:
+                raise ValueError(
+                    f"{field}: {value!r}: S3 matches a key's {field} as it is, with no wildcard (a '*' would have to "
+                    f"be in the key); write the {field} alone, e.g. prefix: requests/ and suffix: .json"
+                )
+            if "${" in value:
+                raise ValueError(f"{field}: {value!r}: '${{' is not allowed (the function's configuration is a !Sub)")
         self._only_its_own(
             "an s3 trigger starts one per upload", "what is uploaded to its bucket", {"queue", "dead_letter_queue"}
         )
@@ -278,6 +286,12 @@ class TriggerDeclaration(BaseModel):
             raise ValueError(
                 "bucket: an s3 trigger needs the logical id of the bucket the template creates for it, or "
                 "{parameter: Name} for a bucket that exists already"
+            )
+        if isinstance(self.bucket, str) and not re.fullmatch(r"[A-Z][A-Za-z0-9]{0,25}", self.bucket):
+            raise ValueError(
+                f"bucket: {self.bucket!r} is not a logical id for the bucket the template creates: a capital letter, "
+                "then letters and digits, at most 26 in all (its name is the stack id's UUID, '-' and the id in lower "
+                "case: at most 63 characters); or {parameter: Name} for a bucket that exists already"
             )
         return self
 
@@ -366,6 +380,9 @@ class TriggerDeclaration(BaseModel):
             document["catch_up_seconds"] = window
         if self.overlap != "allow":
             document["overlap"] = self.overlap
+        if self.kind == "s3":  # the function refuses a notification of another bucket, or of keys it does not watch
+            document["bucket"] = f"${{{self.bucket_id}}}"
+            document.update({key: value for key, value in (("prefix", self.prefix), ("suffix", self.suffix)) if value})
         return document
 
 

@@ -95,6 +95,8 @@ SIM_CLAIM_CHECK_THRESHOLD = 1_024
 #: The bodies of poison messages: not JSON, or JSON that is no step request or reply (``Faults.poison_message``).
 #: The trigger's catch-up window in the simulation (seconds; the sample's is 15 minutes).
 SIM_CATCH_UP_SECONDS = 120
+#: The name of the simulated S3's bucket whose uploads an s3 seed's trigger watches.
+SIM_UPLOAD_BUCKET = "sim-{seed}-triprequestsbucket"
 #: The trigger's overlap policy, by seed (``seed % 3``): every run of make sim has each.
 SIM_OVERLAPS = ("allow", "skip", "buffer_one")
 #: Which trigger of triggers.yaml a seed drives: the event trigger when ``seed % 5 == 4``, the sqs trigger when
@@ -274,7 +276,7 @@ class Simulation:
             bad=self.faults.trigger_bad,
             events=f"sim-{seed}" if trigger_kind(seed) == "event" else None,
             messages=trigger_kind(seed) == "sqs",
-            uploads=f"sim-{seed}-triprequestsbucket" if trigger_kind(seed) == "s3" else None,
+            uploads=SIM_UPLOAD_BUCKET.format(seed=seed) if trigger_kind(seed) == "s3" else None,
         )
 
     # ------------------------------------------------------------------ setup
@@ -338,6 +340,9 @@ class Simulation:
                 "queue_url": self.trigger_queue_url,
             }
             if kind == "schedule"
+            # the simulated S3's bucket, whose uploads the s3 trigger watches (others are refused)
+            else {"bucket": SIM_UPLOAD_BUCKET.format(seed=self.seed)}
+            if kind == "s3"
             else {}
         )
         trigger_spec = specs[self.trigger_id]

@@ -111,7 +111,8 @@ def plan_deliveries(
     world's faults); a bad one's body is not a JSON object. ``uploads`` (a bucket's name): S3's notifications of
     uploads to it, each sent once to three times (S3 may notify twice), their keys with spaces, plus signs, unicode
     and percent signs (URL-encoded in the notification); S3's test event now and then (it starts nothing, and is no
-    refusal); a bad one is a deletion's notification."""
+    refusal); a bad one is a deletion's notification, an upload to another bucket, or of a key outside the
+    trigger's prefix (a notification configured wrongly)."""
     deliveries: list[Delivery] = []
     if uploads is not None:  # S3 sends one when the bucket's notification is configured
         deliveries.append(Delivery(start, json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"}), TEST_EVENT))
@@ -121,8 +122,14 @@ def plan_deliveries(
         if uploads is not None and rng.random() < 0.05:
             deliveries.append(Delivery(at, json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"}), TEST_EVENT))
         if rng.random() < bad:
-            if uploads is not None:
-                body = _upload(uploads, f"requests/deleted {i}.json", f"v{i}", "ObjectRemoved:Delete", at)
+            if uploads is not None:  # a deletion's notification, another bucket's upload, a key it does not watch
+                body = rng.choice(
+                    [
+                        _upload(uploads, f"requests/deleted {i}.json", f"v{i}", "ObjectRemoved:Delete", at),
+                        _upload(f"other-{uploads}", f"requests/{i}.json", f"v{i}", "ObjectCreated:Put", at),
+                        _upload(uploads, f"elsewhere/{i}.json", f"v{i}", "ObjectCreated:Put", at),
+                    ]
+                )
             elif messages:
                 body = rng.choice([f"not json {i}", json.dumps([i]), json.dumps(f"text {i}")])
             else:

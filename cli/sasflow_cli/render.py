@@ -105,6 +105,10 @@ STEP_COLUMNS = (
 COMPENSATION_ROW = "↳ compensation"
 
 
+#: How much of a workflow's input `workflow_table` shows on its line (characters; --wide shows all of it).
+INPUT_SHOWN = 200
+
+
 def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: bool = False) -> RenderableType:
     """A workflow's header line and one row per step, with a row under it for its compensation once that ran.
 
@@ -137,6 +141,11 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
         notes.append(f"held until {when(view['hold_until'])}")
     if notes:
         lines.append(Text("  ".join(notes), style="dim"))
+    if "input" in view:  # found by the trial: a triggered workflow's input was shown with --json only
+        shown = json.dumps(view["input"], ensure_ascii=False, separators=(", ", ": "))
+        if not wide and len(shown) > INPUT_SHOWN:
+            shown = shown[: INPUT_SHOWN - 1] + "… (--wide or --json: all of it)"
+        lines.append(Text(f"input: {shown}", style="dim"))
 
     def deadline(complete_by: Any) -> str:
         if complete_by is None:
@@ -353,18 +362,20 @@ def overdue_tables(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
     )
 
 
-#: A trigger's columns: its name, state and what it starts are kept; the buffered count and the slot give way first,
-#: then missed and skipped (what a person checks after a pause), who paused it last.
+#: A trigger's columns: its name, kind, state and what it starts are kept; the buffered count and the slot give way
+#: first, then held, missed and skipped (what a person checks after a pause), who paused it last.
 TRIGGER_COLUMNS = (
     Col("trigger", "whole"),
+    Col("kind", "whole"),
     Col("state", "whole"),
     Col("definition", "whole"),
     Col("source", "wrap", minimum=14),
     Col("slot", drop=2),
-    Col("skipped", drop=4, justify="right"),
-    Col("missed", drop=3, justify="right"),
+    Col("skipped", drop=5, justify="right"),
+    Col("missed", drop=4, justify="right"),
     Col("buffered", drop=1, justify="right"),
-    Col("paused by", drop=5, into="reason", sep=": ", before=True),
+    Col("held", drop=3, justify="right"),
+    Col("paused by", drop=6, into="reason", sep=": ", before=True),
     Col("reason", "wrap", minimum=12),
 )
 
@@ -382,12 +393,14 @@ def triggers_table(body: Mapping[str, Any], *, wide: bool = False) -> Renderable
     rows = [
         {
             "trigger": Text(str(t["name"])),
+            "kind": Text(str(t.get("kind", ""))),
             "state": Text("PAUSED", style="yellow") if t.get("paused") else Text("active", style="green"),
             "definition": Text(str(t.get("definition"))),
             "source": Text(str(t.get("source"))),
             "skipped": Text(str(t.get("skipped", 0))),
             "missed": Text(str(t.get("missed", 0))),
             "buffered": Text(str(t.get("buffered", 0))),
+            "held": Text(str(t.get("held", 0))),
             "slot": Text(_slot(t)),
             "paused by": Text(
                 _principal(t.get("paused_by"), wide) + f" {when(t['paused_at'])}" if t.get("paused") else ""

@@ -685,6 +685,10 @@ def test_an_s3_trigger_gets_a_versioned_private_bucket_that_notifies_its_queue_a
         "name": "invoice-uploaded",
         "kind": "s3",
         "definition": "ingest",
+        # the function refuses another bucket's notification, and keys it does not watch
+        "bucket": name,
+        "prefix": "incoming/",
+        "suffix": ".pdf",
         "queue_url": stack.physical_id("InvoiceUploadedTriggerQueue"),
         "dead_letter_url": stack.physical_id("InvoiceUploadedTriggerDeadLetterQueue"),
     }
@@ -723,7 +727,13 @@ def test_two_s3_triggers_of_one_bucket_whose_keys_overlap_are_refused_naming_bot
     [
         ("    expression: rate(1 hour)\n", "expression: another kind's"),
         ("    sample: true\n", "sample: turns a schedule or an event rule on"),
-        ("    bucket: invoices\n", "bucket"),  # a logical id: upper camel case
+        ("    bucket: invoices\n", "bucket: 'invoices' is not a logical id"),  # a logical id: upper camel case
+        # found by the trial: a raw pattern error
+        ("    bucket: " + "B" * 27 + "\n", "at most 26 in all .* or {parameter: Name}"),
+        # found by the trial: a '*' was taken literally by S3, so nothing matched
+        ("    prefix: requests/*\n", "prefix: 'requests/\\*': S3 matches a key's prefix as it is, with no wildcard"),
+        ("    suffix: '*.json'\n", "suffix: '\\*.json': S3 matches"),
+        ("    prefix: ${AWS::Region}/\n", "is not allowed"),
     ],
 )
 def test_an_s3_trigger_with_another_kinds_field_or_no_bucket_logical_id_is_refused(

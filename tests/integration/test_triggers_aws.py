@@ -158,6 +158,7 @@ def test_an_operator_pauses_runs_now_and_resumes_a_trigger_and_lists_what_it_sta
         "skipped": 0,
         "missed": 0,
         "buffered": 0,
+        "held": 0,
         "running": None,
         "waiting": None,
     }

@@ -600,6 +600,22 @@ def test_a_key_left_url_encoded_names_a_workflow_of_no_upload(monkeypatch: pytes
     assert "workflow of no occurrence" in kinds
 
 
+def test_an_upload_of_another_bucket_or_key_taken_for_the_triggers_own_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mutation check of invariant 20 (tools/mutations.toml "an upload of a bucket or key the trigger does not watch
+    starts"): a trigger that does not check a notification's bucket and key against its own starts a workflow for an
+    upload a notification configured wrongly sent it (the simulation's bad deliveries include both)."""
+    real = sasflow.triggers._upload
+
+    def unchecked(config: Any, record: Any, message: Any) -> Any:
+        return real(config.model_copy(update={"bucket": None, "prefix": "", "suffix": ""}), record, message)
+
+    monkeypatch.setattr(sasflow.triggers, "_upload", unchecked)
+    kinds = {v.kind for v in run_one(77, 30, TRIGGER_HEAVY).violations}
+    assert "workflow of no occurrence" in kinds, kinds
+
+
 def test_a_test_event_taken_for_an_upload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "S3's test event is refused"): a trigger that does not
     know S3's test event refuses it into the dead-letter queue, where an operator would chase it."""

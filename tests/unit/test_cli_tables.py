@@ -445,6 +445,7 @@ def test_get_says_which_trigger_started_a_workflow_and_for_which_tick() -> None:
         "updated_at": 0,
         "owner": "trigger:every-minute-trip",
         "trigger": {"name": "every-minute-trip", "occurrence": "tick 2026-12-06T08:57:26Z"},
+        "input": {"traveller": "Ada Lovelace", "route": "LHR-JFK", "booked_for": "2026-12-06T08:57:26Z"},
         "steps": [],
     }
     console = Console(width=120, record=True)
@@ -452,31 +453,49 @@ def test_get_says_which_trigger_started_a_workflow_and_for_which_tick() -> None:
     text = console.export_text()
     assert "owner: trigger:every-minute-trip" in text
     assert "started by trigger every-minute-trip: tick 2026-12-06T08:57:26Z" in text
+    # the input too (found by the trial: --json only), cut short unless --wide
+    assert 'input: {"traveller": "Ada Lovelace", "route": "LHR-JFK", "booked_for": "2026-12-06T08:57:26Z"}' in text
+    long = {**view, "input": {"notes": "x" * 500}}
+    console = Console(width=120, record=True)
+    console.print(render.workflow_table(long))
+    assert "… (--wide or --json: all of it)" in console.export_text()
+    console = Console(width=1000, record=True)
+    console.print(render.workflow_table(long, wide=True))
+    assert "x" * 500 in console.export_text()
 
 
 def test_triggers_list_says_who_paused_a_trigger_and_why() -> None:
     body = {
         "triggers": [
-            {"name": "nightly", "definition": "report", "source": "cron(0 2 * * ? *) Europe/Paris", "paused": False,
-             "skipped": 0},
-            {"name": "every-minute-trip", "definition": "trip-booking", "source": "rate(1 minute) UTC", "paused": True,
-             "paused_by": "arn:aws:iam::123456789012:user/ada", "paused_at": 0, "pause_reason": "migration",
-             "skipped": 3},
+            {"name": "nightly", "kind": "schedule", "definition": "report", "source": "cron(0 2 * * ? *) Europe/Paris",
+             "paused": False, "skipped": 0},
+            {"name": "every-minute-trip", "kind": "schedule", "definition": "trip-booking",
+             "source": "rate(1 minute) UTC", "paused": True, "paused_by": "arn:aws:iam::123456789012:user/ada",
+             "paused_at": 0, "pause_reason": "migration", "skipped": 3},
+            {"name": "orders", "kind": "sqs", "definition": "fulfil", "source": "queue orders, batch 10",
+             "paused": True, "paused_by": "arn:aws:iam::123456789012:user/ada", "paused_at": 0,
+             "pause_reason": "migration", "skipped": 0, "held": 7},
         ]
     }  # fmt: skip
     console = Console(width=160, record=True)
     console.print(render.triggers_table(body))
     lines = console.export_text().splitlines()
     [paused] = [line for line in lines if line.startswith("every-minute-trip")]
-    assert paused.split()[:3] == ["every-minute-trip", "PAUSED", "trip-booking"]
+    assert paused.split()[:4] == ["every-minute-trip", "schedule", "PAUSED", "trip-booking"]
     assert "3" in paused.split() and "ada" in paused and "migration" in paused
     [active] = [line for line in lines if line.startswith("nightly")]
-    assert active.split()[:2] == ["nightly", "active"]
+    assert active.split()[:3] == ["nightly", "schedule", "active"]
+    [held] = [line for line in lines if line.startswith("orders")]
+    assert held.split()[:2] == ["orders", "sqs"] and "7" in held.split()  # messages held while paused
     # found by the trial: at 80 columns the counts give way before who paused it
     narrow = Console(width=80, record=True)
     narrow.print(render.triggers_table(body))
     text = narrow.export_text()
     assert "ada" in text and "migration" in text
+    assert [line.split()[1] for line in text.splitlines() if line.startswith(("nightly", "orders"))] == [
+        "schedule",
+        "sqs",
+    ]  # the kind stays (found by the trial: it was not shown)
 
 
 def test_triggers_list_shows_the_run_that_holds_the_slot_and_the_tick_waiting_for_it() -> None:
@@ -491,4 +510,4 @@ def test_triggers_list_shows_the_run_that_holds_the_slot_and_the_tick_waiting_fo
     console.print(render.triggers_table(body))
     [line] = [line for line in console.export_text().splitlines() if line.startswith("hourly-trip")]
     assert "wf-7 (waiting: tick 2026-12-06T10:00:00Z)" in line
-    assert line.split()[-3:] == ["2", "0", "1"]  # skipped, missed, buffered
+    assert line.split()[-4:] == ["2", "0", "1", "0"]  # skipped, missed, buffered, held

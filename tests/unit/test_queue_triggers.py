@@ -120,6 +120,18 @@ def test_a_body_that_is_not_an_object_is_refused_into_the_dead_letter_queue_with
     }
 
 
+def test_a_body_the_definition_refuses_says_to_send_a_corrected_message_first(pipeline: Pipeline) -> None:
+    """Found by the trial: the reason named triggers.yaml only, where the body is its producer's to correct."""
+    trigger = service(pipeline)
+    with pytest.raises(TriggerRefusedError) as refused:
+        trigger.handle(occurrence_of(trigger.config, json.dumps({"nights": 1}), message()))
+    assert refused.value.code == "INVALID_INPUT"
+    reason = str(refused.value)
+    assert "the definition refused the input" in reason
+    assert "; send a corrected message (a new message id), or fix the trigger's input in triggers.yaml" in reason
+    assert pipeline.store.workflows == {}
+
+
 def test_a_refused_message_redriven_is_the_same_occurrence_though_sqs_gives_it_another_id(pipeline: Pipeline) -> None:
     trigger = service(pipeline, input={"traveller.$": "body.who", "route": "CDG-NRT", "amount": 10})
     original = json.dumps({"name": "Ada"})  # the input reads body.who: refused
@@ -154,6 +166,7 @@ def test_a_paused_trigger_keeps_its_messages_waiting_and_starts_them_after_the_r
     [again] = pipeline.bus.receive(QUEUE)
     [held_again] = trigger.read(again.body, message("held-copy-1"))
     assert trigger.handle(held_again).held
+    assert items.state("trip-queue").held == 2  # each hold counted (sasflow triggers list: held)
     items.resume("trip-queue")
     pipeline.clock.advance(HOLD_SECONDS)
     [last] = pipeline.bus.receive(QUEUE)

@@ -198,3 +198,53 @@ def test_a_paused_trigger_holds_its_uploads_and_starts_them_after_the_resume(pip
     started = trigger.handle(again)
     assert started.created
     assert pipeline.snapshot(started.workflow_id).workflow.input["traveller"] == "requests/ada.json"
+    assert items.state("trip-uploads").held == 1  # counted on the trigger's item (sasflow triggers list: held)
+
+
+@pytest.mark.parametrize(
+    ("changes", "body", "why"),
+    [
+        # a notification configured on another bucket, or without the trigger's filter, sends what it does not watch
+        (
+            {"bucket": "other-bucket"},
+            notification(record("requests/a.json")),
+            "trigger trip-uploads watches bucket other-bucket; the notification configuration of that other bucket",
+        ),
+        (
+            {"bucket": BUCKET, "prefix": "requests/"},
+            notification(record("archive/a.json")),
+            "is not one of the keys requests/\\* trigger trip-uploads watches",
+        ),
+        (
+            {"bucket": BUCKET, "suffix": ".json"},
+            notification(record("requests/a.csv")),
+            "is not one of the keys \\*.json",
+        ),
+    ],
+)
+def test_an_upload_of_another_bucket_or_of_keys_the_trigger_does_not_watch_is_refused(
+    changes: dict[str, Any], body: str, why: str
+) -> None:
+    with pytest.raises(TriggerRefusedError, match=why) as refused:
+        occurrences_of(config(**changes), body, MESSAGE)
+    assert refused.value.code == "MALFORMED_OCCURRENCE"
+    # the bucket and keys it watches start
+    [upload] = occurrences_of(
+        config(bucket=BUCKET, prefix="requests/", suffix=".json"), notification(record("requests/a.json")), MESSAGE
+    )
+    assert upload.document["key"] == "requests/a.json"
+
+
+@pytest.mark.parametrize("encoded", ["requests/%FF.json", "requests/%C3.json", "requests/%E6%97.json"])
+def test_a_key_whose_escapes_are_not_utf8_is_refused_not_decoded_to_a_replacement_character(encoded: str) -> None:
+    """Found by the trial: ``%FF`` decoded to U+FFFD, so two different keys could name one occurrence."""
+    found = record("x")
+    found["s3"]["object"]["key"] = encoded
+    with pytest.raises(TriggerRefusedError, match="does not decode as URL-encoded UTF-8") as refused:
+        occurrences_of(config(), notification(found), MESSAGE)
+    assert refused.value.code == "MALFORMED_OCCURRENCE"
+
+
+def test_bucket_prefix_and_suffix_are_an_s3_triggers_only() -> None:
+    with pytest.raises(ValueError, match="bucket, prefix and suffix are an s3 trigger's"):
+        config(kind="sqs", prefix="requests/")

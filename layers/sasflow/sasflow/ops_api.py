@@ -295,6 +295,9 @@ class TriggerStateView(_Model):
     skipped: int = Field(description="Ticks skipped, in all: while it was paused, or while a run held its slot.")
     missed: int = Field(description="Ticks handled later than its catch-up window (after an outage), in all.")
     buffered: int = Field(default=0, description="Ticks kept waiting for the slot (overlap buffer_one), in all.")
+    held: int = Field(
+        default=0, description="Messages or uploads sent back to wait while it was paused (sqs, s3), in all."
+    )
     running: str | None = Field(
         default=None, description="The workflow that holds its slot (overlap skip or buffer_one), if one does."
     )
@@ -697,6 +700,7 @@ def build_ops_app(
             skipped=state.skipped,
             missed=state.missed,
             buffered=state.buffered,
+            held=state.held,
             running=state.running,
             waiting=state.waiting_occurrence,
         )

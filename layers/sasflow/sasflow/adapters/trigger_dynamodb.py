@@ -50,6 +50,7 @@ def _state(name: str, item: dict[str, Any] | None) -> TriggerState:
         skipped=number("n_skipped") or 0,
         missed=number("n_missed") or 0,
         buffered=number("n_buffered") or 0,
+        held=number("n_held") or 0,
         running=text("running"),
         running_since=number("running_since"),
         waiting=text("waiting"),
