@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -14,17 +13,7 @@ from typing import Any
 import pytest
 
 from devstack.stack import LocalStack
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """Poll ``condition`` every 50 ms until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not reached within {timeout} s")
+from tests.support.polling import wait_until
 
 
 def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from devstack.event_sources import ScheduleEmulator, parse_schedule_interval
 from devstack.lambda_runtime import InvokeResult
 from devstack.template import ScheduleEventSpec
+from tests.support.polling import wait_until
 
 
 class SlowFunction:
@@ -34,15 +34,6 @@ class SlowFunction:
         with self._lock:
             self.running -= 1
         return InvokeResult(ok=True, payload={"n": len(self.events)}, error=None, duration_ms=1.0, cold_start=False)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"condition not reached within {timeout} s")
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from aws_lambda_powertools.utilities.parser.models import SqsModel
 from devstack.event_sources import SqsPoller, batch_item_failures
 from devstack.lambda_runtime import InvokeResult
 from devstack.template import SqsEventSpec
+from tests.support.polling import wait_until
 
 
 class RecordingInvoker:
@@ -47,16 +47,6 @@ def failing(event: dict[str, Any]) -> InvokeResult:
 def report_failures_of_bodies_named_fail(event: dict[str, Any]) -> InvokeResult:
     failures = [{"itemIdentifier": r["messageId"]} for r in event["Records"] if r["body"] == "fail"]
     return ok({"batchItemFailures": failures})
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``condition`` every 20 ms; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"condition not reached within {timeout} s")
 
 
 def counts(sqs: Any, url: str) -> tuple[int, int]:

@@ -9,7 +9,6 @@ an upload under the trigger's prefix starts one workflow."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from http_server import serve_all
 from sasflow_cli.app import CliState, app
 from sasflow_cli.targets import build_client
 from tests.support.lambdas import ROOT
+from tests.support.polling import wait_until
 
 ORDERS = """
   orders:
@@ -105,22 +105,12 @@ def depth(stack: LocalStack, queue: str, attribute: str) -> int:
     return int(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[attribute])["Attributes"][attribute])
 
 
-def wait_for(condition: Any, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
-
-
 def test_a_message_to_the_existing_queue_starts_one_workflow_and_a_refused_one_reaches_its_dead_letter_queue(
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trip = {"traveller": "Radia", "route": "LHR-JFK", "nights": 1, "amount": 110}
     message_id = send(stack, monkeypatch, json.dumps(trip))
-    [workflow] = wait_for(
+    [workflow] = wait_until(
         lambda: [w for w in sasflow(stack, "list", "--trigger", "orders")["workflows"] if w["status"] == "COMPLETED"]
     )
     view = sasflow(stack, "get", workflow["workflow_id"])
@@ -133,7 +123,9 @@ def test_a_message_to_the_existing_queue_starts_one_workflow_and_a_refused_one_r
     assert trigger["source"].endswith("/orders, batch 5")
     # a body that is no JSON object: refused, with its reason, into the existing queue's dead-letter queue
     send(stack, monkeypatch, "[1, 2]")
-    [letter] = wait_for(lambda: sasflow(stack, "dlq", "list", "OrdersTriggerDeadLetterQueue")["queues"][0]["messages"])
+    [letter] = wait_until(
+        lambda: sasflow(stack, "dlq", "list", "OrdersTriggerDeadLetterQueue")["queues"][0]["messages"]
+    )
     assert letter["kind"] == "trigger.refused" and "JSON object" in letter["reason"], letter
     assert stack.role_refusals() == []
 
@@ -145,7 +137,7 @@ def test_a_message_sent_while_paused_goes_back_to_the_existing_queue_to_wait(
     before = len(sasflow(stack, "list", "--trigger", "orders")["workflows"])
     dead_before = depth(stack, "orders-dlq", "ApproximateNumberOfMessages")
     send(stack, monkeypatch, json.dumps({"traveller": "Lynn", "route": "CDG-NRT", "nights": 2, "amount": 90}))
-    wait_for(lambda: depth(stack, "orders", "ApproximateNumberOfMessagesDelayed") == 1)
+    wait_until(lambda: depth(stack, "orders", "ApproximateNumberOfMessagesDelayed") == 1)
     assert len(sasflow(stack, "list", "--trigger", "orders")["workflows"]) == before
     assert depth(stack, "orders-dlq", "ApproximateNumberOfMessages") == dead_before
     assert stack.role_refusals() == []
@@ -156,7 +148,7 @@ def test_an_upload_to_the_existing_bucket_under_the_triggers_prefix_starts_one_w
 ) -> None:
     output = devstack_command(stack, monkeypatch, "upload", "--trigger", "incoming", "--key", "trips/Ada Lovelace.json")
     assert output.startswith("uploaded acme-incoming/trips/Ada Lovelace.json"), output
-    [workflow] = wait_for(
+    [workflow] = wait_until(
         lambda: [w for w in sasflow(stack, "list", "--trigger", "incoming")["workflows"] if w["status"] == "COMPLETED"]
     )
     view = sasflow(stack, "get", workflow["workflow_id"])
