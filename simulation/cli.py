@@ -87,7 +87,7 @@ def _print_tables(reports: list[RunReport]) -> None:
         f"(paused, or a run held the slot), {sum(r.trigger_missed for r in reports)} missed (later than the catch-up "
         "window), "
         f"{sum(r.trigger_buffered for r in reports)} kept waiting (buffer_one), "
-        f"{sum(r.trigger_held for r in reports)} messages held while paused (sqs), "
+        f"{sum(r.trigger_held for r in reports)} messages and uploads held while paused (sqs, s3), "
         f"{sum(r.trigger_run_nows for r in reports)} run-nows; one workflow per occurrence"
     )
     overlaps: Counter[str] = Counter()
