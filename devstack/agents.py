@@ -675,11 +675,11 @@ def render_template(
         if len(found) != 1:
             raise AgentsFileError(f"template.yaml needs one '# >>> agents:{part}' ... '# <<< agents:{part}' pair")
         text = pattern.sub(_replacer(parts[part]), text)
-    _check_bucket_names(template_text, triggers)
+    _check_bucket_names(template_text, triggers, parts["resources"])
     return text
 
 
-def _check_bucket_names(template_text: str, triggers: Sequence[TriggerDeclaration]) -> None:
+def _check_bucket_names(template_text: str, triggers: Sequence[TriggerDeclaration], generated: str = "") -> None:
     """Refuse an s3 trigger whose bucket names a resource the template has outside its generated parts (found by
     a trial: ``bucket: PayloadBucket`` rendered the engine's claim-check bucket a second time, versioned and
     notifying, and ``make template`` said nothing).
@@ -701,7 +701,9 @@ def _check_bucket_names(template_text: str, triggers: Sequence[TriggerDeclaratio
                     f"{logical_id} of its own; an s3 trigger creates its bucket: give it a logical id of its own"
                 )
         parameter = trigger.bucket_parameter
-        if parameter and re.search(rf"^  {re.escape(parameter)}:\s*$", outside, re.MULTILINE):
+        # the template's own parameters and resources, and those agents.yaml and triggers.yaml give it (found by a
+        # trial: TripUploadsTriggerQueue was taken, and only cfn-lint said so)
+        if parameter and re.search(rf"^  {re.escape(parameter)}:\s*$", outside + generated, re.MULTILINE):
             raise TriggersFileError(
                 f"trigger {trigger.name}: bucket parameter {parameter}: template.yaml already has a parameter or "
                 "resource of that name; give the bucket's parameter a name of its own"

@@ -715,8 +715,8 @@ def _stand_in(client: SQSClient, existing: ExistingQueue, exist_ok: bool) -> Non
     """Create the stand-ins of an existing queue a function reads and of its dead-letter queue (on AWS they exist
     already; here nothing does): the queue gives a message to its dead-letter queue after five receives, as the
     template's own queues do."""
-    _create_queue(
-        client, {"QueueName": existing.dead_letter_name, "Attributes": {}}, existing.dead_letter_url, exist_ok
+    _create_queue(  # one dead-letter queue may serve several existing queues
+        client, {"QueueName": existing.dead_letter_name, "Attributes": {}}, existing.dead_letter_url, exist_ok=True
     )
     redrive = json.dumps({"deadLetterTargetArn": existing.dead_letter_arn, "maxReceiveCount": 5})
     attributes = {"VisibilityTimeout": "180", "RedrivePolicy": redrive}

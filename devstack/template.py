@@ -606,7 +606,10 @@ class Stack:
             elif "Default" in spec:
                 raw = spec["Default"]
             else:
-                raise TemplateError(f"parameter {name} has no Default and no override")
+                raise TemplateError(
+                    f'parameter {name} has no Default and no override: give it one (make up ARGS="--param '
+                    f'{name}=VALUE", or --param {name}=VALUE)'
+                )
             if isinstance(raw, list):
                 raw = ",".join(_as_string(item) for item in raw)
             text = _as_string(raw)

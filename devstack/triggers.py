@@ -181,8 +181,8 @@ class TriggerDeclaration(BaseModel):
     catch_up_window: str = "all"
     overlap: Literal["allow", "skip", "buffer_one"] = "allow"
     batch_size: int = Field(default=10, ge=1, le=10)
-    queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
-    dead_letter_queue: str | None = Field(default=None, pattern=_QUEUE_ARN)
+    queue: str | None = None
+    dead_letter_queue: str | None = None
     bucket: str | BucketParameter | None = None
     prefix: str = Field(default="", max_length=1024)
     suffix: str = Field(default="", max_length=1024)
@@ -254,16 +254,22 @@ class TriggerDeclaration(BaseModel):
         self._only_its_own(
             "an sqs trigger starts one per message", "what is sent to its queue", {"bucket", "prefix", "suffix"}
         )
+        for field, arn in (("queue", self.queue), ("dead_letter_queue", self.dead_letter_queue)):
+            if arn is not None and not re.match(_QUEUE_ARN, arn):
+                raise ValueError(
+                    f"{field}: {arn!r} is not an SQS queue's ARN: arn:aws:sqs:<region>:<account>:<name>, the region "
+                    "and account written or as ${AWS::Region} and ${AWS::AccountId} (a queue URL is not one)"
+                )
         if (self.queue is None) != (self.dead_letter_queue is None):
             raise ValueError(
                 "queue and dead_letter_queue: an existing queue needs both (its ARN and the ARN of the dead-letter "
                 "queue its RedrivePolicy moves failed messages to, where refused messages go too); omit both and "
                 "the template creates the pair"
             )
-        if self.queue is not None and self.queue.endswith(".fifo"):
+        if (self.queue or "").endswith(".fifo") or (self.dead_letter_queue or "").endswith(".fifo"):
             raise ValueError(
                 "queue: a FIFO queue cannot hold a message while the trigger is paused (SQS refuses a message's own "
-                "delay there); use a standard queue"
+                "delay there), and a standard queue's dead-letter queue is standard too; use standard queues"
             )
         if self.queue is not None and self.queue == self.dead_letter_queue:
             raise ValueError("dead_letter_queue: another queue than queue (where its failed messages go)")
@@ -439,6 +445,7 @@ def load_triggers(path: Path) -> list[TriggerDeclaration]:
         raise TriggersFileError(f"{path.name}: triggers must be a mapping of name to declaration")
     triggers = validated_entries(path, entries, TriggerDeclaration, TriggersFileError, "trigger")
     check_buckets(triggers)
+    check_queues(triggers)
     return triggers
 
 
@@ -876,6 +883,27 @@ def _overlap(a: TriggerDeclaration, b: TriggerDeclaration) -> bool:
     prefixes = a.prefix.startswith(b.prefix) or b.prefix.startswith(a.prefix)
     suffixes = a.suffix.endswith(b.suffix) or b.suffix.endswith(a.suffix)
     return prefixes and suffixes
+
+
+def check_queues(triggers: Sequence[TriggerDeclaration]) -> None:
+    """Refuse two sqs triggers of one existing queue, naming both (found by a trial: each function would take a share
+    of its messages, and start the other's definition for none of them).
+
+    Raises
+    ------
+    TriggersFileError
+        When two read one queue.
+    """
+    readers: dict[str, str] = {}
+    for trigger in triggers:
+        if trigger.queue is None:
+            continue
+        if trigger.queue in readers:
+            raise TriggersFileError(
+                f"triggers {readers[trigger.queue]} and {trigger.name} read the same queue {trigger.queue}: each would "
+                "take a share of its messages; give one of them another queue, or one trigger a definition for both"
+            )
+        readers[trigger.queue] = trigger.name
 
 
 def check_buckets(triggers: Sequence[TriggerDeclaration]) -> None:

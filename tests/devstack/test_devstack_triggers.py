@@ -558,7 +558,11 @@ def test_an_sqs_trigger_on_an_existing_queue_creates_no_queue_and_its_function_r
     [
         ("    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n", "an existing queue needs both"),
         ("    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders-dlq\n", "an existing queue needs both"),
-        ("    queue: https://sqs.eu-west-1.amazonaws.com/123456789012/orders\n", "queue"),
+        (
+            "    queue: https://sqs.eu-west-1.amazonaws.com/123456789012/orders\n"
+            "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders-dlq\n",
+            "queue: 'https://sqs.eu-west-1.amazonaws.com/123456789012/orders' is not an SQS queue's ARN",
+        ),
         (
             "    queue: arn:aws:sqs:eu-west-1:123456789012:orders.fifo\n"
             "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:dlq.fifo\n",
@@ -568,6 +572,11 @@ def test_an_sqs_trigger_on_an_existing_queue_creates_no_queue_and_its_function_r
             "    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n"
             "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders\n",
             "another queue than queue",
+        ),
+        (  # found by a trial: a standard queue's dead-letter queue must be standard too
+            "    queue: arn:aws:sqs:eu-west-1:123456789012:orders\n"
+            "    dead_letter_queue: arn:aws:sqs:eu-west-1:123456789012:orders-dlq.fifo\n",
+            "use standard queues",
         ),
     ],
 )
@@ -823,6 +832,9 @@ def test_an_s3_trigger_on_an_existing_bucket_takes_its_name_as_a_parameter_and_l
     ("bucket", "reason"),
     [
         ("{parameter: LogLevel}", "bucket parameter LogLevel: template.yaml already has a parameter or resource"),
+        # a resource agents.yaml or triggers.yaml gives the template (found by a trial)
+        ("{parameter: FlightsRequestQueue}", "bucket parameter FlightsRequestQueue: template.yaml already has"),
+        ("{parameter: InvoiceArrivedTriggerQueue}", "bucket parameter InvoiceArrivedTriggerQueue: template.yaml"),
         ("{parameter: lower}", "parameter"),
         ("{name: acme}", "parameter"),
     ],
@@ -839,4 +851,13 @@ def test_two_triggers_of_one_existing_bucket_whose_keys_overlap_are_refused(tmp_
     declared = tmp_path / "triggers.yaml"
     declared.write_text(INCOMING.replace("    prefix: receipts/\n", "    prefix: invoices/\n"))
     with pytest.raises(TriggersFileError, match="overlapping keys of bucket IncomingBucketName"):
+        load_triggers(declared)
+
+
+def test_two_triggers_of_one_existing_queue_are_refused_naming_both(tmp_path: Path) -> None:
+    """Found by a trial: make template took them, and each function would have taken a share of the messages."""
+    declared = tmp_path / "triggers.yaml"
+    second = EXISTING_ORDERS.split("triggers:\n", 1)[1].replace("  orders:", "  orders-too:", 1)
+    declared.write_text(EXISTING_ORDERS + second)
+    with pytest.raises(TriggersFileError, match="triggers orders and orders-too read the same queue"):
         load_triggers(declared)

@@ -144,6 +144,39 @@ def test_the_client_reads_its_own_history_and_not_another_principals(deployed: D
     assert (status, body["error"]) == (400, "INVALID_CURSOR")
 
 
+def test_dead_letters_no_listing_can_read_are_listed_as_they_are_never_a_500(deployed: Deployed) -> None:
+    """Found by a trial: one refused notification whose key was a number, or a body nested 3,000 levels deep, made
+    the listing of their queue a 500 (and hid every message of it for the receive's 30 s)."""
+    sqs = boto3.client("sqs")
+    url = deployed.queue_url("TripUploadsTriggerDeadLetterQueue")
+
+    def refused(key: object, reason: str) -> str:
+        notification = {"Records": [{"s3": {"bucket": {"name": "b"}, "object": {"key": key}}}]}
+        return json.dumps(
+            {"refused": {"code": "MALFORMED_OCCURRENCE", "reason": reason}, "body": json.dumps(notification)}
+        )
+
+    deep = "[" * 3000 + "]" * 3000
+    bodies = [
+        refused(5, "not text"),
+        refused("requests/%FF.json", "not UTF-8"),
+        deep,
+        json.dumps({"refused": {"code": "MALFORMED_OCCURRENCE", "reason": "too deep"}, "body": deep}),
+    ]
+    for body in bodies:
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    status, listing = deployed.ops("GET", "/ops/dead-letters", query="queue=TripUploadsTriggerDeadLetterQueue")
+    assert status == 200, listing
+    letters = listing["queues"][0]["messages"]
+    assert sorted((letter["kind"], str(letter["reason"])) for letter in letters) == [
+        ("trigger.refused", "MALFORMED_OCCURRENCE: too deep"),
+        ("trigger.refused", "upload b/5: MALFORMED_OCCURRENCE: not text"),
+        # as the notification has it, never U+FFFD
+        ("trigger.refused", "upload b/requests/%FF.json: MALFORMED_OCCURRENCE: not UTF-8"),
+        ("unreadable", "None"),
+    ]
+
+
 def test_a_stale_dead_letter_is_listed_and_redriven_and_changes_nothing(deployed: Deployed) -> None:
     # Given a completed trip, and a dead-lettered request of its first attempt of the flight
     _, started = deployed.api("POST", "/workflows", TRIP)

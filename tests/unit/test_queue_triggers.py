@@ -97,7 +97,16 @@ def test_the_input_may_read_the_body_the_attributes_the_id_and_the_time_sent(pip
 
 @pytest.mark.parametrize(
     ("body", "shown"),
-    [("plain words", "text that is not JSON"), ("[1, 2]", "list"), ("7", "int"), ("null", "NoneType")],
+    [
+        ("plain words", "text that is not JSON (Expecting value)"),
+        ("[1, 2]", "an array"),
+        ("7", "a number"),
+        ("null", "null"),
+        ('"just a string"', "a string"),  # found by a trial: it said text that is not JSON
+        ('{"amount": NaN}', "text that is not JSON (NaN is not a JSON value)"),  # as the API refuses it
+        ('{"traveller": "a", "traveller": "b"}', "text that is not JSON (duplicate key 'traveller')"),
+        ("[" * 3000 + "]" * 3000, "text that is not JSON (nested deeper than 64 levels)"),  # no RecursionError
+    ],
 )
 def test_a_body_that_is_not_an_object_is_refused_into_the_dead_letter_queue_with_its_reason_and_what_to_do(
     pipeline: Pipeline, body: str, shown: str

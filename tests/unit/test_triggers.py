@@ -174,7 +174,7 @@ def test_the_input_renders_from_the_tick(template: Any, expected: dict[str, Any]
     ("template", "why"),
     [
         ({"x.$": "nothing_here"}, "nothing_here"),
-        ("at", "must be a JSON object, got int"),
+        ("at", "must be a JSON object, got a number"),
         ({"x.$": "length(at)"}, "triggers\\[every-minute-trip\\].input"),
     ],
 )

@@ -181,6 +181,22 @@ def test_each_upload_of_a_notification_is_its_own_occurrence_and_refusal(pipelin
     assert again.identity == uploads[1].identity
 
 
+def test_an_upload_a_notification_cannot_name_is_refused_alone_and_the_others_of_it_start(pipeline: Pipeline) -> None:
+    """Found by a trial: an upload outside the trigger's keys in a notification of two refused both, the good one
+    under the bad one's reason, and a redrive refused it again (it could never start)."""
+    trigger = service(pipeline, bucket=BUCKET, prefix="requests/")
+    uploads = occurrences_of(trigger.config, notification(record("requests/a.json"), record("nope/b.json")), MESSAGE)
+    assert trigger.handle(uploads[0]).created
+    with pytest.raises(TriggerRefusedError, match=r"nope/b\.json is not one of the keys") as refused:
+        trigger.handle(uploads[1])
+    trigger.refuse(uploads[1].raw or "", refused.value, "m-1", MESSAGE)
+    [dead] = pipeline.bus.peek(DEAD_LETTERS)
+    # the dead letter is the refused upload alone: redriven, it is refused again, and the started one is not touched
+    with pytest.raises(TriggerRefusedError, match=r"nope/b\.json"):
+        trigger.read(dead.body, Message("moved"))
+    assert len(pipeline.store.workflows) == 1
+
+
 def test_a_paused_trigger_holds_its_uploads_and_starts_them_after_the_resume(pipeline: Pipeline) -> None:
     items = InMemoryTriggerStore()
     trigger = service(pipeline, items)

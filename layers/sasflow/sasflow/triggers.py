@@ -69,6 +69,7 @@ from .ports import MessageBus, Outgoing, TriggerStore
 from .records import TriggerRef
 from .registry import DefinitionNotRegisteredError, DefinitionRef, DefinitionRegistry
 from .states import ENDED_RUN
+from .strict_json import parse_json_body
 from .types import TriggerName
 
 __all__ = [
@@ -284,6 +285,9 @@ class Occurrence:
         An operator's run-now; a tick that was kept waiting for the slot (`body`), now sent again.
     message, raw
         An sqs trigger's message and its body as it was sent (kept while it waits out a pause, `held`).
+    refusal
+        An upload of a notification of several that cannot start (`occurrences_of`): handling it refuses it, that
+        upload alone (``raw`` is a notification of it alone, for the dead-letter queue).
     """
 
     identity: str
@@ -293,6 +297,7 @@ class Occurrence:
     buffered: bool = False
     message: Message | None = None
     raw: str | None = None
+    refusal: TriggerRefusedError | None = None
 
     def idempotency_key(self, trigger: str) -> str:
         """The start's Idempotency-Key (`occurrence_key`)."""
@@ -405,12 +410,7 @@ def occurrence_of(config: TriggerConfig, body: str, message: Message | None = No
         if len(found) != 1:
             raise _malformed(config, f"the message names {len(found)} uploads, not one")
         return found[0]
-    try:
-        document: Any = json.loads(body)
-    except ValueError:
-        raise _malformed(config, "the message is not JSON") from None
-    if not isinstance(document, dict):
-        raise _malformed(config, "the message is not a JSON object")
+    document = _strict(config, body)
     if isinstance(document.get("refused"), dict) and isinstance(document.get("body"), str):
         return occurrence_of(config, document["body"], message)
     if "run_now" in document:
@@ -464,18 +464,26 @@ def occurrences_of(config: TriggerConfig, body: str, message: Message | None = N
     """
     if config.kind is not TriggerKind.S3:
         return [occurrence_of(config, body, message)]
-    try:
-        document: Any = json.loads(body)
-    except ValueError:
-        raise _malformed(config, "the message is not JSON") from None
-    if not isinstance(document, dict):
-        raise _malformed(config, "the message is not a JSON object")
+    document = _strict(config, body)
     if document.get("Event") == "s3:TestEvent":
         return []  # S3 checks that it can send: nothing was uploaded
     records = document.get("Records")
     if not isinstance(records, list) or not records:
-        raise _malformed(config, "an S3 notification names no Records (nor is it S3's test event)")
-    return [_upload(config, record, message) for record in records]
+        raise _malformed(
+            config,
+            "an S3 notification names no Records (nor is it S3's test event; one sent through SNS needs the "
+            "subscription's raw message delivery)",
+        )
+    if len(records) == 1:
+        return [_upload(config, records[0], message)]
+    found = []
+    for record in records:  # each upload started or refused alone (found by a trial: one bad one refused all)
+        try:
+            found.append(_upload(config, record, message))
+        except TriggerRefusedError as error:
+            raw = json.dumps({"Records": [record]}, separators=(",", ":"))
+            found.append(Occurrence("a refused upload", {}, 0, message=message, raw=raw, refusal=error))
+    return found
 
 
 def _upload(config: TriggerConfig, record: Any, message: Message | None) -> Occurrence:
@@ -550,8 +558,8 @@ def message_occurrence(config: TriggerConfig, body: str, message: Message) -> Oc
     copy with its id), its document ``{trigger, message_id, sent_at, attributes, body}`` (the body as JSON when it is
     JSON, else as its text), its time when it was sent."""
     try:
-        parsed: Any = json.loads(body)
-    except ValueError:
+        parsed: Any = parse_json_body(body)
+    except ValueError:  # not JSON, or not strict JSON (NaN, a duplicate key, too deep): its text
         parsed = body
     at = message.sent_ms // 1000
     document = {
@@ -609,7 +617,10 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
     if config.input is None and config.kind is TriggerKind.SQS:
         body = occurrence.document.get("body")  # a message's input is its body (an object)
         if not isinstance(body, dict):
-            shown = "text that is not JSON" if isinstance(body, str) else type(body).__name__
+            raw = occurrence.raw
+            shown = (
+                f"text that is not JSON ({_json_problem(raw)})" if raw is not None and body == raw else _json_kind(body)
+            )
             raise TriggerRefusedError(
                 "INVALID_INPUT",
                 f"{where}: the message's body is the workflow input and must be a JSON object, got {shown}; send "
@@ -634,9 +645,49 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
         raise TriggerRefusedError("INVALID_INPUT", f"{where}: {type(exc).__name__}: {exc}{fix}") from exc
     if not isinstance(value, dict):
         raise TriggerRefusedError(
-            "INVALID_INPUT", f"{where}: the input must be a JSON object, got {type(value).__name__}{fix}"
+            "INVALID_INPUT", f"{where}: the input must be a JSON object, got {_json_kind(value)}{fix}"
         )
     return value
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (an array, not a list; null, not NoneType)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _json_problem(text: str) -> str:
+    """Why ``text`` is not strict JSON (what `parse_json_body` says)."""
+    try:
+        parse_json_body(text)
+    except ValueError as exc:
+        return str(exc.msg if isinstance(exc, json.JSONDecodeError) else exc)
+    return "it is"
+
+
+def _strict(config: TriggerConfig, body: str) -> dict[str, Any]:
+    """A message's body as strict JSON (`strict_json`: no NaN, no duplicate key, no deeper than 64 levels), an object.
+
+    Raises
+    ------
+    TriggerRefusedError
+        ``MALFORMED_OCCURRENCE``, saying why.
+    """
+    try:
+        document: Any = parse_json_body(body)
+    except ValueError as exc:
+        problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise _malformed(config, f"the message is not JSON ({problem})") from None
+    if not isinstance(document, dict):
+        raise _malformed(config, f"the message is not a JSON object but {_json_kind(document)}")
+    return document
 
 
 @dataclass(frozen=True)
@@ -711,6 +762,8 @@ class TriggerService:
         ContentionError, and the store's and the bus's errors
             Retryable: the message fails and SQS delivers it again.
         """
+        if occurrence.refusal is not None:
+            raise occurrence.refusal
         config, now = self.config, epoch_seconds(self.clock)
         scheduled = not (occurrence.run_now or occurrence.buffered)  # a tick or an event, as it came
         key = occurrence.idempotency_key(config.name)
@@ -944,8 +997,8 @@ class TriggerService:
         """The body and message a sealed envelope of this trigger's keeps (a message held while paused, a refusal);
         None when ``body`` is none: not JSON, not that shape, or not sealed with the stack's key."""
         try:
-            document: Any = json.loads(body)
-        except ValueError:
+            document: Any = parse_json_body(body)
+        except ValueError:  # json.JSONDecodeError, a too deep one included
             return None
         if not isinstance(document, dict) or not isinstance(document.get("seal"), str):
             return None

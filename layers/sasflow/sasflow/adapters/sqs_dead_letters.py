@@ -220,7 +220,7 @@ def _occurrence(body: Any) -> str | None:
     message instead)."""
     try:
         document = json.loads(body) if isinstance(body, str) else None
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the interpreter's limit (found by a trial)
         return None
     if not isinstance(document, dict):
         return None
@@ -231,9 +231,16 @@ def _occurrence(body: Any) -> str | None:
     records: Any = document.get("Records")  # an s3 trigger's upload: which object
     try:
         found = records[0]["s3"]
-        return _text(f"upload {found['bucket']['name']}/{unquote_plus(found['object']['key'])}", 200)
+        bucket, key = found["bucket"]["name"], found["object"]["key"]
     except (TypeError, KeyError, IndexError):
         return None
+    if not isinstance(key, str):  # a refused notification's key may be anything (found by a trial: an int, a 500)
+        return _text(f"upload {bucket}/{key!r}", 200)
+    try:
+        decoded = unquote_plus(key, errors="strict")
+    except UnicodeDecodeError:
+        decoded = key  # as the notification has it: the trigger refused it for that
+    return _text(f"upload {bucket}/{decoded}", 200)
 
 
 def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
@@ -242,7 +249,7 @@ def _dead_letter(queue: str, message: dict[str, Any], now: int) -> DeadLetter:
     sent_at = int(attributes.get("SentTimestamp", now * 1000)) // 1000
     try:
         document = json.loads(body)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # a poison message may be anything, 3,000 levels deep included
         document = None
     if not isinstance(document, dict):
         document = {}
