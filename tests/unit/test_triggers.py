@@ -200,7 +200,9 @@ def test_an_occurrence_the_definition_refuses_goes_to_the_dead_letter_queue_with
         record = json.loads(dead.body)
         assert record["refused"]["code"] == code and record["body"] == body
         assert record["refused"]["trigger"] == "every-minute-trip"
-    assert "sasflow definitions push" in json.loads(pipeline.bus.peek(DEAD_LETTERS)[0].body)["refused"]["reason"]
+    reason = json.loads(pipeline.bus.peek(DEAD_LETTERS)[0].body)["refused"]["reason"]
+    assert "(or sasflow definitions push FILE), then redrive" in reason
+    assert reason.count("publish it") == 1  # found by a trial: the advice was given twice
     assert "input" in json.loads(pipeline.bus.peek(DEAD_LETTERS)[1].body)["refused"]["reason"]
     assert pipeline.store.workflows == {}  # nothing half-started
     assert pipeline.metrics["TriggerOccurrencesRefused"] == 2

@@ -971,8 +971,8 @@ class TriggerService:
         except DefinitionNotRegisteredError as exc:
             raise TriggerRefusedError(
                 "DEFINITION_NOT_REGISTERED",
-                f"trigger {self.config.name}: {exc}; publish it (sasflow definitions push FILE), then redrive the "
-                "trigger's dead-letter queue",
+                f"trigger {self.config.name}: {exc} (or sasflow definitions push FILE), then redrive the trigger's "
+                "dead-letter queue",
             ) from exc
         self._cached = (now + LATEST_VERSION_SECONDS, definition)
         return definition
