@@ -433,13 +433,14 @@ def _bucket_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> 
         _unknown_properties(logical_id, props["NotificationConfiguration"], {"QueueConfigurations"})
         queues = []
         for configuration in props["NotificationConfiguration"].get("QueueConfigurations", []):
-            converted = {"QueueArn": str(configuration["Queue"]), "Events": [str(configuration["Event"])]}
             rules = configuration.get("Filter", {}).get("S3Key", {}).get("Rules", [])
-            if rules:
-                converted["Filter"] = {
-                    "Key": {"FilterRules": [{"Name": str(r["Name"]), "Value": str(r["Value"])} for r in rules]}
-                }
-            queues.append(converted)
+            queues.append(
+                _queue_notification(
+                    str(configuration["Queue"]),
+                    str(configuration["Event"]),
+                    [(str(rule["Name"]), str(rule["Value"])) for rule in rules],
+                )
+            )
         from devstack import moto_s3
 
         moto_s3.install()  # moto's notifications then carry the version id and sequencer S3's do
@@ -448,6 +449,15 @@ def _bucket_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> 
             ("put_bucket_notification_configuration", {"NotificationConfiguration": {"QueueConfigurations": queues}})
         )
     return {"Bucket": name, "calls": calls}
+
+
+def _queue_notification(queue_arn: str, event: str, rules: list[tuple[str, str]]) -> dict[str, Any]:
+    """One queue configuration of a bucket's notification (``PutBucketNotificationConfiguration``): the queue, the
+    event, and the key's filter rules (name, value), none when there are none."""
+    configuration: dict[str, Any] = {"QueueArn": queue_arn, "Events": [event]}
+    if rules:
+        configuration["Filter"] = {"Key": {"FilterRules": [{"Name": name, "Value": value} for name, value in rules]}}
+    return configuration
 
 
 def _bucket_policy_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
@@ -694,13 +704,8 @@ def _stand_in_bucket(client: Any, name: str, watchers: list[ExistingBucket]) -> 
     current = client.get_bucket_notification_configuration(Bucket=name)
     queues = [q for q in current.get("QueueConfigurations", []) if q["QueueArn"] not in {w.queue_arn for w in watchers}]
     for watcher in watchers:
-        rules = [
-            {"Name": key, "Value": value} for key, value in (("prefix", watcher.prefix), ("suffix", watcher.suffix))
-        ]
-        configuration: dict[str, Any] = {"QueueArn": watcher.queue_arn, "Events": ["s3:ObjectCreated:*"]}
-        if any(rule["Value"] for rule in rules):
-            configuration["Filter"] = {"Key": {"FilterRules": [rule for rule in rules if rule["Value"]]}}
-        queues.append(configuration)
+        rules = [(name, value) for name, value in (("prefix", watcher.prefix), ("suffix", watcher.suffix)) if value]
+        queues.append(_queue_notification(watcher.queue_arn, "s3:ObjectCreated:*", rules))
     client.put_bucket_notification_configuration(
         Bucket=name,
         NotificationConfiguration={

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,12 +38,23 @@ def rendered(tmp_path: Path, triggers_text: str | None) -> Path:
     return template
 
 
+def added_resources(
+    tmp_path: Path, triggers_text: str, *prefixes: str
+) -> tuple[dict[str, Any], set[str], dict[str, Any]]:
+    """The resources (as SAM translates them) of template.yaml rendered with ``triggers_text``, the logical ids of
+    the triggers' own (those starting with one of ``prefixes``), and the resources without any trigger; checks that
+    the triggers add their own and change nothing else."""
+    with_it = translate(load_template(rendered(tmp_path, triggers_text)))["Resources"]
+    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
+    mine = {logical_id for logical_id in with_it if logical_id.startswith(prefixes)}
+    assert set(with_it) - mine == set(without)
+    return with_it, mine, without
+
+
 def test_one_entry_gives_a_schedule_its_queues_function_roles_and_alarms_and_removing_it_removes_them(
     tmp_path: Path,
 ) -> None:
-    with_it = translate(load_template(rendered(tmp_path, NIGHTLY)))["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {logical_id for logical_id in with_it if logical_id.startswith("NightlyReport")}
+    with_it, mine, without = added_resources(tmp_path, NIGHTLY, "NightlyReport")
     assert mine == {
         "NightlyReportTriggerQueue",
         "NightlyReportTriggerDeadLetterQueue",
@@ -57,7 +69,6 @@ def test_one_entry_gives_a_schedule_its_queues_function_roles_and_alarms_and_rem
         "NightlyReportTriggerDeadLetterAlarm",
     }
     assert not any("NightlyReport" in json.dumps(resource) for resource in without.values())
-    assert set(with_it) - mine == set(without)
     # the schedule: its time zone and start, no flexible window, retried, undeliverable ticks to the DLQ
     schedule = with_it["NightlyReportSchedule"]["Properties"]
     assert schedule["ScheduleExpression"] == "cron(0 2 * * ? *)"
@@ -279,9 +290,7 @@ triggers:
 def test_an_event_trigger_gets_its_rule_bus_queue_policy_and_function_and_removing_it_removes_them(
     tmp_path: Path,
 ) -> None:
-    with_it = translate(load_template(rendered(tmp_path, ORDERS)))["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {logical_id for logical_id in with_it if logical_id.startswith(("OrderPlaced", "Orders"))}
+    with_it, mine, _ = added_resources(tmp_path, ORDERS, "OrderPlaced", "Orders")
     assert mine == {
         "OrdersEventBus",
         "OrderPlacedRule",
@@ -296,7 +305,6 @@ def test_an_event_trigger_gets_its_rule_bus_queue_policy_and_function_and_removi
         "OrderPlacedTriggerFunctionThrottlesAlarm",
         "OrderPlacedTriggerDeadLetterAlarm",
     }
-    assert set(with_it) - mine == set(without)
     assert with_it["OrdersEventBus"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}-orders"}
     # the rule: its pattern on its bus, the queue as target (the event as it is), retried, then the DLQ
     rule = with_it["OrderPlacedRule"]["Properties"]
@@ -392,9 +400,7 @@ triggers:
 def test_an_sqs_trigger_gets_its_queue_a_producers_policy_and_a_function_reading_its_batch_and_no_more(
     tmp_path: Path,
 ) -> None:
-    with_it = translate(load_template(rendered(tmp_path, PAYMENTS)))["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {logical_id for logical_id in with_it if logical_id.startswith("PaymentReceived")}
+    with_it, mine, _ = added_resources(tmp_path, PAYMENTS, "PaymentReceived")
     assert mine == {
         "PaymentReceivedTriggerQueue",
         "PaymentReceivedTriggerDeadLetterQueue",
@@ -407,7 +413,6 @@ def test_an_sqs_trigger_gets_its_queue_a_producers_policy_and_a_function_reading
         "PaymentReceivedTriggerFunctionThrottlesAlarm",
         "PaymentReceivedTriggerDeadLetterAlarm",
     }
-    assert set(with_it) - mine == set(without)
     queue = with_it["PaymentReceivedTriggerQueue"]["Properties"]
     assert queue["RedrivePolicy"] == {
         "deadLetterTargetArn": {"Fn::GetAtt": ["PaymentReceivedTriggerDeadLetterQueue", "Arn"]},
@@ -494,9 +499,7 @@ ORDERS_DLQ_ARN = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::Ac
 def test_an_sqs_trigger_on_an_existing_queue_creates_no_queue_and_its_function_reads_and_refuses_to_those_named(
     tmp_path: Path,
 ) -> None:
-    with_it = translate(load_template(rendered(tmp_path, EXISTING_ORDERS)))["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {logical_id for logical_id in with_it if logical_id.startswith("Orders")}
+    with_it, mine, _ = added_resources(tmp_path, EXISTING_ORDERS, "Orders")
     assert mine == {
         "OrdersTriggerSendPolicy",
         "OrdersTriggerFunction",
@@ -507,7 +510,6 @@ def test_an_sqs_trigger_on_an_existing_queue_creates_no_queue_and_its_function_r
         "OrdersTriggerFunctionThrottlesAlarm",
         "OrdersTriggerDeadLetterAlarm",
     }
-    assert set(with_it) - mine == set(without)
     mapping = with_it["OrdersTriggerOccurrences"]
     assert (mapping["Properties"]["EventSourceArn"], mapping["Properties"]["BatchSize"]) == (ORDERS_ARN, 5)
     assert mapping["Metadata"]["sasflow-existing-queue"] == {"dead_letter_queue": "orders-dlq"}
@@ -646,15 +648,8 @@ triggers:
 def test_an_s3_trigger_gets_a_versioned_private_bucket_that_notifies_its_queue_alone_and_removing_it_removes_them(
     tmp_path: Path,
 ) -> None:
-    with_it = translate(load_template(rendered(tmp_path, UPLOADS)))["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {
-        logical_id
-        for logical_id in with_it
-        if logical_id.startswith(("InvoiceUploaded", "ReceiptUploaded", "InvoicesBucket"))
-    }
+    with_it, mine, _ = added_resources(tmp_path, UPLOADS, "InvoiceUploaded", "ReceiptUploaded", "InvoicesBucket")
     assert {"InvoicesBucket", "InvoicesBucketPolicy", "InvoiceUploadedTriggerQueuePolicy"} <= mine
-    assert set(with_it) - mine == set(without)
     bucket = with_it["InvoicesBucket"]
     # created after the queues' policies (S3 checks it may send when the notification is configured), kept on delete
     assert sorted(bucket["DependsOn"]) == ["InvoiceUploadedTriggerQueuePolicy", "ReceiptUploadedTriggerQueuePolicy"]
@@ -790,11 +785,8 @@ def test_an_s3_trigger_on_an_existing_bucket_takes_its_name_as_a_parameter_and_l
     tmp_path: Path,
 ) -> None:
     template = load_template(rendered(tmp_path, INCOMING))
-    with_it = translate(template)["Resources"]
-    without = translate(load_template(rendered(tmp_path, "triggers: {}\n")))["Resources"]
-    mine = {logical_id for logical_id in with_it if logical_id.startswith(("InvoiceArrived", "ReceiptArrived"))}
     # no bucket: the queues, their policies, the functions
-    assert set(with_it) - mine == set(without)
+    with_it, mine, _ = added_resources(tmp_path, INCOMING, "InvoiceArrived", "ReceiptArrived")
     assert not [r for r in mine if with_it[r]["Type"] == "AWS::S3::Bucket"]
     # one parameter for the two triggers of the bucket, checked as S3 names buckets
     parameter = template["Parameters"]["IncomingBucketName"]

@@ -631,7 +631,6 @@ def trigger_input(config: TriggerConfig, occurrence: Occurrence) -> dict[str, An
     try:
         if config.input is None and config.kind is TriggerKind.S3:
             value: Any = {name: occurrence.document.get(name) for name in UPLOAD_INPUT}
-            value = {name: occurrence.document.get(name) for name in UPLOAD_INPUT}
         elif config.input is None:
             value = occurrence.document
         elif isinstance(config.input, str):
@@ -667,8 +666,8 @@ def _json_problem(text: str) -> str:
     """Why ``text`` is not strict JSON (what `parse_json_body` says)."""
     try:
         parse_json_body(text)
-    except ValueError as exc:
-        return str(exc.msg if isinstance(exc, json.JSONDecodeError) else exc)
+    except json.JSONDecodeError as exc:  # parse_json_body raises nothing else for a body it refuses
+        return exc.msg
     return "it is"
 
 
@@ -682,9 +681,8 @@ def _strict(config: TriggerConfig, body: str) -> dict[str, Any]:
     """
     try:
         document: Any = parse_json_body(body)
-    except ValueError as exc:
-        problem = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise _malformed(config, f"the message is not JSON ({problem})") from None
+    except json.JSONDecodeError as exc:  # parse_json_body raises nothing else for a body it refuses
+        raise _malformed(config, f"the message is not JSON ({exc.msg})") from None
     if not isinstance(document, dict):
         raise _malformed(config, f"the message is not a JSON object but {_json_kind(document)}")
     return document
@@ -996,6 +994,8 @@ class TriggerService:
     def unsealed(self, body: str) -> tuple[str, Message | None] | None:
         """The body and message a sealed envelope of this trigger's keeps (a message held while paused, a refusal);
         None when ``body`` is none: not JSON, not that shape, or not sealed with the stack's key."""
+        if '"seal"' not in body:  # every envelope has the key (`_sealed`): the others are not parsed a second time
+            return None
         try:
             document: Any = parse_json_body(body)
         except ValueError:  # json.JSONDecodeError, a too deep one included
