@@ -38,6 +38,10 @@ and multiply by 10^6):
   durable.invocations * 0.20 / 1e6` (`durable.by_plan`: each distinct plan the SDK's runner ran, its counts and how
   many workflows had it).
 - Ours: `ours_dollars.total` (its lines are in `ours_dollars`).
+- The whole bill (`whole_bill`, at `whole_bill.remote_latency_seconds` per call): ours = `whole_bill.ours` =
+  `ours_dollars.total + whole_bill.agents.dollars` (the agents' `lambda_requests`, `lambda_compute` with
+  `waiting_gb_seconds`, `cloudwatch_logs`); Step Functions Standard with HTTP Tasks = `whole_bill.standard_http_tasks`
+  (its transitions); durable functions = `durable.dollars + whole_bill.durable.waiting_gb_seconds * 0.0000166667`.
 - S4 (a map step): per item, divide by `items`. Distributed Map with Standard children:
   `distributed_map.standard_children.transitions * 0.025 / 1000` (one transition per child started, plus each
   child's own, `child_transitions`, plus the parent's Map state); with Express children (reference):

@@ -32,6 +32,18 @@ Definitions (printed with the table, so a reader can recompute any figure from t
 - **Step Functions Distributed Map** (the anchor S4 plugs its counts into, `distributed_map_anchor`): one transition
   per child workflow started, plus each Standard child's own transitions; the Express-children figure is given
   for reference.
+- **The whole bill** (the "whole bill" rows): everything a user pays per step when the remote services answer in
+  `EXPRESS_REMOTE_LATENCY_SECONDS` (0.1 s, as the Express rows). **Ours** adds to the orchestration cost the agents'
+  Lambda requests, their GB-seconds (each invocation's measured time, plus 0.1 s for every call it made to its
+  service: an agent calls its batch's services one after the other, waiting for each answer; an invocation lost
+  before its call is billed as a request that waited 0.1 s, as the durable function's extra attempt is) and their
+  logs (each invocation's metrics line).
+  **Step Functions Standard with HTTP Tasks** calls the services with no Lambda at all: its bill is the same
+  transitions (an HTTP Task is billed as its transitions; its EventBridge connection's secret is a monthly fixed
+  cost, like our workflow-id secret, left out on both sides). **Lambda durable functions** add to their bill the
+  GB-seconds their invocation spends waiting: 0.1 s for every call the function made (every attempt of every step
+  and compensation, and a callback's notification) at our agents' memory (the same function size on both sides);
+  the time it spends on its own code and checkpoints is left out, which can only make it cheaper.
 - **Minimal requests per step**: 2 state writes (dispatch, completion) + 2 idempotency writes (claim,
   result) + send, receive and delete of the request and of the reply, each amortised by the mean batch size that
   operation had in the same run: ``4 + 2/b_send + 2/b_receive + 2/b_delete``. **Actual** is every DynamoDB and
@@ -42,18 +54,23 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any
 
 from bench import prices
 from bench.accounting import bill
 from bench.asl import StateVisit, StepObservation, count_transitions, saga_asl, walk
 from bench.report import Row
-from bench.scenarios import ScenarioResult, engine_functions
+from bench.scenarios import ScenarioResult, agent_functions, engine_functions
 
 #: Our cost per step over Step Functions Standard's, at most (by scenario).
 COST_TARGETS = {"S1": 0.17, "S2": 0.20, "S6": 0.17}
 #: Our cost per step over Lambda durable functions', at most (by scenario).
 DURABLE_TARGETS = {"S1": 0.50}
+#: The whole bill per step (`whole_bill`): ours over Step Functions Standard with HTTP Tasks, and over Lambda durable
+#: functions waiting for their calls, at most (by scenario).
+WHOLE_STANDARD_TARGETS = {"S1": 0.25}
+WHOLE_DURABLE_TARGETS = {"S1": 0.50}
 REQUEST_TARGET = 1.25
 #: The remote service's latency per Task attempt an Express workflow is billed for (seconds, stated in the row).
 EXPRESS_REMOTE_LATENCY_SECONDS = 0.1
@@ -209,6 +226,64 @@ def durable_anchor(result: ScenarioResult) -> dict[str, Any]:
         **total,
         "dollars": durable_dollars(total["operations"], total["bytes_written"], total["invocations"]),
         "by_plan": counts["plans"],
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- the whole bill
+def whole_bill(
+    result: ScenarioResult,
+    orchestration: float,
+    standard: float,
+    durable: dict[str, Any],
+    latency_seconds: float = EXPRESS_REMOTE_LATENCY_SECONDS,
+) -> dict[str, Any]:
+    """Everything a user pays for the scenario's workflows when each call to a remote service takes
+    ``latency_seconds``, on each side (dollars, with what they are made of; see the module's definitions).
+
+    ``orchestration`` is our orchestration cost, ``standard`` Step Functions Standard's (its transitions, which is
+    all an HTTP Task costs), ``durable`` the `durable_anchor` of the same run.
+    """
+    agents = agent_functions()
+    agent_cost = bill(result.usage, result.memory_mb, lambdas=agents)
+    # every call keeps its invocation waiting; an invocation lost before its call is billed as one that waited as
+    # long (the durable function retries it as one more attempt of the same latency)
+    waits = Counter(result.remote_calls) + Counter(result.lost_invocations)
+    waiting_gb_seconds = sum(
+        waited * latency_seconds * result.memory_mb[function] / 1024 for function, waited in waits.items()
+    )
+    lost = sum(result.lost_invocations.values())
+    agents_dollars = (
+        lost * prices.LAMBDA_PER_REQUEST
+        + agent_cost.lambda_requests
+        + agent_cost.lambda_compute
+        + agent_cost.logs
+        + waiting_gb_seconds * prices.LAMBDA_PER_GB_SECOND
+    )
+    memory_mb = max(result.memory_mb[function] for function in agents)
+    durable_waiting_gb_seconds = durable["remote_calls"] * latency_seconds * memory_mb / 1024
+    durable_whole = durable["dollars"] + durable_waiting_gb_seconds * prices.LAMBDA_PER_GB_SECOND
+    return {
+        "remote_latency_seconds": latency_seconds,
+        "agents": {
+            "invocations": sum(result.usage.lambda_invocations[f] for f in agents) + lost,
+            "lost_invocations": lost,
+            "billed_ms": sum(result.usage.lambda_ms[f] for f in agents),
+            "log_bytes": sum(result.usage.log_bytes[f] for f in agents),
+            "remote_calls": sum(result.remote_calls.values()),
+            "waiting_gb_seconds": waiting_gb_seconds,
+            "lambda_requests": agent_cost.lambda_requests + lost * prices.LAMBDA_PER_REQUEST,
+            "lambda_compute": agent_cost.lambda_compute + waiting_gb_seconds * prices.LAMBDA_PER_GB_SECOND,
+            "cloudwatch_logs": agent_cost.logs,
+            "dollars": agents_dollars,
+        },
+        "ours": orchestration + agents_dollars,
+        "standard_http_tasks": standard,
+        "durable": {
+            "memory_mb": memory_mb,
+            "remote_calls": durable["remote_calls"],
+            "waiting_gb_seconds": durable_waiting_gb_seconds,
+            "dollars": durable_whole,
+        },
     }
 
 
@@ -416,7 +491,12 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
     )
     express = express_anchor(result)
     durable = durable_anchor(result)
+    whole = whole_bill(result, ours, anchor, durable)
     return {
+        "whole_bill": whole,
+        "whole_per_step": whole["ours"] / steps,
+        "whole_standard_per_step": whole["standard_http_tasks"] / steps,
+        "whole_durable_per_step": whole["durable"]["dollars"] / steps,
         "express": express,
         "durable": durable,
         "express_per_step": express["dollars"] / steps,
@@ -550,6 +630,26 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
         ]
     else:
         table.append(Row(f"{name} Step Functions Express", f"cannot run: {express['cannot_run']}"))
+    whole = data["whole_bill"]
+    latency = f"{whole['remote_latency_seconds'] * 1000:g} ms"
+    table += [
+        Row.with_ratio(
+            f"{name} whole bill $ per 1M steps, {latency} per call, agents' Lambda included "
+            "(anchor: Step Functions Standard with HTTP Tasks)",
+            data["whole_per_step"] * per_million,
+            data["whole_standard_per_step"] * per_million,
+            data["whole_per_step"] / data["whole_standard_per_step"],
+            at_most=WHOLE_STANDARD_TARGETS.get(name),
+        ),
+        Row.with_ratio(
+            f"{name} whole bill $ per 1M steps, {latency} per call, agents' Lambda included "
+            f"(anchor: Lambda durable functions waiting for each call at {whole['durable']['memory_mb']} MB)",
+            data["whole_per_step"] * per_million,
+            data["whole_durable_per_step"] * per_million,
+            data["whole_per_step"] / data["whole_durable_per_step"],
+            at_most=WHOLE_DURABLE_TARGETS.get(name),
+        ),
+    ]
     table += [
         Row.with_ratio(
             f"{name} $ per 1M workflows ({len(result.definition['steps'])} steps)",

@@ -97,6 +97,9 @@ class DurableCounts:
     bytes_written: int
     invocations: int
     statuses: dict[str, int]
+    #: Calls the function made to remote services (every attempt of every step and compensation, and a callback's
+    #: notification): each one keeps its invocation waiting for the service's answer.
+    remote_calls: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +109,7 @@ class DurableCounts:
             "bytes_written": self.bytes_written,
             "invocations": self.invocations,
             "statuses": dict(self.statuses),
+            "remote_calls": self.remote_calls,
         }
 
 
@@ -272,6 +276,9 @@ def run_plans(plans: tuple[StepPlan, ...], workflow_input: dict[str, Any], *, wo
         history = runner.get_execution_history(arn, include_execution_data=True)
     if result.status is not InvocationStatus.SUCCEEDED:
         raise RuntimeError(f"the durable saga ended {result.status}: {result.error}")
+    with _SCRIPT.lock:
+        calls = sum(n for (called, _step, _phase), n in _SCRIPT.calls.items() if called == workflow)
+    notifications = sum(1 for plan in plans if plan.kind == "callback")  # the submitter's call to the notifier
     events = [event.to_dict() for event in history.events]
     started = [e for e in events if e["EventType"].endswith("Started") and e["EventType"] != "ExecutionStarted"]
     first_starts = {e["Id"] for e in started}
@@ -283,6 +290,7 @@ def run_plans(plans: tuple[StepPlan, ...], workflow_input: dict[str, Any], *, wo
         bytes_written=sum(_payload_bytes(e) for e in events),
         invocations=sum(1 for e in events if e["EventType"] == "InvocationCompleted"),
         statuses={status: 1},
+        remote_calls=calls + notifications,
     )
 
 
@@ -328,7 +336,7 @@ def durable_counts(
     statuses: Counter[str] = Counter()
     per_plan = []
     for (plans, weight), counts in zip(ordered, runs, strict=True):
-        for key in ("executions", "operations", "retries", "bytes_written", "invocations"):
+        for key in ("executions", "operations", "retries", "bytes_written", "invocations", "remote_calls"):
             totals[key] += getattr(counts, key) * weight
         for status, n in counts.statuses.items():
             statuses[status] += n * weight
@@ -340,5 +348,6 @@ def durable_counts(
         bytes_written=totals["bytes_written"],
         invocations=totals["invocations"],
         statuses=dict(statuses),
+        remote_calls=totals["remote_calls"],
     )
     return {"total": total.as_dict(), "plans": per_plan}

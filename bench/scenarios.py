@@ -68,6 +68,7 @@ from devstack.inprocess import environment, function_environment, load_function_
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
+from sasflow.agent_lambda import metric_counter
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
@@ -292,6 +293,10 @@ class ScenarioResult:
     parent_item_bytes: int = 0
     #: The trigger function the workflows started from (S6), if any.
     trigger_function: str | None = None
+    #: Calls each agent's function (logical id) made to its remote service, every attempt of every phase.
+    remote_calls: dict[str, int] = field(default_factory=dict)
+    #: Invocations of each agent's function that died before they called out (`Scenario.lost_invocation`).
+    lost_invocations: dict[str, int] = field(default_factory=dict)
 
     @property
     def workflows(self) -> int:
@@ -328,9 +333,11 @@ class _CountingRemote(SimRemote):
     def __init__(self, *args: Any, calls: Counter[tuple[str, str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.step_calls = calls
+        self.made = 0
 
     def call(self, request: Any, timeout_seconds: float) -> dict[str, Any]:
         self.step_calls[(request.workflow_id, request.step, request.phase.value)] += 1
+        self.made += 1
         return super().call(request, timeout_seconds)
 
 
@@ -359,6 +366,7 @@ class ScenarioRun:
         self.meter = Meter()
         self.step_calls: Counter[tuple[str, str, str]] = Counter()
         self.lost: Counter[tuple[str, str, str]] = Counter()
+        self.lost_invocations: Counter[str] = Counter()
         if scenario.map_items:
             self.definition = map_definition()
         elif scenario.callback:
@@ -436,8 +444,16 @@ class ScenarioRun:
             module = load_function_module(spec)
             env = function_environment(spec)
             rng = random.Random(self.rng.random())
+            # its metrics as deployed (agent_services): the EMF line each invocation writes is in its log bill
             module.agent = Lazy(
-                functools.partial(build_agent, env, clock=self.clock, remote=self.remotes[agent], rng=rng)
+                functools.partial(
+                    build_agent,
+                    env,
+                    clock=self.clock,
+                    remote=self.remotes[agent],
+                    rng=rng,
+                    metrics=metric_counter(module.handler),
+                )
             )
             self.modules[logical_id] = module
         self.trigger_id: str | None = None
@@ -490,7 +506,9 @@ class ScenarioRun:
     # ------------------------------------------------------------------ invocation
     def _invoke(self, logical_id: str, event: Any) -> Any:
         spec = self.specs[logical_id]
-        with environment(function_environment(spec)), self.meter.lambda_invocation(logical_id):
+        # Metrics on, as deployed (the local stack turns them off): each invocation's EMF line is in its log bill.
+        deployed = {**function_environment(spec), "POWERTOOLS_METRICS_DISABLED": "false"}
+        with environment(deployed), self.meter.lambda_invocation(logical_id):
             return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
 
     def _occur(self, index: int, workflow_input: dict[str, Any]) -> None:
@@ -571,7 +589,9 @@ class ScenarioRun:
             self.receive_batches.append(len(messages))
             if logical_id in AGENT_FUNCTIONS.values() and self.rng.random() < self.scenario.lost_invocation:
                 # The invocation dies before it calls out (a crash, a timeout): the batch comes back after the
-                # visibility timeout. Its Lambda time is agent work, which is left out on both sides.
+                # visibility timeout. Its Lambda time is agent work, left out of the orchestration cost on both sides
+                # (the whole bill counts it as an invocation that waited as long as a call, `cost.whole_bill`).
+                self.lost_invocations[logical_id] += 1
                 for message in messages:
                     request = json.loads(message["Body"])
                     self.lost[(request["workflow_id"], request["step"], request["phase"])] += 1
@@ -753,6 +773,8 @@ class ScenarioRun:
             children=children,
             parent_item_bytes=parent_bytes,
             trigger_function=self.trigger_id,
+            remote_calls={AGENT_FUNCTIONS[agent]: remote.made for agent, remote in self.remotes.items()},
+            lost_invocations=dict(self.lost_invocations),
         )
 
 

@@ -12,12 +12,14 @@ import pytest
 from moto import mock_aws
 
 from bench import prices
-from bench.accounting import Meter, attribute_size, bill, item_size
+from bench.accounting import Meter, Usage, attribute_size, bill, item_size
 from bench.asl import StepObservation, count_transitions, saga_asl
-from bench.cost import figures, rows
+from bench.cost import figures, rows, whole_bill
 from bench.report import Row
 from bench.scenarios import Scenario, chain_definition, check_mappings, run_scenario, scenarios
 from devstack.template import SqsEventSpec
+
+AGENT_NAMES = ("Flights", "Hotels", "Payments")
 
 
 # ---------------------------------------------------------------------------------------------------- item size
@@ -207,7 +209,7 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
     assert wru["UpdateItem"] == 3 * 4
-    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 9
+    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 11
     # a start through the API: its HTTP API request, the API function's invocation and its requests
     assert data["start"]["through"] == "api" and data["start"]["invocations_per_start"] == 1.0
     # The anchors' raw counts: 4 executions of 3 steps, each step one durable operation and one Express Task
@@ -330,6 +332,52 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"] + dollars["cloudwatch_logs"])
     assert data["anchor_per_step"] == pytest.approx(0.025 / 1000)  # one transition per step
     assert data["ours_per_step"] == pytest.approx(dollars["total"] / 3)
+    # The whole bill at 100 ms a call: ours adds the 3 agents' invocations, their measured time and 0.1 s of waiting
+    # for each of their 3 calls at 256 MB; Step Functions Standard's HTTP Tasks are its 3 transitions; the durable
+    # function waits for the same 3 calls at the same memory
+    whole = data["whole_bill"]
+    assert whole["agents"]["remote_calls"] == 3 and whole["durable"]["remote_calls"] == 3
+    waiting = 3 * 0.1 * 256 / 1024 * prices.LAMBDA_PER_GB_SECOND
+    measured = whole["agents"]["billed_ms"] / 1000 * 256 / 1024 * prices.LAMBDA_PER_GB_SECOND
+    assert whole["agents"]["billed_ms"] == sum(usage["lambda_billed_ms"][f"{a}AgentFunction"] for a in AGENT_NAMES)
+    # and each agent invocation's metrics line (its RemoteCalls count), at the Logs price
+    agent_logs = sum(usage["log_bytes"][f"{a}AgentFunction"] for a in AGENT_NAMES)
+    assert agent_logs == whole["agents"]["log_bytes"] and 3 * 150 < agent_logs < 3 * 400
+    logs = agent_logs * prices.CLOUDWATCH_LOGS_PER_BYTE
+    assert whole["ours"] == pytest.approx(dollars["total"] + 3 * prices.LAMBDA_PER_REQUEST + measured + waiting + logs)
+    assert whole["standard_http_tasks"] == pytest.approx(3 * 0.025 / 1000)
+    assert whole["durable"]["dollars"] == pytest.approx(data["durable"]["dollars"] + waiting)
+    assert data["whole_per_step"] == pytest.approx(whole["ours"] / 3)
+
+
+def test_the_whole_bill_adds_the_agents_lambda_and_the_wait_for_each_call_on_both_sides() -> None:
+    # Given a run whose flights agent was invoked twice (10 ms measured, 400 bytes of metrics), called its service
+    # four times, and lost one more invocation before it called out; the durable function made five calls
+    usage = Usage()
+    usage.lambda_invocations["FlightsAgentFunction"] = 2
+    usage.lambda_ms["FlightsAgentFunction"] = 10
+    usage.log_bytes["FlightsAgentFunction"] = 400
+    usage.lambda_invocations["SchedulerFunction"] = 7  # orchestration: already in ``orchestration``
+    usage.lambda_ms["SchedulerFunction"] = 70
+    memory = {f"{name}AgentFunction": 256 for name in AGENT_NAMES} | {"SchedulerFunction": 512}
+    run = SimpleNamespace(
+        usage=usage,
+        memory_mb=memory,
+        remote_calls={"FlightsAgentFunction": 4, "HotelsAgentFunction": 0},
+        lost_invocations={"FlightsAgentFunction": 1},
+    )
+    # When its whole bill is made at 100 ms a call
+    whole = whole_bill(run, 1e-5, 2e-5, {"dollars": 3e-5, "remote_calls": 5})  # type: ignore[arg-type]
+    # Then ours adds 3 requests, 10 ms + 5 waits of 100 ms at 256 MB, and 400 bytes of logs to the orchestration
+    gb_second = prices.LAMBDA_PER_GB_SECOND
+    agents = 3 * prices.LAMBDA_PER_REQUEST + (0.010 + 5 * 0.1) * 0.25 * gb_second + 400 * 0.5e-9
+    assert whole["ours"] == pytest.approx(1e-5 + agents)
+    assert whole["agents"]["invocations"] == 3 and whole["agents"]["lost_invocations"] == 1
+    # And Step Functions Standard's HTTP Tasks cost their transitions only; the durable function waits for its 5
+    # calls at the agents' 256 MB
+    assert whole["standard_http_tasks"] == 2e-5
+    assert whole["durable"]["dollars"] == pytest.approx(3e-5 + 5 * 0.1 * 0.25 * gb_second)
+    assert whole["durable"]["memory_mb"] == 256
 
 
 def _cost_row(name: str, ours: float, anchor: float) -> Row:
@@ -348,6 +396,10 @@ def _cost_row(name: str, ours: float, anchor: float) -> Row:
         "logs_share": 0.0,
         "durable": {"operations": 3},
         "durable_per_step": 8.1 / 1_000_000,
+        "whole_bill": {"remote_latency_seconds": 0.1, "durable": {"memory_mb": 256}},
+        "whole_per_step": 2 * ours,
+        "whole_standard_per_step": anchor,
+        "whole_durable_per_step": 9.0 / 1_000_000,
         "express": {"can_run": False, "cannot_run": "a callback step"},
     }
     run = SimpleNamespace(scenario=Scenario(name, "t", 3, 1), definition=chain_definition(3))

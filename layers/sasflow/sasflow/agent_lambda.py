@@ -67,10 +67,7 @@ def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, 
 def agent_services(handler: Any, remote: RemoteClient | None = None) -> Lazy[AgentServices]:
     """The services of ``handler``'s agent, built from the environment on first use; ``remote`` is a Python agent's
     app (None: the HTTP client of ``REMOTE_BASE_URL``), whose actions are checked against ``AGENT_ACTIONS``."""
-    metrics = handler.metrics
-
-    def count(name: str, value: int = 1) -> None:
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    count = metric_counter(handler)
 
     def build() -> AgentServices:
         built = build_agent(metrics=count, remote=remote)
@@ -80,3 +77,14 @@ def agent_services(handler: Any, remote: RemoteClient | None = None) -> Lazy[Age
         return built
 
     return Lazy(build)
+
+
+def metric_counter(handler: Any) -> Callable[..., None]:
+    """The count function an agent's services report to (``build_agent(metrics=...)``): a Count metric of
+    ``handler``'s Metrics, flushed as one EMF line when the invocation ends."""
+    metrics = handler.metrics
+
+    def count(name: str, value: int = 1) -> None:
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+    return count
