@@ -32,61 +32,12 @@ from typing import Any
 
 import botocore.session
 
-from bench import prices
+from sasflow import prices
+from sasflow.cost import attribute_size, item_size
+from sasflow.cost import read_units as _read_units
+from sasflow.cost import write_units as _write_units
 
 __all__ = ["Meter", "Usage", "attribute_size", "item_size"]
-
-_WRITE_UNIT = 1024
-_READ_UNIT = 4096
-
-
-# ---------------------------------------------------------------------------------------------------- item size
-def attribute_size(value: dict[str, Any]) -> int:
-    """Size in bytes of one attribute value in DynamoDB JSON (``{"S": "x"}``), by the Developer Guide's rules.
-
-    Strings and binary are their UTF-8/byte length; a number is about one byte per two significant digits plus one;
-    booleans and null are 1 byte; a list or map is 3 bytes plus 1 byte per element plus its elements (and, for a
-    map, its key names). Sets are the sum of their elements.
-    """
-    ((kind, raw),) = value.items()
-    if kind == "S":
-        return len(str(raw).encode())
-    if kind == "N":
-        return _number_size(str(raw))
-    if kind == "B":
-        return len(raw) if isinstance(raw, bytes | bytearray) else len(str(raw))
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(str(v).encode()) for v in raw)
-    if kind == "NS":
-        return sum(_number_size(str(v)) for v in raw)
-    if kind == "BS":
-        return sum(len(v) for v in raw)
-    if kind == "L":
-        return 3 + sum(1 + attribute_size(v) for v in raw)
-    if kind == "M":
-        return 3 + sum(1 + len(k.encode()) + attribute_size(v) for k, v in raw.items())
-    raise ValueError(f"unknown DynamoDB type {kind!r}")
-
-
-def _number_size(text: str) -> int:
-    digits = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").strip("0") or "0"
-    return math.ceil(len(digits) / 2) + 1 + (1 if text.startswith("-") else 0)
-
-
-def item_size(item: dict[str, dict[str, Any]]) -> int:
-    """Size in bytes of an item in DynamoDB JSON: attribute names plus values."""
-    return sum(len(name.encode()) + attribute_size(value) for name, value in item.items())
-
-
-def _write_units(size: int) -> int:
-    return max(1, math.ceil(size / _WRITE_UNIT))
-
-
-def _read_units(size: int, consistent: bool) -> float:
-    units = max(1, math.ceil(size / _READ_UNIT))
-    return float(units) if consistent else units / 2
 
 
 # ---------------------------------------------------------------------------------------------------- usage
@@ -196,7 +147,7 @@ class Cost:
 
 
 def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = None) -> Cost:
-    """Price ``usage`` with `bench.prices`. ``lambdas`` limits the Lambda and log lines to these functions (logical
+    """Price ``usage`` with `sasflow.prices`. ``lambdas`` limits the Lambda and log lines to these functions (logical
     ids)."""
     functions = [f for f in usage.lambda_invocations if lambdas is None or f in lambdas]
     gb_seconds = sum(usage.lambda_ms[f] / 1000 * memory_mb[f] / 1024 for f in functions)
@@ -215,7 +166,7 @@ def bill(usage: Usage, memory_mb: dict[str, int], *, lambdas: set[str] | None = 
 
 
 def s3_cost(usage: Usage) -> float:
-    """The S3 requests of ``usage`` (claim-checked payloads), each at its request tier (`bench.prices`)."""
+    """The S3 requests of ``usage`` (claim-checked payloads), each at its request tier (`sasflow.prices`)."""
     return sum(
         n * (prices.S3_PER_WRITE_REQUEST if operation in prices.S3_WRITE_OPERATIONS else prices.S3_PER_READ_REQUEST)
         for (service, operation), n in usage.calls.items()

@@ -19,8 +19,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from bench import cost, prices
+from bench import cost
 from bench.report import Row, markdown
+from sasflow import prices
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_MD = ROOT / "bench" / "results.md"

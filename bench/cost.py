@@ -5,7 +5,7 @@ Definitions (printed with the table, so a reader can recompute any figure from t
 
 - **Steps** are the forward steps that ran (a step sealed SKIPPED by a compensation never ran and is not counted).
   Both sides are divided by the same number.
-- **Our orchestration cost** is every request the product makes, billed with `bench.prices`: DynamoDB WRU and RRU
+- **Our orchestration cost** is every request the product makes, billed with `sasflow.prices`: DynamoDB WRU and RRU
   (state, idempotency records, circuit breaker, lease), SQS requests in 64 KB chunks (sends, the event source
   mappings' receives and deletes, and the modelled empty long polls), the HTTP API requests, and the Lambda requests
   and GB-seconds of the API, scheduler and supervisor functions, and the CloudWatch Logs they write (their log lines
@@ -57,11 +57,11 @@ import math
 from collections import Counter
 from typing import Any
 
-from bench import prices
 from bench.accounting import bill
 from bench.asl import StateVisit, StepObservation, count_transitions, saga_asl, walk
 from bench.report import Row
 from bench.scenarios import ScenarioResult, agent_functions, engine_functions
+from sasflow import prices
 
 #: Our cost per step over Step Functions Standard's, at most (by scenario).
 COST_TARGETS = {"S1": 0.17, "S2": 0.20, "S6": 0.17}

@@ -72,6 +72,7 @@ from sasflow.agent_lambda import metric_counter
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
+from sasflow.cost import Tally, forget_ledgers
 from sasflow.records import Snapshot
 from simulation.run import AGENT_FUNCTIONS, START, ClockContext, callback_event, scheduled_event, start_event
 from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
@@ -297,6 +298,8 @@ class ScenarioResult:
     remote_calls: dict[str, int] = field(default_factory=dict)
     #: Invocations of each agent's function that died before they called out (`Scenario.lost_invocation`).
     lost_invocations: dict[str, int] = field(default_factory=dict)
+    #: What the product tallied on each workflow's item (`sasflow.cost`), by workflow id (map children included).
+    tallies: dict[str, Tally] = field(default_factory=dict)
 
     @property
     def workflows(self) -> int:
@@ -407,6 +410,7 @@ class ScenarioRun:
         # Every run starts from cold sandboxes: powertools' parameter cache lives in the process, so without this
         # only the first run of a process would read (and be billed for) the workflow-id secret.
         powertools_parameters.clear_caches()
+        forget_ledgers()  # and no work a previous run left pending (sasflow.cost)
         parameters = remote_service_parameters({agent: f"https://{agent}.bench.invalid" for agent in AGENT_FUNCTIONS})
         parameters.update(dict(self.scenario.parameters))
         self.stack = Stack.from_file(ROOT / "template.yaml", parameters=parameters)
@@ -459,12 +463,8 @@ class ScenarioRun:
         self.trigger_id: str | None = None
         if self.scenario.trigger:
             self._setup_trigger()
-        for module in self.modules.values():
-            # powertools' loggers of one service share one handler, bound to the stream of whoever made it first
-            # (another test's, in a test run): point it at the counting sink, so every run counts its own lines
-            handler = getattr(getattr(module, "logger", None), "registered_handler", None)
-            if handler is not None and hasattr(handler, "setStream"):
-                handler.setStream(_LOG_SINK)
+        # powertools' loggers of one service share one handler; the functions point it at sasflow.cost.LOG_STREAM,
+        # which writes to whatever sys.stdout is (here the counting sink), so every run counts its own lines
         self.consumers = workflow_consumers(self.specs.values())
         if self.trigger_id is not None:
             self.consumers += [
@@ -738,8 +738,10 @@ class ScenarioRun:
         facts: dict[str, dict[str, StepFacts]] = {}
         children: Counter[str] = Counter()
         parent_bytes = 0
+        tallies: dict[str, Tally] = {}
         for snapshot in self._stored():
             workflow_id = snapshot.workflow.workflow_id
+            tallies[workflow_id] = snapshot.cost
             if snapshot.workflow.parent is not None:
                 children[snapshot.workflow.status.value] += 1
             else:
@@ -775,6 +777,7 @@ class ScenarioRun:
             trigger_function=self.trigger_id,
             remote_calls={AGENT_FUNCTIONS[agent]: remote.made for agent, remote in self.remotes.items()},
             lost_invocations=dict(self.lost_invocations),
+            tallies=tallies,
         )
 
 

@@ -90,3 +90,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = relative.parts[0] if len(relative.parts) > 1 else ""
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ledger() -> Iterator[None]:
+    """Every test starts with an empty cost ledger on its thread (sasflow.cost): no work another test left pending."""
+    from sasflow.cost import forget_ledgers
+
+    forget_ledgers()
+    yield

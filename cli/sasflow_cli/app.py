@@ -400,11 +400,20 @@ def list_(
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            help="cost: the dearest first (of the pages read: with --all, of every workflow listed).",
+            callback=lambda value: value if value in (None, "cost") else _bad_sort(value),
+        ),
+    ] = None,
     wide: WideOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Find workflows. Without --status, --in-flight or --trigger: what waits for a person (HELD,
-    COMPENSATION_FAILED, PAUSED), newest first; with counts of everything in flight or waiting."""
+    COMPENSATION_FAILED, PAUSED), newest first; with counts of everything in flight or waiting. Each shows what
+    its work has cost so far; --sort cost lists the dearest first."""
     if status is not None and in_flight:
         raise CliUsageError("give --status or --in-flight, not both")
     if trigger is not None and in_flight:
@@ -431,6 +440,8 @@ def list_(
         pages = pages_of(status)
     else:
         pages = [_attention_page([pages_of(kind) for kind in render.ATTENTION_KINDS])]
+    if sort == "cost":
+        pages = _by_cost(pages)
     if as_json:
         merged = dict(pages[0])
         merged["workflows"] = [row for page in pages for row in page.get("workflows", [])]
@@ -444,6 +455,20 @@ def list_(
                 f"note: {paused} paused workflow(s) are listed under --status PAUSED (a paused {status} one counts "
                 "there, not here); `sasflow list` shows everything that waits for a person"
             )
+
+
+def _bad_sort(value: str) -> str:
+    raise typer.BadParameter(f"{value!r}: the listing sorts by cost only (--sort cost)")
+
+
+def _by_cost(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pages as one, the dearest workflow first (a workflow without a tally last); the last page's cursor."""
+    rows = [row for page in pages for row in page.get("workflows", [])]
+    rows.sort(key=lambda row: -1.0 if row.get("cost") is None else float(row["cost"]), reverse=True)
+    merged = dict(pages[0]) if pages else {}
+    merged["workflows"] = rows
+    merged["next_cursor"] = pages[-1].get("next_cursor") if pages else None
+    return [merged]
 
 
 def _attention_page(per_kind: list[list[dict[str, Any]]]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ statuses, errors) and in which order the others give way on a narrow terminal; `
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -188,11 +189,37 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
                 }
             )
     lines.append(FitTable(STEP_COLUMNS, rows, wide=wide))
+    if view.get("cost"):
+        lines.append(cost_lines(view["cost"]))
     for step in view.get("steps", []):
         if step.get("task_token"):
             # whole, never cut by the terminal's width: it is what `sasflow approve` takes
             lines.append(Text(f"waiting for a callback: {step['name']}  task token {step['task_token']}", style="bold"))
     return Group(*lines)
+
+
+def dollars(value: Any) -> str:
+    """Dollars as a person reads a small bill: ``$0.0000132`` (three significant digits), ``$0.00`` for none."""
+    amount = float(value or 0)
+    if 0 < amount < 0.01:
+        return f"${amount:.{2 - math.floor(math.log10(amount))}f}"
+    return f"${amount:,.2f}"
+
+
+def cost_lines(cost: Mapping[str, Any]) -> RenderableType:
+    """A workflow's cost (a CostView): the total (and what a million such would cost) and each line that cost
+    anything, with its quantity."""
+    shown = [line for line in cost.get("lines", []) if line.get("dollars")]
+    total = Text.assemble(
+        ("cost ", "bold"),
+        (dollars(cost.get("dollars")), "bold"),
+        f" (${float(cost.get('dollars') or 0) * 1_000_000:,.2f} per million like it)",
+        (f"  at {cost.get('prices')} list prices", "dim"),
+    )
+    rows = [
+        Text(f"  {line['name']:<16} {dollars(line['dollars']):>13}  {line['quantity']}", style="dim") for line in shown
+    ]
+    return Group(total, *rows)
 
 
 def principal_name(principal: Any) -> str:
@@ -303,6 +330,7 @@ SUMMARY_COLUMNS = (
     Col("trouble", drop=3, justify="right"),
     Col("attention", drop=6, into="status", sep=" "),
     Col("since", drop=1),
+    Col("cost", drop=7, justify="right"),
     Col("reason", "wrap", minimum=12),
 )
 
@@ -324,6 +352,7 @@ def _summaries(title: str, rows: Sequence[Mapping[str, Any]], wide: bool) -> Ren
                 "trouble": Text(str(row.get("trouble", 0))),
                 "attention": _status(attention),
                 "since": Text(when(row.get("attention_since"))),
+                "cost": Text(dollars(row["cost"]) if row.get("cost") is not None else ""),
                 "reason": Text(_short(row.get("reason"), MESSAGE_CHARS)),
             }
         )

@@ -22,6 +22,7 @@ defer_package_init("aws_lambda_powertools.utilities.data_classes")
 import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
 from sasflow.api import build_app  # noqa: E402
 from sasflow.bootstrap import Lazy, build_engine  # noqa: E402
+from sasflow.cost import Tally, metered  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 
 logger = Logger()
@@ -38,6 +39,7 @@ engine = Lazy(lambda: build_engine(metrics=_count, correlate=logger.set_correlat
 app = build_app(lambda: (engine().scheduler, engine().bus))
 
 
+@metered(logger=logger, metrics=metrics, carry=False, request=Tally(api=1))
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
 @lean_log_keys(logger)
 @tracer.capture_lambda_handler

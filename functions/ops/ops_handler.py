@@ -21,6 +21,7 @@ defer_package_init("aws_lambda_powertools.utilities.data_classes")
 # function needs them on its first invocation, so they load at init, with the rest of its cold start.
 import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
 from sasflow.bootstrap import Lazy, build_ops  # noqa: E402
+from sasflow.cost import Tally, metered  # noqa: E402
 from sasflow.ops_api import build_ops_app  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 
@@ -40,6 +41,7 @@ app = build_ops_app(
 )
 
 
+@metered(logger=logger, metrics=metrics, carry=False, request=Tally(api=1))
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
 @lean_log_keys(logger)
 @tracer.capture_lambda_handler

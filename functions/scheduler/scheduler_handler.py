@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.batch import process_partial_response  # no
 import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
 from sasflow.batch import OutboxBatchProcessor, ReplyGroups  # noqa: E402
 from sasflow.bootstrap import Lazy, build_engine  # noqa: E402
+from sasflow.cost import body_workflow, metered, sqs_records  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 
 logger = Logger()
@@ -39,6 +40,7 @@ engine = Lazy(lambda: build_engine(metrics=_count, correlate=logger.set_correlat
 processor = OutboxBatchProcessor(lambda: engine().bus, reserve_seconds=5)
 
 
+@metered(logger=logger, metrics=metrics, records=sqs_records(body_workflow))
 @logger.inject_lambda_context
 @lean_log_keys(logger)
 @tracer.capture_lambda_handler

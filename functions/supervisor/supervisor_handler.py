@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 # function needs them on its first invocation, so they load at init, with the rest of its cold start.
 import sasflow.supervisor  # noqa: F401  (imports sasflow.scheduler)
 from sasflow.bootstrap import Lazy, build_engine
+from sasflow.cost import metered
 from sasflow.tracing import build_tracer, lean_log_keys
 
 logger = Logger()
@@ -29,6 +30,7 @@ def _count(name: str, value: int = 1) -> None:
 engine = Lazy(lambda: build_engine(metrics=_count, correlate=logger.set_correlation_id))
 
 
+@metered(logger=logger, metrics=metrics, carry=False)
 @logger.inject_lambda_context
 @lean_log_keys(logger)
 @tracer.capture_lambda_handler

@@ -8,6 +8,8 @@ batch-item failure, so SQS delivers it again and, after five receives, moves it 
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -25,6 +27,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # 
 
 import sasflow.scheduler  # noqa: F401, E402  (its first invocation needs the engine)
 from sasflow.bootstrap import Lazy, build_trigger  # noqa: E402
+from sasflow.cost import Tally, ledger, metered, sqs_records  # noqa: E402
 from sasflow.ports import Outgoing  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
 from sasflow.triggers import Message, TriggerRefusedError  # noqa: E402
@@ -100,6 +103,16 @@ def _message(record: SQSRecord) -> Message:
     return Message(record.message_id, int(sent) if sent and str(sent).isdigit() else 0, attributes)
 
 
+#: What each record brings (its share of the invocation and of the mapping's requests, the send that delivered it, an
+#: event's PutEvents), charged when it starts: the workflow it starts takes it (sasflow.cost).
+_shares = sqs_records(
+    lambda record: record.get("messageId"),
+    delivered=True,
+    published=json.loads(os.environ.get("TRIGGER") or "{}").get("kind") == "event",
+)
+
+
+@metered(logger=logger, metrics=metrics, records_charged_by_handler=True)
 @logger.inject_lambda_context
 @lean_log_keys(logger)
 @tracer.capture_lambda_handler
@@ -108,8 +121,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Handle a batch of occurrences and report the ones that failed (``ReportBatchItemFailures``); then send the
     first requests of the workflows they started, together (lost, the supervisor resends them)."""
     outbox: list[Outgoing] = []  # this invocation's: the first requests of the workflows its batch started
+    shares = dict(_shares(event))
 
     def handle(record: SQSRecord) -> dict[str, Any]:
+        ledger().charge(None, shares.get(record.message_id) or Tally())
         return handle_record(record, outbox)
 
     try:

@@ -11,13 +11,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from bench import prices
 from bench.accounting import Meter, Usage, attribute_size, bill, item_size
 from bench.asl import StepObservation, count_transitions, saga_asl
 from bench.cost import figures, rows, whole_bill
 from bench.report import Row
 from bench.scenarios import Scenario, chain_definition, check_mappings, run_scenario, scenarios
 from devstack.template import SqsEventSpec
+from sasflow import prices
 
 AGENT_NAMES = ("Flights", "Hotels", "Payments")
 

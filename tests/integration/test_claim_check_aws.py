@@ -26,6 +26,7 @@ from devstack.template import Stack, remote_service_parameters
 from http_server import RunningServer
 from sasflow.adapters.http_remote import HttpRemoteClient
 from sasflow.claim_check import REFERENCE_KEY
+from sasflow.cost import item_size
 from sasflow.python_agent import ActionRequest
 from tests.integration.conftest import Deployed, roles_checked
 from tests.support.lambdas import ROOT
@@ -151,7 +152,7 @@ def test_a_5_mb_output_reaches_the_next_step_intact_through_http_and_python_agen
         assert claim["key"].startswith(f"{started['workflow_id']}/")
         assert claim["bytes"] > MB5
     [item] = [i for i in deployed.items() if i["pk"]["S"] == f"WF#{started['workflow_id']}"]
-    assert len(json.dumps(item)) < 20_000
+    assert item_size(item) < 20_000
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
     assert keys and all(key.startswith(f"{started['workflow_id']}/") for key in keys)
     for key in keys:

@@ -153,6 +153,11 @@ def test_a_held_workflow_is_found_first_and_its_failed_step_read(deployed: Deplo
     payment = html.split('id="step-charge_card"', 1)[1].split("</section>", 1)[0]
     assert "Error" in text_of(payment) and '"code": "CARD_DECLINED"' in text_of(payment)
     assert "Waits for" in payment and "book_hotel" in payment
+    # What its work has cost so far (the tally on its item), with a line per service that cost anything
+    cost = html.split('id="cost-h"', 1)[1].split("</section>", 1)[0]
+    assert re.search(r"Cost so far</h2>\s*<p>\$0\.0000\d+ at us-east-1, read 2026-11-29 list prices", cost)
+    assert re.search(r"<td>DynamoDB writes</td><td>\d+ WRU</td>", cost) and "<td>SQS</td>" in cost
+    assert "<td>S3</td>" not in cost  # nothing claim-checked: no line of nothing
     # The history, with its times and actors, ends with the hold
     assert "held" in words and "scheduler" in words
     assert "data-refresh" not in html  # HELD waits for a person: the page stays still while they read it

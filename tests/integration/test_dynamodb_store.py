@@ -17,6 +17,7 @@ from devstack.template import Stack
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, DynamoDBStateStore, workflow_key
 from sasflow.adapters.memory import InMemoryBus
 from sasflow.clock import ManualClock
+from sasflow.cost import Tally, ledger, meter
 from sasflow.definition import parse_definition
 from sasflow.errors import ConditionFailedError, LeaseNotAcquiredError, PayloadTooLargeError
 from sasflow.messages import StepReply, canonical_hash, decode_request
@@ -143,6 +144,70 @@ def test_a_three_step_trip_stays_under_1_kb_so_each_write_costs_one_write_unit(e
         sizes.append(item_size(raw_item(env, wid)))
     assert max(sizes) < 1024, sizes
     assert sizes == sorted(sizes)  # grows with each output, never shrinks until TTL
+
+
+def test_each_write_adds_its_write_units_and_index_moves_to_the_cost_on_the_item(env: Env) -> None:
+    # Given a trip started (its item put, and its deadline index entry) and its three replies applied
+    wid = start(env)
+    costs = [env.store.load(wid).cost.wru]  # type: ignore[union-attr]
+    for step in ("reserve_flight", "book_hotel", "charge_card"):
+        env.scheduler.on_reply(reply(wid, step))
+        costs.append(env.store.load(wid).cost.wru)  # type: ignore[union-attr]
+    # Then each write added what DynamoDB bills for it: 1 WRU (under 1 KB) + 1 for the index entry put at the start;
+    # the index key is kept on the first two replies (a lower bound, nothing projected changed) and removed at the end
+    assert costs == [2, 3, 4, 6]
+    stored = raw_item(env, wid)
+    assert len(stored["cost"]["B"]) == 45
+    # And the request hash is stored as its 32 bytes, read back as the hex the engine compares
+    assert len(stored["request_hash"]["B"]) == 32
+    assert env.store.load(wid).workflow.request_hash == canonical_hash(  # type: ignore[union-attr]
+        {"definition": trip_definition(), "input": TRIP_INPUT}
+    )
+
+
+def test_an_item_written_before_the_tally_reads_with_its_hex_hash_and_no_cost(env: Env) -> None:
+    # Given an item as the engine wrote it before 2026-12-07: its request hash in hex, no cost
+    wid = start(env)
+    client = boto3.client("dynamodb")
+    digest = "ab" * 32
+    client.update_item(
+        TableName=env.table,
+        Key=workflow_key(wid),
+        UpdateExpression="SET request_hash = :h REMOVE #c",
+        ExpressionAttributeNames={"#c": "cost"},
+        ExpressionAttributeValues={":h": {"S": digest}},
+    )
+    # When it is read, and written again
+    old = env.store.load(wid)
+    assert old is not None and old.workflow.request_hash == digest and old.cost == Tally()
+    env.scheduler.on_reply(reply(wid, "reserve_flight"))
+    # Then the hash is kept (as bytes now) and the cost starts with this write
+    again = env.store.load(wid)
+    assert again is not None and again.workflow.request_hash == digest and again.cost.wru == 1
+
+
+def test_a_lost_conditional_write_is_billed_to_the_next_write_of_its_workflow(env: Env) -> None:
+    wid = start(env)
+    snapshot = env.store.load(wid)
+    assert snapshot is not None
+    env.store.save(snapshot, expect=snapshot)  # version 2
+    with pytest.raises(ConditionFailedError):
+        env.store.save(snapshot, expect=snapshot)  # a stale writer: DynamoDB bills its write all the same
+    owed = ledger().take(wid)
+    assert owed.wru == 1
+
+
+def test_a_metered_client_charges_a_read_to_the_workflow_it_reads() -> None:
+    with mock_aws():
+        env = build()
+        wid = start(env)
+        store = DynamoDBStateStore(env.table, meter(boto3.client("dynamodb")), shards=8)
+        ledger().take(wid)
+        store.load(wid, consistent=False)  # under 4 KB, eventually consistent: half a read unit
+        # and the definition's item, read once by a store (strongly consistent): the work in hand's, taken with it
+        assert ledger().take(wid) == Tally(rru=0.5 + 1)
+        store.load(wid)
+        assert ledger().take(wid) == Tally(rru=1)
 
 
 def test_wrong_typed_deadline_keys_are_refused_before_dynamodb(env: Env) -> None:

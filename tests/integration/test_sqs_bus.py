@@ -11,7 +11,8 @@ import pytest
 from moto import mock_aws
 
 from sasflow.adapters.sqs_bus import SqsMessageBus, queue_url
-from sasflow.ports import Receipt
+from sasflow.cost import Tally, ledger
+from sasflow.ports import Outgoing, Receipt
 
 pytestmark = pytest.mark.integration
 
@@ -29,6 +30,40 @@ def test_a_queue_url_is_built_from_its_arn_as_sqs_documents_it() -> None:
     for wrong in ("arn:aws:sns:eu-west-1:123456789012:topic", "arn:aws:sqs:eu-west-1::q", "q", ""):
         with pytest.raises(ValueError, match="not an SQS queue ARN"):
             queue_url(wrong)
+
+
+def test_a_message_carries_its_share_of_the_send_and_what_its_workflow_owes(sqs: Any) -> None:
+    # Given four messages for two workflows, one owing work done before the send, and one for no workflow
+    url = sqs.create_queue(QueueName="requests")["QueueUrl"]
+    book = ledger()
+    book.charge("wf-1", Tally(wru=3))
+    messages = [
+        Outgoing(url, '{"n": 1}', workflow_id="wf-1"),
+        Outgoing(url, '{"n": 2}', workflow_id="wf-1"),
+        Outgoing(url, '{"n": 3}', workflow_id="wf-2"),
+        Outgoing(url, '{"n": 4}'),
+    ]
+    # When the bus sends them (one SendMessageBatch request, one 64 KB chunk)
+    assert SqsMessageBus(sqs).send(messages) == []
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])["Messages"]
+    carried_by = {
+        m["Body"]: Tally.from_attribute((m.get("MessageAttributes") or {}).get("sasflow-cost", {}).get("StringValue"))
+        for m in got
+    }
+    # Then each message of a workflow carries a quarter of the request; the first of wf-1 also its 3 WRU
+    assert carried_by['{"n": 1}'] == Tally(wru=3, sqs=0.25)
+    assert carried_by['{"n": 2}'] == Tally(sqs=0.25) == carried_by['{"n": 3}']
+    assert carried_by['{"n": 4}'] == Tally()  # no workflow's: no attribute
+    assert book.take("wf-1") == Tally() and book.take("wf-2") == Tally()
+
+
+def test_what_a_failed_send_took_is_owed_again(sqs: Any) -> None:
+    book = ledger()
+    book.charge("wf-9", Tally(wru=2))
+    missing = "https://sqs.us-east-1.amazonaws.com/123456789012/no-such-queue"
+    assert SqsMessageBus(sqs).send([Outgoing(missing, "{}", workflow_id="wf-9")]) == [0]
+    owed = book.take("wf-9")  # the resend carries it, and the failed request too (and the warning's log bytes)
+    assert (owed.wru, owed.sqs) == (2, 1)
 
 
 def test_twelve_hidden_messages_are_visible_again_at_once_in_two_requests(sqs: Any) -> None:

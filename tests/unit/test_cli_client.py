@@ -551,3 +551,48 @@ def test_an_action_on_a_paused_workflow_says_it_waits_for_resume() -> None:
         transport = FakeTransport((200, {**view, "paused": paused}))
         state = CliState(client_=client(transport, []), new_key=lambda: "key-9")
         assert CliRunner().invoke(app, [action, "w", "--reason", "r"], obj=state).stderr == ""
+
+
+def test_list_sort_cost_lists_the_dearest_first_and_a_workflow_without_a_tally_last() -> None:
+    # Given three held workflows, one written before the tally (no cost)
+    rows = [row("cheap", "HELD", 1), row("dear", "HELD", 2), row("old", "HELD", 3)]
+    rows[0]["cost"], rows[1]["cost"] = 0.0000125, 0.0004
+    transport = FakeTransport((200, page(*rows)))
+    state = CliState(client_=client(transport, []))
+    # When the operator lists them by cost
+    result = CliRunner().invoke(app, ["list", "--status", "HELD", "--sort", "cost", "--json"], obj=state)
+    # Then the dearest comes first, the one without a tally last
+    assert result.exit_code == 0, result.output
+    assert [w["workflow_id"] for w in json.loads(result.stdout)["workflows"]] == ["dear", "cheap", "old"]
+    # And a sort the listing does not know is refused, naming the one it knows
+    refused = CliRunner().invoke(app, ["list", "--sort", "age"], obj=CliState(client_=client(FakeTransport(), [])))
+    assert refused.exit_code == 2 and "--sort cost" in refused.output
+
+
+def test_get_shows_what_the_workflow_has_cost_and_its_lines() -> None:
+    view = {
+        "workflow_id": "w-1",
+        "status": "COMPLETED",
+        "definition_name": "trip",
+        "definition_version": 1,
+        "created_at": 1_800_000_000,
+        "updated_at": 1_800_000_010,
+        "input": {},
+        "steps": [],
+        "cost": {
+            "dollars": 0.0000132,
+            "prices": "us-east-1, read 2026-11-29",
+            "lines": [
+                {"name": "DynamoDB writes", "quantity": "12 WRU", "dollars": 0.0000075},
+                {"name": "S3", "quantity": "0 writes, 0 reads, 0 bytes written", "dollars": 0.0},
+                {"name": "SQS", "quantity": "6.00 requests", "dollars": 0.0000024},
+            ],
+        },
+    }
+    console = Console(width=160, highlight=False, color_system=None, record=True)
+    console.print(render.workflow_table(view))
+    text = console.export_text()
+    assert "cost $0.0000132 ($13.20 per million like it)  at us-east-1, read 2026-11-29 list prices" in text
+    # each line that cost anything, with its quantity; a line of nothing is left out
+    assert "  DynamoDB writes    $0.00000750  12 WRU\n  SQS                $0.00000240  6.00 requests\n" in text
+    assert "S3" not in text

@@ -50,7 +50,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from ..client import ApiError, SasflowClient
-from ..render import ATTENTION_KINDS, when
+from ..render import ATTENTION_KINDS, dollars, when
 from ..timeline import COLOURS
 from ..timeline import svg as timeline_svg
 from ..timeline import timeline as build_timeline
@@ -263,7 +263,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.filters.update(time=when, pretty=_pretty, compact=_compact, status_css=_status_css)
+        self.env.filters.update(time=when, pretty=_pretty, compact=_compact, status_css=_status_css, dollars=dollars)
         self.env.globals.update(path=_path, identity=self.identity, operator=self.operator, statuses=STATUSES)
         self.routes = Map(
             [

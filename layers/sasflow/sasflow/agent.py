@@ -157,7 +157,7 @@ class AgentRuntime:
         if time_left() < self.config.safety_margin_seconds + MIN_CALL_SECONDS:
             raise DeadlineExceededError("not enough time left in this invocation to start the record")
         reply = self.handle(decode_request(body), time_left, message_id=message_id)
-        return [Outgoing(queue_url=self.config.response_queue_url, body=encode(reply))]
+        return [Outgoing(queue_url=self.config.response_queue_url, body=encode(reply), workflow_id=reply.workflow_id)]
 
     def handle(self, request: StepRequest, time_left: Callable[[], float], *, message_id: str = "") -> StepReply:
         """Do ``request`` and return the reply to send.

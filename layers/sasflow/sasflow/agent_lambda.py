@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # 
 
 from .batch import OutboxBatchProcessor  # noqa: E402
 from .bootstrap import AgentServices, Lazy, build_agent  # noqa: E402
+from .cost import body_workflow, ledger, metered, sqs_records  # noqa: E402
 from .ports import Outgoing  # noqa: E402
 from .tracing import build_tracer, lean_log_keys  # noqa: E402
 
@@ -43,11 +44,16 @@ def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, 
     processor = OutboxBatchProcessor(lambda: services().bus)
 
     def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
-        """Do one step request and return its reply; a failure fails this record only."""
-        return services().runtime.process(
-            record.body, lambda: lambda_context.get_remaining_time_in_millis() / 1000.0, message_id=record.message_id
-        )
+        """Do one step request and return its reply; a failure fails this record only. Its time and log lines are
+        its workflow's (the reply carries them, `sasflow.cost`)."""
+        with ledger().working_on(body_workflow(record.raw_event)):
+            return services().runtime.process(
+                record.body,
+                lambda: lambda_context.get_remaining_time_in_millis() / 1000.0,
+                message_id=record.message_id,
+            )
 
+    @metered(logger=logger, metrics=metrics, records=sqs_records(body_workflow))
     @logger.inject_lambda_context
     @lean_log_keys(logger)
     @tracer.capture_lambda_handler

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler,
 from pydantic_core import PydanticCustomError
 
 from .callbacks import task_token
+from .cost import Tally
 from .definition import WorkflowDefinition
 from .history import HistoryEvent, StepTimes, decode, step_times
 from .records import Snapshot, StepRecord
@@ -143,6 +144,35 @@ class TriggerView(BaseModel):
     occurrence: str = Field(description="What made it this occurrence: a schedule's tick (tick <ISO time>).")
 
 
+class CostLineView(BaseModel):
+    """One line of what a workflow's work has cost: what, how much of it, and its dollars."""
+
+    name: str = Field(description="The AWS service and what of it: DynamoDB writes, SQS, Lambda compute, ...")
+    quantity: str = Field(description="How much of it the workflow's work used: 12 WRU, 0.0421 GB-s, ...")
+    dollars: float
+
+
+class CostView(BaseModel):
+    """What a workflow's work has cost on AWS so far (`sasflow.cost`): tallied on its item by every write, message
+    and invocation of the engine and the agents for it, priced at the list prices of ``prices``."""
+
+    dollars: float = Field(description="The sum of the lines, in US dollars.")
+    prices: str = Field(description="Whose list prices, read when: us-east-1, read 2026-11-29.")
+    lines: list[CostLineView]
+
+    @classmethod
+    def of(cls, tally: Tally) -> CostView:
+        """The priced view of ``tally``."""
+        from . import prices
+
+        lines = [CostLineView(name=line.name, quantity=line.quantity, dollars=line.dollars) for line in tally.lines()]
+        return cls(
+            dollars=sum(line.dollars for line in lines),
+            prices=f"{prices.REGION}, read {prices.PRICES_READ_ON}",
+            lines=lines,
+        )
+
+
 class WorkflowView(BaseModel):
     """A workflow and its steps, in definition order."""
 
@@ -162,6 +192,9 @@ class WorkflowView(BaseModel):
     events: int = Field(default=0, description="Events in its history (GET /workflows/{id}/history).")
     input: dict[str, Any]
     steps: list[StepView]
+    cost: CostView | None = Field(
+        default=None, description="What its work has cost so far; none on a workflow written before the tally."
+    )
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> WorkflowView:
@@ -218,6 +251,7 @@ class WorkflowView(BaseModel):
             events=len(snapshot.history),
             input=workflow.input,
             steps=steps,
+            cost=CostView.of(snapshot.cost) if snapshot.cost else None,
         )
 
 

@@ -141,6 +141,9 @@ class WorkflowSummaryView(_Model):
     error_codes: list[str] = Field(
         default_factory=list, description="The codes of its steps' last errors, sorted (from its item)."
     )
+    cost: float | None = Field(
+        default=None, description="What its work has cost so far, US dollars at list prices (from its item)."
+    )
 
 
 #: The largest payload the read routes answer with (a Lambda response is at most 6 MB, and JSON inside the JSON body

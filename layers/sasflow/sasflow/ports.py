@@ -112,9 +112,10 @@ class WorkflowSummary:
         Why it unwinds or waits, when the index projects it.
     trigger:
         The trigger that started it (``triggers.py``), if one did.
-    owner, definition_version, error_codes:
-        The principal that started it, its definition's version, and the codes of its steps' last errors: read from
-        the item (``current``, a finished listing's scan), never from an index, which does not project them.
+    owner, definition_version, error_codes, cost:
+        The principal that started it, its definition's version, the codes of its steps' last errors and what it has
+        cost (dollars): read from the item (``current``, a finished listing's scan), never from an index, which does
+        not project them.
     """
 
     workflow_id: str
@@ -130,6 +131,8 @@ class WorkflowSummary:
     owner: str | None = None
     definition_version: int | None = None
     error_codes: tuple[str, ...] = ()
+    #: What its work has cost so far, in dollars (`sasflow.cost`), read from the item; None when it has no tally.
+    cost: float | None = None
 
 
 class WorkflowIndex(Protocol):
@@ -221,11 +224,13 @@ class TriggerStore(Protocol):
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One message to send: its queue URL, its body, and an SQS delay in seconds (0..900)."""
+    """One message to send: its queue URL, its body, an SQS delay in seconds (0..900), and the workflow it is for,
+    whose pending cost it carries (`sasflow.cost`; None: no workflow's)."""
 
     queue_url: str
     body: str
     delay_seconds: int = 0
+    workflow_id: str | None = None
 
 
 @dataclass(frozen=True)

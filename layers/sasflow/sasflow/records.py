@@ -13,6 +13,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .cost import Tally
 from .definition import WorkflowDefinition, render
 from .fanout import MapProgress, ParentRef
 from .states import (
@@ -59,7 +60,8 @@ class WorkflowRecord:
     workflow_id, status, definition, input:
         Identity, status, the validated definition and the workflow input (a JSON object).
     request_hash:
-        SHA-256 (hex) of the canonical start request; compares repeated starts with one Idempotency-Key.
+        SHA-256 (hex) of the canonical start request; compares repeated starts with one Idempotency-Key (stored as
+        its 32 bytes).
     idempotency_key:
         The client's Idempotency-Key header, if any.
     created_at, updated_at:
@@ -230,6 +232,9 @@ class Snapshot:
     #: The key the workflow is stored under in the deadline index (epoch seconds), when it differs from
     #: ``deadline``: a lower bound kept from an earlier write (see `index_key_for`). None: the key is ``deadline``.
     index_key: int | None = None
+    #: What the workflow's work has cost so far, as stored (`sasflow.cost`): the state store adds to it with every
+    #: write; transitions never change it.
+    cost: Tally = field(default_factory=Tally)
 
     def with_step(self, record: StepRecord) -> Snapshot:
         """Return a snapshot where ``record`` replaces the step of the same name."""

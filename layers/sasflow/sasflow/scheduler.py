@@ -932,7 +932,7 @@ def child_id_taken(queue_url: str, command: ChildCommand) -> Outgoing:
             "this map step's child",
         ),
     )
-    return Outgoing(queue_url=queue_url, body=encode(report))
+    return Outgoing(queue_url=queue_url, body=encode(report), workflow_id=report.workflow_id)
 
 
 def child_output(child: Snapshot | None) -> Any:

@@ -26,6 +26,7 @@ import json
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ import boto3
 from boto3.dynamodb.types import Binary, TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from ..cost import Tally, ledger, meter, write_units
+from ..cost import item_size as _wire_size
 from ..definition import WorkflowDefinition
 from ..errors import ConditionFailedError, InvalidCursorError, LeaseNotAcquiredError, PayloadTooLargeError
 from ..fanout import MapProgress, ParentRef
@@ -77,7 +80,7 @@ _DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
 _BATCH_GET_ROUNDS = 5
 #: What a summary (``ports.WorkflowSummary``) reads of a workflow's item.
 _SUMMARY_ATTRIBUTES = (
-    "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg, #owner, dver, errs"
+    "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg, #owner, dver, errs, cost"
 )
 #: ``status`` and ``owner`` are DynamoDB reserved words.
 _SUMMARY_NAMES = {"#status": "status", "#owner": "owner"}
@@ -87,8 +90,9 @@ _deserializer = TypeDeserializer()
 
 
 def dynamodb_client() -> DynamoDBClient:
-    """Create a DynamoDB client (at the edge, after the endpoint or moto is set up)."""
-    return boto3.client("dynamodb")
+    """Create a DynamoDB client (at the edge, after the endpoint or moto is set up), its work counted on the ledger
+    of the workflow it is for (`sasflow.cost.meter`)."""
+    return meter(boto3.client("dynamodb"))  # type: ignore[no-any-return]
 
 
 def workflow_key(workflow_id: str) -> dict[str, Any]:
@@ -205,6 +209,33 @@ def _check_size(item: dict[str, Any], what: str) -> None:
         raise PayloadTooLargeError(what, size, DYNAMODB_MAX_ITEM_BYTES)
 
 
+#: The state table's global secondary indexes (template.yaml StateTable): their keys and projected attributes.
+_INDEXES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    DEADLINE_INDEX: (("dl_shard", "complete_by"), ("status", "dname", "created_at", "trouble")),
+    ATTENTION_INDEX: (("attn", "attn_since"), ("status", "dname", "created_at", "trouble", "reason")),
+    TRIGGER_INDEX: (("trg", "created_at"), ()),
+}
+
+
+def _index_units(old: dict[str, Any] | None, new: dict[str, Any]) -> int:
+    """WRU a write that turns ``old`` into ``new`` (DynamoDB JSON) spends on the indexes: an entry put or removed
+    costs 1 WRU per KB of its projection, a moved key both, a changed projection under the same key an update."""
+    units = 0
+    for keys, projected in _INDEXES.values():
+        names = ("pk", "sk", *keys, *projected)
+        entries = [
+            None if image is None or not all(k in image for k in keys) else {n: image[n] for n in names if n in image}
+            for image in (old, new)
+        ]
+        before, after = entries
+        if before is not None and after is not None and all(before[k] == after[k] for k in keys):
+            if before != after:
+                units += write_units(max(_wire_size(before), _wire_size(after)))
+            continue
+        units += sum(write_units(_wire_size(entry)) for entry in entries if entry is not None)
+    return units
+
+
 def _step_doc(record: StepRecord) -> dict[str, Any]:
     """A step's entry in the ``steps`` map; attributes at their default are left out (they cost bytes)."""
     doc: dict[str, Any] = {"status": record.status.value, "attempt": record.attempt}
@@ -284,7 +315,9 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "status": workflow.status.value,
         "definition_id": workflow.definition.content_id,
         "input": _doc(workflow.input),
-        "request_hash": workflow.request_hash,
+        # 32 bytes, not 64 hex characters: every write of the item is billed by the KB (items written before
+        # 2026-12-07 hold the hex; snapshot_from_item reads both)
+        "request_hash": _hash_bytes(workflow.request_hash),
         "created_at": workflow.created_at,
         "updated_at": workflow.updated_at,
         "idempotency_key": workflow.idempotency_key,
@@ -310,12 +343,27 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
+        # What the workflow's work has cost (sasflow.cost): 45 bytes whatever the values
+        "cost": snapshot.cost.pack(),
     }
     deadline = snapshot.stored_key
     if deadline is not None:
         item["complete_by"] = deadline
         item["dl_shard"] = deadline_shard(workflow.workflow_id, shards)
     return {k: v for k, v in item.items() if v is not None}
+
+
+def _hash_bytes(request_hash: str) -> bytes | str:
+    """A request hash as stored: its bytes when it is hex (every hash the engine makes), else as it is."""
+    try:
+        return bytes.fromhex(request_hash)
+    except ValueError:
+        return request_hash
+
+
+def _hash_hex(stored: bytes | str) -> str:
+    """A stored request hash as the engine compares it (hex)."""
+    return stored.hex() if isinstance(stored, bytes | bytearray) else stored
 
 
 def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> Snapshot:
@@ -325,7 +373,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         status=WorkflowStatus(item["status"]),
         definition=definition,
         input=_undoc(item.get("input")) or {},
-        request_hash=item["request_hash"],
+        request_hash=_hash_hex(item["request_hash"]),
         created_at=item["created_at"],
         updated_at=item["updated_at"],
         idempotency_key=item.get("idempotency_key"),
@@ -342,7 +390,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()
-    snapshot = Snapshot(workflow, steps, version=item["version"], history=history)
+    snapshot = Snapshot(workflow, steps, version=item["version"], history=history, cost=Tally.unpack(item.get("cost")))
     key = item.get("complete_by")
     return snapshot.with_index_key(int(key)) if key is not None and snapshot.deadline is not None else snapshot
 
@@ -363,6 +411,7 @@ def _summary(item: dict[str, Any]) -> WorkflowSummary:
         owner=item.get("owner"),
         definition_version=item.get("dver"),
         error_codes=tuple(item.get("errs") or ()),
+        cost=Tally.unpack(item["cost"]).dollars() if item.get("cost") else None,
     )
 
 
@@ -572,14 +621,33 @@ class DynamoDBStateStore:
 
     # -- workflows
     def create(self, snapshot: Snapshot) -> Snapshot:
-        """Write the definition if it is new, then the workflow with one conditional PutItem (see ``StateStore``)."""
+        """Write the definition if it is new, then the workflow with one conditional PutItem (see ``StateStore``).
+
+        The item's ``cost`` is what the workflow's work owes so far (`sasflow.cost.Ledger.take`) and this write."""
         item = workflow_item(snapshot, version=1, shards=self.shards)
         _check_size(item, "workflow item")
         self._ensure_definition(snapshot.workflow.definition)
+        workflow_id = snapshot.workflow.workflow_id
+        owed, item = self._with_cost(workflow_id, snapshot.cost, None, item)
         # A repeated start with the same Idempotency-Key (the same workflow id) fails here and writes nothing.
-        if not self._put_new(item):
-            raise ConditionFailedError(f"workflow {snapshot.workflow.workflow_id} exists")
-        return snapshot.stored_as(1)
+        with ledger().precounted():
+            created = self._put_new(item)
+        if not created:
+            ledger().give_back(workflow_id, owed)
+            raise ConditionFailedError(f"workflow {workflow_id} exists")
+        return replace(snapshot, version=1, cost=snapshot.cost + owed)
+
+    def _with_cost(
+        self, workflow_id: str, stored: Tally, before: dict[str, Any] | None, item: dict[str, Any]
+    ) -> tuple[Tally, dict[str, Any]]:
+        """What this write of ``workflow_id``'s item owes (its pending work and the write itself, billed as DynamoDB
+        bills it: the larger of ``before`` and the new item, plus the index entries it moves), and the item with its
+        ``cost`` so far plus that."""
+        old = _ser(before) if before is not None else None
+        new = _ser(item)  # its cost is 45 bytes whatever the values: the size does not depend on what is added
+        units = write_units(max(_wire_size(old) if old else 0, _wire_size(new))) + _index_units(old, new)
+        owed = ledger().take(workflow_id) + Tally(wru=units)
+        return owed, {**item, "cost": (stored + owed).pack()}
 
     def load(self, workflow_id: str, *, consistent: bool = True) -> Snapshot | None:
         """Read the workflow's item with one GetItem, strongly consistent unless asked (see ``StateStore``)."""
@@ -629,23 +697,28 @@ class DynamoDBStateStore:
         version = expect.version + 1
         item = workflow_item(snapshot, version=version, shards=self.shards)
         _check_size(item, "workflow item")
+        workflow_id = snapshot.workflow.workflow_id
+        before = workflow_item(expect, version=expect.version, shards=self.shards)
+        owed, item = self._with_cost(workflow_id, expect.cost, before, item)
         try:
-            self.client.put_item(
-                TableName=self.table,
-                Item=_ser(item),
-                # version_matches: the timeline this protects is
-                #   read(v) ... [another writer (a reply, the supervisor, a cancel) stores v+1] ... our write of v+1
-                # so whoever read an older state loses and decides again from the new one.
-                ConditionExpression="version = :expect",
-                ExpressionAttributeValues=_ser({":expect": expect.version}),
-            )
+            with ledger().precounted():
+                self.client.put_item(
+                    TableName=self.table,
+                    Item=_ser(item),
+                    # version_matches: the timeline this protects is
+                    #   read(v) ... [another writer (a reply, the supervisor, a cancel) stores v+1] ... our write of
+                    #   v+1
+                    # so whoever read an older state loses and decides again from the new one.
+                    ConditionExpression="version = :expect",
+                    ExpressionAttributeValues=_ser({":expect": expect.version}),
+                )
         except ClientError as exc:
+            # a failed condition is billed too: the next write of this workflow carries it
+            ledger().give_back(workflow_id, owed)
             if _is_condition_failure(exc):
-                raise ConditionFailedError(
-                    f"workflow {snapshot.workflow.workflow_id} changed since version {expect.version}"
-                ) from exc
+                raise ConditionFailedError(f"workflow {workflow_id} changed since version {expect.version}") from exc
             raise
-        return snapshot.stored_as(version)
+        return replace(snapshot, version=version, cost=expect.cost + owed)
 
     def workflows(self) -> Iterator[Snapshot]:
         """Every stored workflow, by a strongly consistent Scan of the whole table (every page).

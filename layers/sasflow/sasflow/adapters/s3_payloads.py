@@ -24,8 +24,10 @@ _MISSING = {"NoSuchKey", "404", "NotFound"}
 
 def s3_client() -> Any:
     """Create an S3 client (at the edge, after the endpoint or moto is set up); typed Any: the project pins no
-    mypy-boto3-s3 stubs."""
-    return boto3.client("s3")
+    mypy-boto3-s3 stubs. Its requests and the bytes it writes are counted on the ledger (`sasflow.cost.meter`)."""
+    from ..cost import meter
+
+    return meter(boto3.client("s3"))
 
 
 class S3PayloadStore:

@@ -4,13 +4,15 @@ visible again at once (ChangeMessageVisibilityBatch with a visibility timeout of
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..cost import COST_ATTRIBUTE, Tally, ledger
 from ..ports import Outgoing, Receipt
 
 if TYPE_CHECKING:
@@ -21,6 +23,10 @@ _BATCH = 10
 #: SendMessageBatch: at most 10 entries and 262,144 bytes in all (the sum of the bodies), per the SQS quotas
 #: (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
 _BATCH_BYTES = 262_144
+#: SQS bills each 64 KB chunk of a request's payload as one request (Amazon SQS pricing; `sasflow.prices`).
+SQS_CHUNK_BYTES = 64 * 1024
+#: The most a ``sasflow-cost`` attribute takes of a message's 262,144 bytes (its name, type and ten numbers).
+_ATTRIBUTE_ROOM = 128
 
 
 def batches(sizes: Sequence[int]) -> list[list[int]]:
@@ -60,6 +66,38 @@ def queue_url(queue_arn: str) -> str:
     return f"https://sqs.{region}.amazonaws.com/{account}/{name}"
 
 
+def _carry(messages: Sequence[Outgoing], sizes: Sequence[int]) -> list[Tally]:
+    """What each message of one SendMessageBatch request carries: its share of the request (its 64 KB chunks), and
+    what its workflow owes (`sasflow.cost.Ledger.take`). A message for no workflow carries nothing."""
+    book = ledger()
+    share = max(1, math.ceil(sum(sizes) / SQS_CHUNK_BYTES)) / len(messages)
+    # a request at SQS's size limit has no room for the attributes: its workflows' work stays owed (the ledger gives
+    # it to their next write or message)
+    room = sum(sizes) + _ATTRIBUTE_ROOM * len(messages) <= _BATCH_BYTES
+    carried = []
+    for message in messages:
+        if message.workflow_id is None:
+            carried.append(Tally())
+            continue
+        book.charge(message.workflow_id, Tally(sqs=share))
+        carried.append(book.take(message.workflow_id) if room else Tally())
+    return carried
+
+
+def _cost_attribute(tally: Tally) -> dict[str, Any]:
+    """The ``MessageAttributes`` entry that carries ``tally`` (none when there is nothing to carry)."""
+    if not tally:
+        return {}
+    return {"MessageAttributes": {COST_ATTRIBUTE: {"DataType": "String", "StringValue": tally.attribute()}}}
+
+
+def _give_back(messages: Sequence[Outgoing], carried: Sequence[Tally]) -> None:
+    """A message that was not sent carries nothing: what it took is owed again (its resend will carry it)."""
+    for message, tally in zip(messages, carried, strict=True):
+        if message.workflow_id is not None:
+            ledger().give_back(message.workflow_id, tally)
+
+
 def sqs_client() -> SQSClient:
     """Create an SQS client (at the edge, after the endpoint or moto is set up)."""
     return boto3.client("sqs")
@@ -91,17 +129,29 @@ class SqsMessageBus:
             sizes = [len(messages[i].body.encode("utf-8")) for i in indexes]
             for group in batches(sizes):
                 chunk = [indexes[i] for i in group]
+                carried = _carry([messages[i] for i in chunk], [sizes[i] for i in group])
                 entries = [
-                    {"Id": str(i), "MessageBody": messages[i].body, "DelaySeconds": messages[i].delay_seconds}
-                    for i in chunk
+                    {
+                        "Id": str(i),
+                        "MessageBody": messages[i].body,
+                        "DelaySeconds": messages[i].delay_seconds,
+                        **_cost_attribute(tally),
+                    }
+                    for i, tally in zip(chunk, carried, strict=True)
                 ]
                 try:
                     response = self.client.send_message_batch(QueueUrl=queue_url, Entries=entries)  # type: ignore[arg-type]
                 except (ClientError, BotoCoreError) as exc:
                     logger.warning("send failed", extra={"queue_url": queue_url, "error": str(exc)})
                     failed.extend(chunk)
+                    _give_back([messages[i] for i in chunk], carried)
                     continue
-                failed.extend(int(f["Id"]) for f in response.get("Failed", []))
+                lost = {int(f["Id"]) for f in response.get("Failed", [])}
+                failed.extend(sorted(lost))
+                _give_back(
+                    [messages[i] for i in chunk if i in lost],
+                    [c for i, c in zip(chunk, carried, strict=True) if i in lost],
+                )
         return sorted(failed)
 
     def make_visible(self, receipts: Sequence[Receipt]) -> int:

@@ -458,7 +458,12 @@ class TransitionBase:
             queue_url = self.config.agent_queue_urls[agent]
         except KeyError:
             raise InvalidDefinitionError(f"agent {agent!r} is not configured (template AGENTS)") from None
-        return Outgoing(queue_url=queue_url, body=encode(request), delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)))
+        return Outgoing(
+            queue_url=queue_url,
+            body=encode(request),
+            delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)),
+            workflow_id=request.workflow_id,
+        )
 
     def _waits(self, name: str) -> bool:
         record = self.snapshot.steps[name]
@@ -587,7 +592,7 @@ def child_report(queue_url: str, parent: ParentRef, status: str) -> Outgoing:
         child=parent.index,
         child_status=status,  # type: ignore[arg-type]  # a terminal status's value
     )
-    return Outgoing(queue_url=queue_url, body=encode(report))
+    return Outgoing(queue_url=queue_url, body=encode(report), workflow_id=report.workflow_id)
 
 
 def _output_too_large() -> dict[str, Any]:

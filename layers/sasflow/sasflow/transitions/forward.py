@@ -459,4 +459,5 @@ _MAX_TIMER_DELAY = 900
 
 def _timer(queue_url: str, timer: StepReply, delay: int) -> Outgoing:
     body: Any = encode(timer)
-    return Outgoing(queue_url=queue_url, body=body, delay_seconds=max(0, min(_MAX_TIMER_DELAY, delay)))
+    delay_seconds = max(0, min(_MAX_TIMER_DELAY, delay))
+    return Outgoing(queue_url=queue_url, body=body, delay_seconds=delay_seconds, workflow_id=timer.workflow_id)

@@ -104,7 +104,8 @@ class MapTransitions(TransitionBase):
             attempt=record.attempt,
             outcome=Outcome.SUCCEEDED,
         )
-        self.messages.append(Outgoing(queue_url=self.config.response_queue_url, body=encode(tick)))
+        tock = Outgoing(queue_url=self.config.response_queue_url, body=encode(tick), workflow_id=self.workflow_id)
+        self.messages.append(tock)
 
     def _launch(self, step: MapStep, record: StepRecord) -> None:
         """Start the children the concurrency has room for (at most `LAUNCH_BATCH`; the tick starts more)."""

@@ -1,4 +1,5 @@
-"""The price list the bench bills with: one place, with its source and the date it was read.
+"""The price list: one place, with its source and the date it was read. The bench bills its runs with it, and the
+product prices each workflow's tally (`sasflow.cost`) with it.
 
 Source: the public AWS pricing pages for US East (N. Virginia), read 2026-11-29:
 

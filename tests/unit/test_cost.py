@@ -1,0 +1,115 @@
+"""The tally of a workflow's cost (sasflow.cost): its stored forms, its prices, and the ledger that carries it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sasflow import prices
+from sasflow.cost import Ledger, Tally, carried, sqs_records
+
+
+class Timer:
+    """Seconds that move only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_stored_tally_takes_45_bytes_whatever_its_values_and_reads_back() -> None:
+    # A write's size must not depend on how long an invocation took (each KB is billed)
+    small = Tally(wru=1)
+    large = Tally(wru=123_456, rru=7.5, sqs=3.25, mb_ms=98_765_432.0, log_bytes=12_345, api=2, events=1)
+    assert len(small.pack()) == len(large.pack()) == 45
+    back = Tally.unpack(large.pack())
+    assert back.wru == 123_456 and back.rru == 7.5 and back.sqs == 3.25 and back.events == 1
+    assert back.mb_ms == pytest.approx(98_765_432.0, rel=1e-6)  # float32
+    # an item without a tally, or with one of another version, has none
+    assert Tally.unpack(None) == Tally() and Tally.unpack(b"\x02" + large.pack()[1:]) == Tally()
+
+
+def test_a_message_attribute_carries_a_tally_and_refuses_what_is_not_one() -> None:
+    tally = Tally(wru=2, sqs=0.125, invocations=0.25, mb_ms=1234.5)
+    assert tally.attribute() == "2,,0.125,,,,0.25,1234.5"
+    assert Tally.from_attribute(tally.attribute()) == tally
+    for bad in ("x,1", "1,-2", "inf", ",".join(["1"] * 12)):
+        assert Tally.from_attribute(bad) == Tally()
+    record = {"messageAttributes": {"sasflow-cost": {"stringValue": "3", "dataType": "String"}}}
+    assert carried(record) == Tally(wru=3) and carried({}) == Tally()
+
+
+def test_a_tally_is_priced_line_by_line_with_the_price_list() -> None:
+    tally = Tally(wru=12, rru=4.5, sqs=6, invocations=2, mb_ms=1024 * 1000, log_bytes=1000, api=1, events=1)
+    lines = {line.name: line.dollars for line in tally.lines()}
+    assert lines["DynamoDB writes"] == pytest.approx(12 * prices.DYNAMODB_PER_WRU)
+    assert lines["DynamoDB reads"] == pytest.approx(4.5 * prices.DYNAMODB_PER_RRU)
+    assert lines["SQS"] == pytest.approx(6 * prices.SQS_PER_REQUEST)
+    assert lines["Lambda requests"] == pytest.approx(2 * prices.LAMBDA_PER_REQUEST)
+    assert lines["Lambda compute"] == pytest.approx(1 * prices.LAMBDA_PER_GB_SECOND)  # 1 GB for 1 s
+    assert lines["CloudWatch Logs"] == pytest.approx(1000 * prices.CLOUDWATCH_LOGS_PER_BYTE)
+    assert lines["API Gateway"] == pytest.approx(prices.HTTP_API_PER_REQUEST)
+    assert lines["EventBridge"] == pytest.approx(prices.EVENTBRIDGE_PER_EVENT)
+    assert tally.dollars() == pytest.approx(sum(lines.values()))
+
+
+def test_an_invocation_charges_each_stretch_to_the_workflow_that_takes_it_and_the_rest_to_the_next() -> None:
+    timer = Timer()
+    book = Ledger(timer)
+    with book.invocation(512):
+        book.charge(None, Tally(invocations=1, api=1))  # the request, no workflow's yet
+        timer.now += 0.010
+        first = book.take("wf-1")  # the start's write: the request and the first 10 ms
+        timer.now += 0.004
+        book.charge("wf-1", Tally(sqs=0.5))  # its message, sent after the write
+        carried_by_message = book.take("wf-1")
+        timer.now += 0.0025  # the response: nobody's
+    assert first == Tally(invocations=1, api=1, mb_ms=pytest.approx(10 * 512))
+    assert carried_by_message.sqs == 0.5 and carried_by_message.mb_ms == pytest.approx(4 * 512)
+    # the last 2.5 ms and the rounding of 16.5 ms up to 17 are the next workflow's
+    with book.invocation(512):
+        rest = book.take("wf-2")
+    assert rest.mb_ms == pytest.approx((2.5 + 0.5) * 512)
+
+
+def test_a_record_of_a_batch_gets_its_own_time_and_what_the_batch_spent_before_it() -> None:
+    timer = Timer()
+    book = Ledger(timer)
+    with book.invocation(1024):
+        timer.now += 0.001  # set-up: the first record's
+        with book.working_on("wf-a"):
+            timer.now += 0.100
+            book.log(200)
+        with book.working_on("wf-b"):
+            timer.now += 0.050
+        a, b = book.take("wf-a"), book.take("wf-b")
+    assert a.mb_ms == pytest.approx(101 * 1024) and a.log_bytes == 200
+    assert b.mb_ms == pytest.approx(50 * 1024) and b.log_bytes == 0
+
+
+def test_what_a_function_of_no_workflow_leaves_unattributed_is_dropped_and_a_lost_write_gives_back() -> None:
+    timer = Timer()
+    book = Ledger(timer)
+    with book.invocation(256, carry=False):  # a sweep that found nothing
+        book.charge(None, Tally(rru=10))
+        timer.now += 0.02
+    with book.invocation(256):
+        owed = book.take("wf-1")
+        book.give_back("wf-1", owed)  # the conditional write failed: billed, carried by the next
+        assert book.take("wf-1") == owed
+    assert owed.rru == 0 and owed.mb_ms == 0
+
+
+def test_a_batch_shares_its_invocation_receive_and_delete_among_its_records() -> None:
+    records = [
+        {"body": '{"workflow_id": "wf-1"}', "messageAttributes": {"sasflow-cost": {"stringValue": "2"}}},
+        {"body": "x" * 70_000},  # two 64 KB chunks for the receive, with the first
+        {"body": '{"workflow_id": "wf-3"}'},
+    ]
+    shares = sqs_records(lambda r: r["body"][17:21] if r["body"].startswith('{"w') else None, delivered=True)
+    charged = shares({"Records": records})
+    assert [workflow for workflow, _ in charged] == ["wf-1", None, "wf-3"]
+    # the receive (2 chunks) and the delete, and the invocation, shared by three; the delivery of each, its own
+    assert charged[0][1] == Tally(wru=2, sqs=(2 + 1) / 3 + 1, invocations=pytest.approx(1 / 3))
+    assert charged[1][1].sqs == pytest.approx(1 + 2)
