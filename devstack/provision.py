@@ -46,6 +46,7 @@ CREATED_IN_MOTO: Final = frozenset(
         "AWS::CloudWatch::Alarm",
         "AWS::SecretsManager::Secret",
         "AWS::Logs::LogGroup",
+        "AWS::Logs::MetricFilter",
         "AWS::SNS::Topic",
         "AWS::SNS::Subscription",
         "AWS::S3::Bucket",
@@ -363,6 +364,27 @@ def _log_group_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) 
     return request
 
 
+def _metric_filter_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
+    """Map ``AWS::Logs::MetricFilter`` to ``PutMetricFilter`` (stored; locally the functions' logs go to files, so
+    nothing is filtered)."""
+    _unknown_properties(logical_id, props, {"LogGroupName", "FilterName", "FilterPattern", "MetricTransformations"})
+    names = {"MetricName": "metricName", "MetricNamespace": "metricNamespace", "MetricValue": "metricValue"}
+    transformations = []
+    for transformation in props["MetricTransformations"]:
+        request: dict[str, Any] = {names[key]: str(transformation[key]) for key in names}
+        if "Unit" in transformation:
+            request["unit"] = str(transformation["Unit"])
+        if "Dimensions" in transformation:
+            request["dimensions"] = {str(d["Key"]): str(d["Value"]) for d in transformation["Dimensions"]}
+        transformations.append(request)
+    return {
+        "logGroupName": str(props["LogGroupName"]),
+        "filterName": str(props.get("FilterName") or stack.physical_id(logical_id)),
+        "filterPattern": str(props["FilterPattern"]),
+        "metricTransformations": transformations,
+    }
+
+
 def _topic_request(stack: Stack, logical_id: str, props: Mapping[str, Any]) -> dict[str, Any]:
     """Map ``AWS::SNS::Topic`` to ``CreateTopic`` (moto keeps what is published; nothing is delivered)."""
     _unknown_properties(logical_id, props, {"TopicName", "DisplayName", "KmsMasterKeyId", "Tags"})
@@ -635,6 +657,7 @@ def provision(
         "AWS::CloudWatch::Alarm": _alarm_request,
         "AWS::SecretsManager::Secret": _secret_request,
         "AWS::Logs::LogGroup": _log_group_request,
+        "AWS::Logs::MetricFilter": _metric_filter_request,
         "AWS::SNS::Topic": _topic_request,
         "AWS::SNS::Subscription": _subscription_request,
         "AWS::S3::Bucket": _bucket_request,
@@ -664,6 +687,9 @@ def provision(
             physical[logical_id] = _create_secret(client("secretsmanager"), request, exist_ok)
         elif rtype == "AWS::Logs::LogGroup":
             physical[logical_id] = _create_log_group(client("logs"), request, exist_ok)
+        elif rtype == "AWS::Logs::MetricFilter":
+            client("logs").put_metric_filter(**request)  # a put: running make up again replaces it
+            physical[logical_id] = str(request["filterName"])
         elif rtype == "AWS::SNS::Topic":
             physical[logical_id] = str(client("sns").create_topic(**request)["TopicArn"])
         elif rtype == "AWS::SNS::Subscription":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,6 +164,25 @@ def test_each_write_adds_its_write_units_and_index_moves_to_the_cost_on_the_item
     assert env.store.load(wid).workflow.request_hash == canonical_hash(  # type: ignore[union-attr]
         {"definition": trip_definition(), "input": TRIP_INPUT}
     )
+
+
+def test_the_line_of_a_workflows_end_carries_its_definition_and_cost(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a trip run to its end
+    wid = start(env)
+    caplog.clear()  # the start's line, if the level already let it through
+    with caplog.at_level(logging.INFO, logger="sasflow.scheduler"):
+        for step in ("reserve_flight", "book_hotel", "charge_card"):
+            env.scheduler.on_reply(reply(wid, step))
+    moved = [r for r in caplog.records if r.getMessage() == "moved"]
+    # Then only the last line (RUNNING > COMPLETED) has them: what the template's metric filters read
+    assert [getattr(r, "to", None) for r in moved] == [None, None, "COMPLETED"]
+    end = moved[-1]
+    assert end.definition == "trip-booking"  # type: ignore[attr-defined]
+    stored = env.store.load(wid)
+    assert stored is not None and end.cost == float(f"{stored.cost.dollars():.3g}") > 0  # type: ignore[attr-defined]
+    assert not any(hasattr(r, "cost") for r in moved[:-1])
 
 
 def test_an_item_written_before_the_tally_reads_with_its_hex_hash_and_no_cost(env: Env) -> None:

@@ -363,6 +363,44 @@ def test_every_alarm_about_workflows_or_dead_letters_names_the_cli_command_that_
         assert f"sasflow --stack ${{AWS::StackName}} {command}" in " ".join(description["Fn::Sub"].split()), logical_id
     # every dead-letter queue's alarm tells how to redrive it
     for logical_id, alarm in alarms.items():
-        if alarm["Namespace"] == "AWS/SQS":
+        if alarm.get("Namespace") == "AWS/SQS":
             assert "dlq redrive" in json.dumps(alarm["AlarmDescription"]), logical_id
             assert "--reason WHY" in json.dumps(alarm["AlarmDescription"]), logical_id
+
+
+def test_the_line_of_each_workflows_end_is_the_workflow_cost_metric_of_its_definition() -> None:
+    from devstack.template import load_template
+
+    template = load_template(ROOT / "template.yaml")
+    resources = template["Resources"]
+    filters = {k: v["Properties"] for k, v in resources.items() if v["Type"] == "AWS::Logs::MetricFilter"}
+    # every engine function that can end a workflow (a reply, a timeout, a cancel, an operator's action) has one
+    assert {f["LogGroupName"]["Ref"] for f in filters.values()} == {
+        "SchedulerLogGroup",
+        "SupervisorLogGroup",
+        "ApiLogGroup",
+        "OpsLogGroup",
+    }
+    for logical_id, metric_filter in filters.items():
+        # the scheduler's "moved" line of a workflow's end carries "cost" and "definition" (scheduler.log_moves)
+        assert metric_filter["FilterPattern"] == '{ $.message = "moved" && $.cost > 0 }', logical_id
+        [metric] = metric_filter["MetricTransformations"]
+        assert (metric["MetricNamespace"], metric["MetricName"], metric["MetricValue"]) == (
+            "Sasflow",
+            "WorkflowCost",
+            "$.cost",
+        )
+        assert metric["Dimensions"] == [{"Key": "Definition", "Value": "$.definition"}], logical_id
+    # the alarm is there only when a definition is named, and a rule refuses it without a baseline
+    alarm = resources["WorkflowCostAlarm"]
+    assert alarm["Condition"] == "CostAlarm"
+    assert template["Conditions"]["CostAlarm"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "CostAlarmDefinition"}, ""]}]}
+    rule = template["Rules"]["CostAlarmNeedsABaseline"]
+    assert rule["Assertions"][0]["Assert"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "CostAlarmBaselineDollars"}, "0"]}]}
+    [stat, ratio] = alarm["Properties"]["Metrics"]
+    assert stat["MetricStat"]["Stat"] == "p50" and stat["MetricStat"]["Period"] == 3600
+    assert ratio["Expression"] == {"Fn::Sub": "cost / ${CostAlarmBaselineDollars}"}
+    assert (alarm["Properties"]["Threshold"], alarm["Properties"]["ComparisonOperator"]) == (
+        2,
+        "GreaterThanOrEqualToThreshold",
+    )

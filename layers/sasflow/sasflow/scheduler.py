@@ -954,7 +954,8 @@ def log_moves(before: Snapshot | None, after: Snapshot) -> None:
     definition's order; and ``from``, ``to`` (and ``reason``) when the workflow's status changed. Never a request
     body, an input or an output. One line per write, not per move: CloudWatch Logs bills ingestion by the byte,
     and the in-item history holds every event with its time. The COMPENSATION_FAILED alarm's workflows are found by
-    the Logs Insights query in docs/operate.md (``to = "COMPENSATION_FAILED"``).
+    the Logs Insights query in docs/operate.md (``to = "COMPENSATION_FAILED"``). The line of a workflow's end also
+    has ``definition`` and ``cost`` (dollars, three significant digits): the WorkflowCost metric (docs/cost.md).
     """
     if not logger.isEnabledFor(logging.INFO):
         return
@@ -974,5 +975,10 @@ def log_moves(before: Snapshot | None, after: Snapshot) -> None:
         extra["to"] = after.workflow.status.value
         if after.workflow.reason:
             extra["reason"] = after.workflow.reason
+        if after.workflow.status in TERMINAL_WORKFLOW and after.cost:
+            # what the workflow cost (sasflow.cost), in dollars, on the line of its end: the template's metric
+            # filters make it the WorkflowCost metric, by definition (p50, p95; the optional cost alarm)
+            extra["definition"] = after.workflow.definition.name
+            extra["cost"] = float(f"{after.cost.dollars():.3g}")
     if extra:
         logger.info("moved", extra=extra)
