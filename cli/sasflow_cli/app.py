@@ -405,7 +405,7 @@ def list_(
         typer.Option(
             "--sort",
             help="cost: the dearest first (of the pages read: with --all, of every workflow listed).",
-            callback=lambda value: value if value in (None, "cost") else _bad_sort(value),
+            callback=lambda value: None if value is None else _a_sort(value),
         ),
     ] = None,
     wide: WideOption = False,
@@ -457,8 +457,10 @@ def list_(
             )
 
 
-def _bad_sort(value: str) -> str:
-    raise typer.BadParameter(f"{value!r}: the listing sorts by cost only (--sort cost)")
+def _a_sort(value: str) -> str:
+    if value.strip().lower() != "cost":
+        raise typer.BadParameter(f"{value!r}: the listing sorts by cost only (--sort cost)")
+    return "cost"
 
 
 def _by_cost(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -214,12 +214,11 @@ def cost_lines(cost: Mapping[str, Any]) -> RenderableType:
         ("cost ", "bold"),
         (dollars(cost.get("dollars")), "bold"),
         f" (${float(cost.get('dollars') or 0) * 1_000_000:,.2f} per million like it)",
-        (f"  at {cost.get('prices')} list prices", "dim"),
     )
     rows = [
         Text(f"  {line['name']:<16} {dollars(line['dollars']):>13}  {line['quantity']}", style="dim") for line in shown
     ]
-    return Group(total, *rows)
+    return Group(total, *rows, Text(f"  at {cost.get('prices')} list prices", style="dim"))
 
 
 def principal_name(principal: Any) -> str:

@@ -104,11 +104,12 @@ def _message(record: SQSRecord) -> Message:
 
 
 #: What each record brings (its share of the invocation and of the mapping's requests, the send that delivered it, an
-#: event's PutEvents), charged when it starts: the workflow it starts takes it (sasflow.cost).
+#: event's PutEvents or a schedule's Scheduler invocation), charged when it starts: the workflow it starts takes it
+#: (sasflow.cost).
 _shares = sqs_records(
     lambda record: record.get("messageId"),
     delivered=True,
-    published=json.loads(os.environ.get("TRIGGER") or "{}").get("kind") == "event",
+    published=json.loads(os.environ.get("TRIGGER") or "{}").get("kind") in ("event", "schedule"),
 )
 
 

@@ -567,6 +567,11 @@ def test_list_sort_cost_lists_the_dearest_first_and_a_workflow_without_a_tally_l
     # And a sort the listing does not know is refused, naming the one it knows
     refused = CliRunner().invoke(app, ["list", "--sort", "age"], obj=CliState(client_=client(FakeTransport(), [])))
     assert refused.exit_code == 2 and "--sort cost" in refused.output
+    # (in any case: the trial's --sort COST was refused)
+    transport = FakeTransport((200, page(*rows)))
+    upper = ["list", "--status", "HELD", "--sort", "COST", "--json"]
+    result = CliRunner().invoke(app, upper, obj=CliState(client_=client(transport, [])))
+    assert result.exit_code == 0 and json.loads(result.stdout)["workflows"][0]["workflow_id"] == "dear"
 
 
 def test_get_shows_what_the_workflow_has_cost_and_its_lines() -> None:
@@ -592,7 +597,8 @@ def test_get_shows_what_the_workflow_has_cost_and_its_lines() -> None:
     console = Console(width=160, highlight=False, color_system=None, record=True)
     console.print(render.workflow_table(view))
     text = console.export_text()
-    assert "cost $0.0000132 ($13.20 per million like it)  at us-east-1, read 2026-11-29 list prices" in text
+    assert "cost $0.0000132 ($13.20 per million like it)\n" in text
+    assert "\n  at us-east-1, read 2026-11-29 list prices" in text
     # each line that cost anything, with its quantity; a line of nothing is left out
     assert "  DynamoDB writes    $0.00000750  12 WRU\n  SQS                $0.00000240  6.00 requests\n" in text
     assert "S3" not in text

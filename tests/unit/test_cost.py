@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+from collections.abc import Iterator
+
 import pytest
 
+import sasflow.cost
 from sasflow import prices
-from sasflow.cost import Ledger, Tally, carried, sqs_records
+from sasflow.cost import NOBODY, Ledger, Tally, _body_size, carried, metered, sqs_records
 
 
 class Timer:
@@ -16,6 +21,20 @@ class Timer:
 
     def __call__(self) -> float:
         return self.now
+
+    def tick(self, seconds: float) -> dict[str, object]:
+        self.now += seconds
+        return {}
+
+
+@contextlib.contextmanager
+def book_of(book: Ledger) -> Iterator[None]:
+    """Make ``book`` this thread's ledger (what `metered` and the hooks use) for the block."""
+    sasflow.cost._LOCAL.ledgers = {"": book}
+    try:
+        yield
+    finally:
+        sasflow.cost.forget_ledgers()
 
 
 def test_the_stored_tally_takes_45_bytes_whatever_its_values_and_reads_back() -> None:
@@ -113,3 +132,31 @@ def test_a_batch_shares_its_invocation_receive_and_delete_among_its_records() ->
     # the receive (2 chunks) and the delete, and the invocation, shared by three; the delivery of each, its own
     assert charged[0][1] == Tally(wru=2, sqs=(2 + 1) / 3 + 1, invocations=pytest.approx(1 / 3))
     assert charged[1][1].sqs == pytest.approx(1 + 2)
+
+
+def test_a_poison_message_is_no_workflows_cost_even_the_next_ones() -> None:
+    # Found by the trial: a poison message's five receives were billed to the next workflow started
+    timer = Timer()
+    book = Ledger(timer)
+    handler = metered(records=sqs_records(lambda record: None))(lambda event, context: timer.tick(0.05))
+    with_memory = type("Context", (), {"memory_limit_in_mb": 256})()
+    with book_of(book):
+        for _ in range(5):  # a batch of only the poison message, received five times
+            handler({"Records": [{"body": "not json"}]}, with_memory)
+    # Then none of it waits for the next workflow of this sandbox
+    with book_of(book), book.invocation(256):
+        assert book.take("wf-next") == Tally()
+    # And in a batch with a workflow's record, the poison record's share is dropped, the other's kept
+    with book_of(book), book.invocation(256):
+        book.charge(NOBODY, Tally(sqs=0.5, invocations=0.5))
+        with book.working_on(None):
+            timer.tick(0.01)
+        book.charge("wf-1", Tally(sqs=0.5, invocations=0.5))
+        assert book.take("wf-1") == Tally(sqs=0.5, invocations=0.5)
+
+
+def test_the_bytes_of_an_s3_write_are_counted_when_botocore_wraps_them_in_a_file() -> None:
+    body = io.BytesIO(b"x" * 40_000)
+    body.seek(123)
+    assert _body_size(body) == 40_000 and body.tell() == 123  # its position is left where it was
+    assert _body_size(b"abc") == 3 and _body_size(None) == 0

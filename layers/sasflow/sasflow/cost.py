@@ -4,7 +4,8 @@ the writes and messages the engine makes anyway, so the tally costs no write of 
 A `Tally` counts units, never dollars: DynamoDB write and read request units, SQS requests (64 KB chunks; a batch's
 request shared by its messages), S3 requests and bytes, Lambda invocations (a batch's shared by its records) and
 MB-milliseconds (time at the function's memory), log bytes (lines and metrics), HTTP API requests, and the events
-published that started it (an event trigger's PutEvents). `Tally.lines`
+published or the schedule tick that started it (an event trigger's PutEvents, a schedule trigger's EventBridge
+Scheduler invocation, each $1.00 per million). `Tally.lines`
 prices them with `sasflow.prices`, the list the bench bills with.
 
 Where each unit is counted:
@@ -156,13 +157,22 @@ class Tally:
             CostLine(
                 "CloudWatch Logs", f"{self.log_bytes:,.0f} bytes", self.log_bytes * prices.CLOUDWATCH_LOGS_PER_BYTE
             ),
-            CostLine("API Gateway", f"{self.api:,.0f} HTTP API requests", self.api * prices.HTTP_API_PER_REQUEST),
-            CostLine("EventBridge", f"{self.events:,.0f} events published", self.events * prices.EVENTBRIDGE_PER_EVENT),
+            CostLine("API Gateway", _count(self.api, "HTTP API request"), self.api * prices.HTTP_API_PER_REQUEST),
+            CostLine(
+                "EventBridge",
+                _count(self.events, "event or schedule tick"),
+                self.events * prices.EVENTBRIDGE_PER_EVENT,
+            ),
         ]
 
     def dollars(self, prices: Any | None = None) -> float:
         """The tally's price in dollars (the sum of its `lines`)."""
         return sum(line.dollars for line in self.lines(prices))
+
+
+def _count(n: float, what: str) -> str:
+    """``1 HTTP API request``, ``2 HTTP API requests``."""
+    return f"{n:,.0f} {what}" + ("" if round(n) == 1 else "s")
 
 
 @dataclass(frozen=True)
@@ -243,6 +253,7 @@ class Ledger:
         self._mark: float | None = None
         self._memory_mb = 0
         self._precounted = 0
+        self._served = False  # this invocation worked for a workflow (took its work, or a block for it)
 
     # -- invocations
     @contextlib.contextmanager
@@ -251,9 +262,11 @@ class Ledger:
         (`take`), the rest (and the rounding up to a whole millisecond) to the next workflow that does.
 
         With ``carry=False`` (a function whose work is not a workflow's), what is still unattributed when it ends is
-        dropped: a fixed cost, never a workflow's.
+        dropped: a fixed cost, never a workflow's. So is the unattributed work of an invocation that worked for no
+        workflow at all (a batch of poison messages, a refused occurrence): no workflow's, whoever comes next.
         """
         self._memory_mb = memory_mb
+        self._served = False
         started = self._mark = self._timer()
         try:
             yield
@@ -265,7 +278,7 @@ class Ledger:
             for pending in self._pending.values():
                 self._unattributed += pending
             self._pending.clear()
-            if not carry:
+            if not carry or not self._served:
                 self._unattributed = Tally()
             self._mark = None
             self._current = None
@@ -273,10 +286,12 @@ class Ledger:
     @contextlib.contextmanager
     def working_on(self, workflow_id: str | None) -> Iterator[None]:
         """Charge the time and logs of this block to ``workflow_id`` (one record of a batch whose result is sent
-        later: an agent's request, whose reply carries them)."""
+        later: an agent's request, whose reply carries them). None: a record of no workflow (a poison message), whose
+        work no workflow pays."""
         self._close_segment()
-        previous, self._current = self._current, workflow_id
+        previous, self._current = self._current, workflow_id if workflow_id is not None else NOBODY
         if workflow_id is not None:
+            self._served = True
             self.charge(workflow_id, self._unattributed)
             self._unattributed = Tally()
         try:
@@ -302,7 +317,7 @@ class Ledger:
             workflow_id = self._current
         if workflow_id is None:
             self._unattributed += tally
-        else:
+        elif workflow_id != NOBODY:
             self._pending[workflow_id] = self._pending.get(workflow_id, Tally()) + tally
 
     def log(self, nbytes: int) -> None:
@@ -314,6 +329,7 @@ class Ledger:
         workflow's block is open, the invocation's time so far and the work no workflow has taken."""
         if self._current in (None, workflow_id):
             self._close_segment()
+        self._served = True
         owed = self._pending.pop(workflow_id, Tally())
         if self._current is None:
             owed += self._unattributed
@@ -400,7 +416,8 @@ def metered(
                     book.charge(None, request)
                 if records is not None and isinstance(event, dict):
                     for workflow_id, tally in records(event):
-                        book.charge(workflow_id, tally)  # the records' shares of the invocation add up to one
+                        # the records' shares of the invocation add up to one; a poison record's is no workflow's
+                        book.charge(NOBODY if workflow_id is None else workflow_id, tally)
                 elif not records_charged_by_handler:
                     book.charge(None, Tally(invocations=1))
                 return handler(event, context)
@@ -438,7 +455,8 @@ def sqs_records(
     invocation and of the mapping's ReceiveMessage (its 64 KB chunks) and DeleteMessageBatch, and the cost its
     message carries (``sasflow-cost``). ``delivered``: each record also brings the SendMessage that delivered it (a
     trigger's occurrence: the EventBridge rule's, S3's notification's or the producer's send to the trigger's queue),
-    and ``published`` the PutEvents that published it (an event trigger's occurrence).
+    and ``published`` the PutEvents that published it or the EventBridge Scheduler invocation that sent it (an event
+    or a schedule trigger's occurrence).
     """
 
     def each(event: dict[str, Any]) -> list[tuple[str | None, Tally]]:
@@ -483,6 +501,9 @@ def body_workflow(record: dict[str, Any]) -> str | None:
         return None
     return found if isinstance(found, str) else None
 
+
+#: What `Ledger.charge` drops: the work of a record of no workflow (a poison message), which no workflow pays.
+NOBODY = "\x00nobody"
 
 _LOCAL = threading.local()
 
@@ -570,11 +591,22 @@ def _dynamodb(operation: str, params: dict[str, Any], parsed: dict[str, Any]) ->
             book.charge(owner, Tally(wru=2 * write_units(item_size(written))))
 
 
+def _body_size(body: Any) -> int:
+    """Bytes of a request's body: bytes as given, or the file-like object botocore wraps them in."""
+    if isinstance(body, bytes | bytearray | str):
+        return len(body)
+    if hasattr(body, "seek") and hasattr(body, "tell"):
+        position = body.tell()
+        size = int(body.seek(0, 2))
+        body.seek(position)
+        return size
+    return 0
+
+
 def _s3(operation: str, params: dict[str, Any]) -> None:
     from .prices import S3_WRITE_OPERATIONS
 
-    body = params.get("Body")
-    size = len(body) if isinstance(body, bytes | bytearray | str) else 0
+    size = _body_size(params.get("Body"))
     if operation in S3_WRITE_OPERATIONS:
         ledger().charge(None, Tally(s3_writes=1, s3_bytes=size))
     else:
