@@ -45,7 +45,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
@@ -76,21 +75,62 @@ _FORMAT = "<B11f"  # version, then the 11 fields as float32: 45 bytes whatever t
 
 
 # ---------------------------------------------------------------------------------------------------- the tally
-@dataclass(frozen=True)
-class Tally:
-    """Units of AWS work (see the module's docstring). Adds with ``+``; falsy when it is all zeros."""
+_FIELDS = (
+    "wru",
+    "rru",
+    "sqs",
+    "s3_writes",
+    "s3_reads",
+    "s3_bytes",
+    "invocations",
+    "mb_ms",
+    "log_bytes",
+    "api",
+    "events",
+)
 
-    wru: float = 0.0
-    rru: float = 0.0
-    sqs: float = 0.0
-    s3_writes: float = 0.0
-    s3_reads: float = 0.0
-    s3_bytes: float = 0.0
-    invocations: float = 0.0
-    mb_ms: float = 0.0
-    log_bytes: float = 0.0
-    api: float = 0.0
-    events: float = 0.0
+
+class Tally:
+    """Units of AWS work (see the module's docstring), immutable. Adds with ``+``; falsy when it is all zeros.
+
+    A plain class with slots, not a dataclass or a named tuple: every engine function imports it, and building
+    either takes milliseconds of a cold start (bench/cold_start.py).
+    """
+
+    __slots__ = _FIELDS
+    _fields = _FIELDS
+    wru: float
+    rru: float
+    sqs: float
+    s3_writes: float
+    s3_reads: float
+    s3_bytes: float
+    invocations: float
+    mb_ms: float
+    log_bytes: float
+    api: float
+    events: float
+
+    def __init__(
+        self,
+        wru: float = 0.0,
+        rru: float = 0.0,
+        sqs: float = 0.0,
+        s3_writes: float = 0.0,
+        s3_reads: float = 0.0,
+        s3_bytes: float = 0.0,
+        invocations: float = 0.0,
+        mb_ms: float = 0.0,
+        log_bytes: float = 0.0,
+        api: float = 0.0,
+        events: float = 0.0,
+    ) -> None:
+        values = (wru, rru, sqs, s3_writes, s3_reads, s3_bytes, invocations, mb_ms, log_bytes, api, events)
+        for name, value in zip(_FIELDS, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Tally is immutable: {name}")
 
     def __add__(self, other: Tally) -> Tally:
         return Tally(*(a + b for a, b in zip(self.values(), other.values(), strict=True)))
@@ -98,9 +138,19 @@ class Tally:
     def __bool__(self) -> bool:
         return any(self.values())
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tally) and self.values() == other.values()
+
+    def __hash__(self) -> int:
+        return hash(self.values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in zip(_FIELDS, self.values(), strict=True) if value)
+        return f"Tally({shown})"
+
     def values(self) -> tuple[float, ...]:
         """The fields' values, in order."""
-        return tuple(getattr(self, f.name) for f in fields(self))
+        return tuple(getattr(self, name) for name in _FIELDS)
 
     # -- stored forms
     def pack(self) -> bytes:
@@ -128,7 +178,7 @@ class Tally:
             values = [float(part) if part else 0.0 for part in text.split(",")]
         except ValueError:
             return cls()
-        count = len(fields(cls))
+        count = len(cls._fields)
         if len(values) > count or not all(math.isfinite(v) and v >= 0 for v in values):
             return cls()
         return cls(*values, *([0.0] * (count - len(values))))
@@ -175,13 +225,15 @@ def _count(n: float, what: str) -> str:
     return f"{n:,.0f} {what}" + ("" if round(n) == 1 else "s")
 
 
-@dataclass(frozen=True)
 class CostLine:
     """One priced line of a tally: what, how much of it, and its dollars."""
 
-    name: str
-    quantity: str
-    dollars: float
+    __slots__ = ("dollars", "name", "quantity")
+
+    def __init__(self, name: str, quantity: str, dollars: float) -> None:
+        self.name = name
+        self.quantity = quantity
+        self.dollars = dollars
 
 
 # ---------------------------------------------------------------------------------------------------- DynamoDB units

@@ -70,12 +70,15 @@ from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
 from .scheduler import SchedulerService
 from .settings import TriggerRoute
 from .transitions import NO_OUTPUT
-from .triggers import TriggerState, occurrence_key, run_now_body, run_now_occurrence
 from .types import IdempotencyKey, Reason, StepName, TriggerName, WorkflowId
 
 if TYPE_CHECKING:
     # An annotation only: the adapter (and the botocore it imports) loads with the boto3 clients, in build_ops.
     from .adapters.sqs_dead_letters import DeadLetterQueues
+
+    # Annotations only: the trigger routes import the triggers' runtime when they are first called, not at a cold
+    # start of every operator request (bench/cold_start.py: 5 ms of the ops function's import).
+    from .triggers import TriggerState
 
 logger = logging.getLogger("sasflow.ops")
 
@@ -755,6 +758,8 @@ def build_ops_app(
                 "send a message to the queue (aws sqs send-message, or python -m devstack send on the local stack)"
             )
         if action == "run-now":
+            from .triggers import occurrence_key, run_now_body, run_now_occurrence
+
             key = idempotency_key or str(uuid.uuid4())
             occurrence = run_now_occurrence(key, principal)
             failed = bus.send([Outgoing(route.queue_url, run_now_body(key, now, principal))])
