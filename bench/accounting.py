@@ -33,7 +33,7 @@ from typing import Any
 import botocore.session
 
 from sasflow import prices
-from sasflow.cost import attribute_size, item_size
+from sasflow.cost import attribute_size, item_size, sqs_requests
 from sasflow.cost import read_units as _read_units
 from sasflow.cost import write_units as _write_units
 
@@ -348,7 +348,7 @@ class Meter:
             payload = 0
             if operation == "DeleteMessageBatch":
                 self.usage.sqs_messages["deleted"] += len(params.get("Entries", []))
-        self.usage.sqs_billed += max(1, math.ceil(payload / prices.SQS_CHUNK_BYTES))
+        self.usage.sqs_billed += sqs_requests(payload)
 
     def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any], before: list[Any]) -> None:
         if operation in ("GetItem",):

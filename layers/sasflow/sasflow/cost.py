@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .prices import S3_WRITE_OPERATIONS, SQS_CHUNK_BYTES
+
 __all__ = [
     "COST_ATTRIBUTE",
     "LOG_STREAM",
@@ -63,6 +65,7 @@ __all__ = [
     "metered",
     "read_units",
     "sqs_records",
+    "sqs_requests",
     "write_units",
 ]
 
@@ -516,7 +519,7 @@ def sqs_records(
         if not batch:
             return []
         payload = sum(len(str(record.get("body", "")).encode()) for record in batch)
-        requests = max(1, math.ceil(payload / _SQS_CHUNK_BYTES)) + 1  # the receive's chunks and the delete
+        requests = sqs_requests(payload) + 1  # the receive's chunks and the delete
         share = Tally(invocations=1 / len(batch), sqs=requests / len(batch))
         return [
             (
@@ -532,11 +535,13 @@ def sqs_records(
     return each
 
 
-_SQS_CHUNK_BYTES = 64 * 1024
-
-
 def _delivery(record: dict[str, Any]) -> Tally:
-    return Tally(sqs=max(1, math.ceil(len(str(record.get("body", "")).encode()) / _SQS_CHUNK_BYTES)))
+    return Tally(sqs=sqs_requests(len(str(record.get("body", "")).encode())))
+
+
+def sqs_requests(payload_bytes: int) -> int:
+    """Requests SQS bills for one request carrying ``payload_bytes``: one per 64 KB chunk, at least one."""
+    return max(1, math.ceil(payload_bytes / SQS_CHUNK_BYTES))
 
 
 def carried(record: dict[str, Any]) -> Tally:
@@ -656,8 +661,6 @@ def _body_size(body: Any) -> int:
 
 
 def _s3(operation: str, params: dict[str, Any]) -> None:
-    from .prices import S3_WRITE_OPERATIONS
-
     size = _body_size(params.get("Body"))
     if operation in S3_WRITE_OPERATIONS:
         ledger().charge(None, Tally(s3_writes=1, s3_bytes=size))

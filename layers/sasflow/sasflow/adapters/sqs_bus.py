@@ -4,7 +4,6 @@ visible again at once (ChangeMessageVisibilityBatch with a visibility timeout of
 from __future__ import annotations
 
 import logging
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..cost import COST_ATTRIBUTE, Tally, ledger
+from ..cost import COST_ATTRIBUTE, Tally, ledger, sqs_requests
 from ..ports import Outgoing, Receipt
 
 if TYPE_CHECKING:
@@ -23,8 +22,6 @@ _BATCH = 10
 #: SendMessageBatch: at most 10 entries and 262,144 bytes in all (the sum of the bodies), per the SQS quotas
 #: (https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/quotas-messages.html).
 _BATCH_BYTES = 262_144
-#: SQS bills each 64 KB chunk of a request's payload as one request (Amazon SQS pricing; `sasflow.prices`).
-SQS_CHUNK_BYTES = 64 * 1024
 #: The most a ``sasflow-cost`` attribute takes of a message's 262,144 bytes (its name, type and ten numbers).
 _ATTRIBUTE_ROOM = 128
 
@@ -70,7 +67,7 @@ def _carry(messages: Sequence[Outgoing], sizes: Sequence[int]) -> list[Tally]:
     """What each message of one SendMessageBatch request carries: its share of the request (its 64 KB chunks), and
     what its workflow owes (`sasflow.cost.Ledger.take`). A message for no workflow carries nothing."""
     book = ledger()
-    share = max(1, math.ceil(sum(sizes) / SQS_CHUNK_BYTES)) / len(messages)
+    share = sqs_requests(sum(sizes)) / len(messages)
     # a request at SQS's size limit has no room for the attributes: its workflows' work stays owed (the ledger gives
     # it to their next write or message)
     room = sum(sizes) + _ATTRIBUTE_ROOM * len(messages) <= _BATCH_BYTES
