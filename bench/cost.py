@@ -34,10 +34,11 @@ Definitions (printed with the table, so a reader can recompute any figure from t
   for reference.
 - **The whole bill** (the "whole bill" rows): everything a user pays per step when the remote services answer in
   `EXPRESS_REMOTE_LATENCY_SECONDS` (0.1 s, as the Express rows). **Ours** adds to the orchestration cost the agents'
-  Lambda requests, their GB-seconds (each invocation's measured time, plus 0.1 s for every call it made to its
-  service: an agent calls its batch's services one after the other, waiting for each answer; an invocation lost
-  before its call is billed as a request that waited 0.1 s, as the durable function's extra attempt is) and their
-  logs (each invocation's metrics line).
+  Lambda requests, their GB-seconds (each invocation's measured time, plus 0.1 s for each call of its longest chain:
+  an agent calls its batch's records at once, ``AGENT_CONCURRENCY`` at a time, each record's retries one after the
+  other, so an invocation waits for its busiest worker, `scenarios.calls_waited`; the bench runs the records on one
+  thread and bills the wait they would share; an invocation lost before its call is billed as a request that waited
+  0.1 s, as the durable function's extra attempt is) and their logs (each invocation's metrics line).
   **Step Functions Standard with HTTP Tasks** calls the services with no Lambda at all: its bill is the same
   transitions (an HTTP Task is billed as its transitions; its EventBridge connection's secret is a monthly fixed
   cost, like our workflow-id secret, left out on both sides). **Lambda durable functions** add to their bill the
@@ -245,9 +246,10 @@ def whole_bill(
     """
     agents = agent_functions()
     agent_cost = bill(result.usage, result.memory_mb, lambdas=agents)
-    # every call keeps its invocation waiting; an invocation lost before its call is billed as one that waited as
-    # long (the durable function retries it as one more attempt of the same latency)
-    waits = Counter(result.remote_calls) + Counter(result.lost_invocations)
+    # an invocation waits for its batch's calls, made at once (AGENT_CONCURRENCY records at a time): its longest
+    # chain of calls (`scenarios.calls_waited`); an invocation lost before its call is billed as one that waited as
+    # long as a call (the durable function retries it as one more attempt of the same latency)
+    waits = Counter(result.remote_waits) + Counter(result.lost_invocations)
     waiting_gb_seconds = sum(
         waited * latency_seconds * result.memory_mb[function] / 1024 for function, waited in waits.items()
     )
@@ -270,6 +272,7 @@ def whole_bill(
             "billed_ms": sum(result.usage.lambda_ms[f] for f in agents),
             "log_bytes": sum(result.usage.log_bytes[f] for f in agents),
             "remote_calls": sum(result.remote_calls.values()),
+            "calls_waited": sum(result.remote_waits.values()),
             "waiting_gb_seconds": waiting_gb_seconds,
             "lambda_requests": agent_cost.lambda_requests + lost * prices.LAMBDA_PER_REQUEST,
             "lambda_compute": agent_cost.lambda_compute + waiting_gb_seconds * prices.LAMBDA_PER_GB_SECOND,

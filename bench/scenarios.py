@@ -69,6 +69,7 @@ from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
 from sasflow.agent_lambda import metric_counter
+from sasflow.batch import AnyOrder
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
@@ -296,6 +297,9 @@ class ScenarioResult:
     trigger_function: str | None = None
     #: Calls each agent's function (logical id) made to its remote service, every attempt of every phase.
     remote_calls: dict[str, int] = field(default_factory=dict)
+    #: How long each agent's invocations waited for their calls, in calls: a batch's records call at once
+    #: (``AGENT_CONCURRENCY`` at a time), so an invocation waits for its longest chain of calls (`calls_waited`).
+    remote_waits: dict[str, int] = field(default_factory=dict)
     #: Invocations of each agent's function that died before they called out (`Scenario.lost_invocation`).
     lost_invocations: dict[str, int] = field(default_factory=dict)
     #: What the product tallied on each workflow's item (`sasflow.cost`), by workflow id (map children included).
@@ -370,6 +374,7 @@ class ScenarioRun:
         self.step_calls: Counter[tuple[str, str, str]] = Counter()
         self.lost: Counter[tuple[str, str, str]] = Counter()
         self.lost_invocations: Counter[str] = Counter()
+        self.remote_waits: Counter[str] = Counter()
         if scenario.map_items:
             self.definition = map_definition()
         elif scenario.callback:
@@ -448,7 +453,8 @@ class ScenarioRun:
             module = load_function_module(spec)
             env = function_environment(spec)
             rng = random.Random(self.rng.random())
-            # its metrics as deployed (agent_services): the EMF line each invocation writes is in its log bill
+            # its metrics as deployed (agent_services): the EMF line each invocation writes is in its log bill; its
+            # records at once as deployed, on this thread in any order (their waits: `calls_waited`)
             module.agent = Lazy(
                 functools.partial(
                     build_agent,
@@ -457,6 +463,7 @@ class ScenarioRun:
                     remote=self.remotes[agent],
                     rng=rng,
                     metrics=metric_counter(module.handler),
+                    records=AnyOrder(random.Random(rng.random())),
                 )
             )
             self.modules[logical_id] = module
@@ -508,8 +515,21 @@ class ScenarioRun:
         spec = self.specs[logical_id]
         # Metrics on, as deployed (the local stack turns them off): each invocation's EMF line is in its log bill.
         deployed = {**function_environment(spec), "POWERTOOLS_METRICS_DISABLED": "false"}
-        with environment(deployed), self.meter.lambda_invocation(logical_id):
-            return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+        if logical_id not in AGENT_FUNCTIONS.values():
+            with environment(deployed), self.meter.lambda_invocation(logical_id):
+                return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+        before = Counter(self.step_calls)
+        try:
+            with environment(deployed), self.meter.lambda_invocation(logical_id):
+                return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+        finally:
+            chains = []
+            for record in event["Records"]:
+                request = json.loads(record["body"])
+                key = (request["workflow_id"], request["step"], request["phase"])
+                chains.append(self.step_calls[key] - before[key])
+                before[key] = self.step_calls[key]  # a copy of the same request in the batch made no more calls
+            self.remote_waits[logical_id] += calls_waited(chains, int(deployed.get("AGENT_CONCURRENCY", "1")))
 
     def _occur(self, index: int, workflow_input: dict[str, Any]) -> None:
         """S6: one occurrence reaches the trigger's queue, sent (and counted) as its source sends it."""
@@ -776,9 +796,21 @@ class ScenarioRun:
             parent_item_bytes=parent_bytes,
             trigger_function=self.trigger_id,
             remote_calls={AGENT_FUNCTIONS[agent]: remote.made for agent, remote in self.remotes.items()},
+            remote_waits=dict(self.remote_waits),
             lost_invocations=dict(self.lost_invocations),
             tallies=tallies,
         )
+
+
+def calls_waited(chains: Iterable[int], workers: int) -> int:
+    """How many calls' time an invocation waits when its records' calls (``chains``: each record's calls, one after
+    the other, in the batch's order) run ``workers`` records at a time, each record on the first free worker, as
+    `sasflow.batch.AtOnce`'s thread pool does: the longest worker's sum."""
+    loads = [0] * max(1, workers)
+    for chain in chains:
+        index = loads.index(min(loads))
+        loads[index] += chain
+    return max(loads)
 
 
 #: The batching windows AWS takes for an SQS event source mapping (``MaximumBatchingWindowInSeconds``, seconds).

@@ -57,6 +57,7 @@ class AgentDeclaration(BaseModel):
     auth_header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
     auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
     invoke_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:execute-api:.+$")
+    concurrency: int | None = Field(default=None, ge=1, le=10)
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentDeclaration:
@@ -89,6 +90,14 @@ class AgentDeclaration(BaseModel):
     def pascal(self) -> str:
         """The name as it starts logical ids: ``flights`` → ``Flights``."""
         return self.name[:1].upper() + self.name[1:]
+
+    @property
+    def records_at_once(self) -> int:
+        """``AGENT_CONCURRENCY``: ``concurrency``, else 10 for an HTTP agent (its calls wait on the network) and 1
+        for a Python agent (your functions need not be thread-safe)."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return 1 if self.kind == "python" else 10
 
     @property
     def base_url_parameter(self) -> str | None:
@@ -383,6 +392,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
         Variables:
           AGENT_NAME: {name}
           AGENT_ACTIONS: {",".join(agent.actions)}
+          AGENT_CONCURRENCY: {agent.records_at_once}
           IDEMPOTENCY_TABLE: !Ref IdempotencyTable
 """
         + _remote_environment(agent)

@@ -45,6 +45,7 @@ from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore, trigger_key
+from sasflow.batch import AnyOrder
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock, OffsetClock
@@ -597,11 +598,19 @@ class Simulation:
         skew = self.rng.uniform(-self.faults.clock_skew_seconds, self.faults.clock_skew_seconds)
         clock = OffsetClock(self.clock, skew)
         rng = random.Random(self.rng.random())
+        # a batch's records at once, as deployed (AGENT_CONCURRENCY): here one after the other, in a seeded order
+        records = AnyOrder(random.Random(f"{self.seed}:{spec.logical_id}:records"))  # leaves the run's draws alone
         module.agent = Lazy(
             lambda: self._watch_in_progress(
                 self._watch_payloads(
                     build_agent(
-                        env, clock=clock, bus=self.bus, dynamodb=self.dynamodb, remote=self.remotes[agent], rng=rng
+                        env,
+                        clock=clock,
+                        bus=self.bus,
+                        dynamodb=self.dynamodb,
+                        remote=self.remotes[agent],
+                        rng=rng,
+                        records=records,
                     ),
                     lambda built: built.runtime.claims,
                 )

@@ -15,7 +15,7 @@ from bench.accounting import Meter, Usage, attribute_size, bill, item_size
 from bench.asl import StepObservation, count_transitions, saga_asl
 from bench.cost import figures, rows, whole_bill
 from bench.report import Row
-from bench.scenarios import Scenario, chain_definition, check_mappings, run_scenario, scenarios
+from bench.scenarios import Scenario, calls_waited, chain_definition, check_mappings, run_scenario, scenarios
 from devstack.template import SqsEventSpec
 from sasflow import prices
 
@@ -337,6 +337,7 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     # function waits for the same 3 calls at the same memory
     whole = data["whole_bill"]
     assert whole["agents"]["remote_calls"] == 3 and whole["durable"]["remote_calls"] == 3
+    assert whole["agents"]["calls_waited"] == 3  # one request a batch: each invocation waits for its one call
     waiting = 3 * 0.1 * 256 / 1024 * prices.LAMBDA_PER_GB_SECOND
     measured = whole["agents"]["billed_ms"] / 1000 * 256 / 1024 * prices.LAMBDA_PER_GB_SECOND
     assert whole["agents"]["billed_ms"] == sum(usage["lambda_billed_ms"][f"{a}AgentFunction"] for a in AGENT_NAMES)
@@ -350,9 +351,10 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert data["whole_per_step"] == pytest.approx(whole["ours"] / 3)
 
 
-def test_the_whole_bill_adds_the_agents_lambda_and_the_wait_for_each_call_on_both_sides() -> None:
+def test_the_whole_bill_adds_the_agents_lambda_and_their_waits_and_the_durable_functions_wait_for_each_call() -> None:
     # Given a run whose flights agent was invoked twice (10 ms measured, 400 bytes of metrics), called its service
-    # four times, and lost one more invocation before it called out; the durable function made five calls
+    # six times, waited for four calls' time (its batches' calls at once), and lost one more invocation before it
+    # called out; the durable function made five calls
     usage = Usage()
     usage.lambda_invocations["FlightsAgentFunction"] = 2
     usage.lambda_ms["FlightsAgentFunction"] = 10
@@ -363,7 +365,8 @@ def test_the_whole_bill_adds_the_agents_lambda_and_the_wait_for_each_call_on_bot
     run = SimpleNamespace(
         usage=usage,
         memory_mb=memory,
-        remote_calls={"FlightsAgentFunction": 4, "HotelsAgentFunction": 0},
+        remote_calls={"FlightsAgentFunction": 6, "HotelsAgentFunction": 0},
+        remote_waits={"FlightsAgentFunction": 4, "HotelsAgentFunction": 0},
         lost_invocations={"FlightsAgentFunction": 1},
     )
     # When its whole bill is made at 100 ms a call
@@ -373,6 +376,7 @@ def test_the_whole_bill_adds_the_agents_lambda_and_the_wait_for_each_call_on_bot
     agents = 3 * prices.LAMBDA_PER_REQUEST + (0.010 + 5 * 0.1) * 0.25 * gb_second + 400 * 0.5e-9
     assert whole["ours"] == pytest.approx(1e-5 + agents)
     assert whole["agents"]["invocations"] == 3 and whole["agents"]["lost_invocations"] == 1
+    assert (whole["agents"]["remote_calls"], whole["agents"]["calls_waited"]) == (6, 4)
     # And Step Functions Standard's HTTP Tasks cost their transitions only; the durable function waits for its 5
     # calls at the agents' 256 MB
     assert whole["standard_http_tasks"] == 2e-5
@@ -498,3 +502,19 @@ def test_a_zero_second_window_is_billed_with_smaller_batches_and_more_requests_p
     assert len(zero.receive_batches) > len(default.receive_batches)
     assert zero.usage.sqs_billed > default.usage.sqs_billed
     assert figures(zero)["ours_per_step"] > figures(default)["ours_per_step"]
+
+
+@pytest.mark.parametrize(
+    ("chains", "workers", "waited"),
+    [
+        ([1, 1, 1, 1], 10, 1),  # four records at once, one call each: one call's wait
+        ([1, 3, 1], 10, 3),  # the record that retried twice is the longest chain
+        ([1, 1, 1, 1], 1, 4),  # one at a time: every call is waited for
+        ([2, 1, 1, 1], 2, 3),  # two workers: 2 on the first, then 1+1 on the second, the last on the first
+        ([], 10, 0),
+    ],
+)
+def test_an_invocation_waits_for_its_longest_worker_when_its_records_call_at_once(
+    chains: list[int], workers: int, waited: int
+) -> None:
+    assert calls_waited(chains, workers) == waited

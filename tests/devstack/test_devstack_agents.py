@@ -78,6 +78,14 @@ def test_one_entry_gives_an_agent_every_part_it_needs(tmp_path: Path) -> None:
         ("trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  auth: header\n", "auth_header"),
         ("Trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n", "should match pattern"),
         ("trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  colour: red\n", "colour"),
+        (
+            "trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  concurrency: 11\n",
+            "less than or equal to 10",
+        ),
+        (
+            "trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  concurrency: 0\n",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_a_bad_entry_is_refused_with_the_agent_and_the_reason(tmp_path: Path, entry: str, reason: str) -> None:
@@ -85,6 +93,29 @@ def test_a_bad_entry_is_refused_with_the_agent_and_the_reason(tmp_path: Path, en
     agents.write_text(entry)
     with pytest.raises(AgentsFileError, match=reason):
         load_agents(agents)
+
+
+def test_an_agent_works_on_its_batch_at_once_10_for_http_1_for_python_unless_agents_yaml_says(tmp_path: Path) -> None:
+    # Given agents.yaml with an HTTP agent that lowers its concurrency to 3
+    agents = tmp_path / "agents.yaml"
+    agents.write_text(
+        AGENTS_FILE.read_text()
+        + "\ntrains:\n  description: Agent for the trains service.\n  base_url: parameter\n  actions: [book_seat]\n"
+        "  concurrency: 3\n"
+    )
+    template = tmp_path / "template.yaml"
+    template.write_text(render_template(TEMPLATE_FILE.read_text(), load_agents(agents)))
+    stack = Stack(
+        load_template(template),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "true", "TrainsBaseUrl": "https://trains.example"},
+    )
+    # Then each agent's function says how many records it works on at once
+    at_once = {
+        name: stack.function(f"{name[:1].upper()}{name[1:]}AgentFunction").environment["AGENT_CONCURRENCY"]
+        for name in ("flights", "hotels", "payments", "inventory", "trains")
+    }
+    assert at_once == {"flights": "10", "hotels": "10", "payments": "10", "inventory": "1", "trains": "3"}
 
 
 def test_a_template_without_the_markers_is_refused() -> None:

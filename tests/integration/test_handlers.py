@@ -10,6 +10,8 @@ import boto3
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import UnexpectedBatchTypeError
 
+from sasflow.batch import one_at_a_time
+from sasflow.bootstrap import Lazy, build_agent
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import FakeContext, load_event, sqs_event
 from tests.support.ledgers import ledger_order
@@ -295,10 +297,13 @@ def test_supervisor_resends_an_overdue_step_after_a_lost_reply(deployed: Deploye
 
 
 def test_a_batch_that_runs_out_of_time_after_six_records_retries_only_the_last_four(deployed: Deployed) -> None:
-    # Given ten started workflows whose flight requests arrive in one batch
+    # Given ten started workflows whose flight requests arrive in one batch, at an agent that works on one record at
+    # a time (AGENT_CONCURRENCY=1; at 10 every record starts at once, test_agent_concurrency)
     for _ in range(10):
         deployed.api("POST", "/workflows", TRIP)
     agent = deployed.driver("FlightsAgentFunction")
+    clock = agent.function.clock
+    agent.function.module.agent = Lazy(lambda: build_agent(clock=clock, records=one_at_a_time))
     messages: list[dict[str, Any]] = []
     while len(messages) < 10:
         messages += agent.receive()

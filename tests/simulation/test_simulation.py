@@ -505,13 +505,15 @@ def test_skip_that_ignores_the_run_holding_the_slot_is_caught(monkeypatch: pytes
 
 def test_a_run_that_never_gives_its_slot_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation check of invariant 20 (tools/mutations.toml "a run's end never gives its trigger's slot back"): the
-    ticks kept waiting never start, and the slot stays with an ended run."""
+    ticks kept waiting never start (one still on the trigger's queue at the end started no workflow either), and the
+    slot stays with an ended run."""
     monkeypatch.setattr(sasflow.scheduler.SchedulerService, "_give_back_slot", lambda self, snapshot: [])
     kinds = {v.kind for v in run_one(71, 30, TRIGGER_HEAVY).violations}
     assert kinds == {
         "a slot held by a run that has ended",
         "a tick kept waiting behind no run",
         "a tick kept waiting never started",
+        "occurrence started no workflow",
     }
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import random
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,7 +14,8 @@ from aws_lambda_powertools.utilities.batch.exceptions import UnexpectedBatchType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from sasflow.adapters.memory import InMemoryBus
-from sasflow.batch import OutboxBatchProcessor, ReplyGroups
+from sasflow.batch import AnyOrder, AtOnce, OutboxBatchProcessor, ReplyGroups
+from sasflow.cost import Tally, ledger
 from sasflow.errors import ConfigurationError, ContentionError
 from sasflow.messages import decode_reply
 from sasflow.ports import Outgoing, Receipt
@@ -237,3 +241,87 @@ def test_a_batch_without_a_poison_record_makes_nothing_visible() -> None:
     process_partial_response({"Records": [sqs_record("good", VALID)]}, handle, OutboxBatchProcessor(lambda: bus))
     assert bus.made_visible == []
     assert [m.body for m in bus.queues["queue/next"]] == ["wf-1"]
+
+
+def _replies(count: int) -> list[dict[str, Any]]:
+    return [sqs_record(f"m{i}", VALID.replace('"wf-1"', f'"wf-{i}"')) for i in range(count)]
+
+
+def test_at_once_a_batchs_records_are_all_in_hand_together_and_their_results_keep_the_batchs_order() -> None:
+    # Given a record handler that returns only once all five records of the batch are in hand at the same time
+    together = threading.Barrier(5, timeout=10)
+
+    def handle_together(record: SQSRecord) -> list[Outgoing]:
+        together.wait()  # one record at a time would wait here for ten seconds, then fail every record
+        return handle(record)
+
+    bus = InMemoryBus()
+    # When a batch of five runs at once, five at a time, and one of them is malformed
+    records = _replies(5)
+    records[3]["body"] = "not-json"
+    processor = OutboxBatchProcessor(lambda: bus, runner=lambda: AtOnce(5))
+    response = process_partial_response({"Records": records}, handle_together, processor)
+    # Then only the malformed record failed, and the others' messages are sent in the batch's order
+    assert response["batchItemFailures"] == [{"itemIdentifier": "m3"}]
+    assert [m.body for m in bus.queues["queue/next"]] == ["wf-0", "wf-1", "wf-2", "wf-4"]
+
+
+def test_at_once_works_at_most_its_workers_at_a_time() -> None:
+    in_hand, most = 0, 0
+    lock = threading.Lock()
+
+    def count(record: int) -> int:
+        nonlocal in_hand, most
+        with lock:
+            in_hand += 1
+            most = max(most, in_hand)
+        time.sleep(0.02)  # real threads: each record holds its worker a moment, as a remote call would
+        with lock:
+            in_hand -= 1
+        return record * 2
+
+    assert AtOnce(3)(count, list(range(9))) == [2 * r for r in range(9)]
+    assert most == 3
+
+
+def test_a_worker_charges_its_records_work_to_its_callers_ledger_under_the_records_workflow() -> None:
+    # Given the caller's ledger, in an invocation
+    book = ledger()
+
+    def work(workflow_id: str) -> str:
+        with ledger().working_on(workflow_id):  # as the agent's record handler does, on a worker thread
+            ledger().charge(None, Tally(wru=1))
+        return threading.current_thread().name
+
+    with book.invocation(256):
+        threads = AtOnce(2)(work, ["wf-a", "wf-b"])
+        # Then each worker's work is on the caller's ledger, under its record's workflow
+        assert {book.take("wf-a").wru, book.take("wf-b").wru} == {1.0}
+    assert all(name.startswith("sasflow-record") for name in threads)
+
+
+def test_an_exception_no_record_handler_catches_ends_the_batch_as_it_would_one_at_a_time() -> None:
+    class Killed(BaseException):
+        pass
+
+    def die(record: int) -> int:
+        if record == 1:
+            raise Killed("the sandbox ended")
+        return record
+
+    with pytest.raises(Killed):
+        AtOnce(4)(die, [0, 1, 2])
+
+
+def test_any_order_replays_with_its_seed_and_returns_results_in_the_records_order() -> None:
+    seen: list[int] = []
+
+    def note(record: int) -> int:
+        seen.append(record)
+        return -record
+
+    assert AnyOrder(random.Random(7))(note, list(range(8))) == [-r for r in range(8)]
+    first = list(seen)
+    seen.clear()
+    AnyOrder(random.Random(7))(note, list(range(8)))
+    assert seen == first and sorted(first) == list(range(8)) and first != list(range(8))

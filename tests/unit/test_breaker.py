@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from sasflow.breaker import BreakerState, CircuitBreaker
@@ -78,3 +80,37 @@ def test_success_below_the_threshold_resets_the_count_and_writes_only_then() -> 
     a.on_failure()
     a.on_failure()
     assert store.get("hotels").state is BreakerState.CLOSED
+
+
+def test_records_worked_on_at_once_send_one_half_open_probe_and_wait_for_it() -> None:
+    # Given an instance whose breaker has cooled down, with two records in hand on two threads
+    clock = ManualClock(START)
+    store = InMemoryBreakerStore()
+    instance = breaker(store, clock)
+    for _ in range(3):
+        instance.before_call()
+        instance.on_failure()
+    clock.advance(30)
+    # When the first record's thread takes the probe
+    instance.before_call()
+    outcome: list[object] = []
+
+    def second_record() -> None:
+        try:
+            instance.before_call()
+            outcome.append("called")
+        except CircuitOpenError as error:
+            outcome.append(error.retry_at)
+
+    thread = threading.Thread(target=second_record)
+    thread.start()
+    thread.join(5)
+    # Then the second record waits for the probe's end instead of calling too
+    assert outcome == [int(START) + 40]
+    # And once the probe succeeded, it calls
+    instance.on_success()
+    outcome.clear()
+    thread = threading.Thread(target=second_record)
+    thread.start()
+    thread.join(5)
+    assert outcome == ["called"]

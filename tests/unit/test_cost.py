@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -160,3 +161,38 @@ def test_the_bytes_of_an_s3_write_are_counted_when_botocore_wraps_them_in_a_file
     body.seek(123)
     assert _body_size(body) == 40_000 and body.tell() == 123  # its position is left where it was
     assert _body_size(b"abc") == 3 and _body_size(None) == 0
+
+
+def test_records_worked_on_at_once_share_the_time_they_overlap_and_keep_their_own_calls() -> None:
+    # Given an invocation whose two records run on two threads, steps sequenced by the test
+    timer = Timer()
+    book = Ledger(timer)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def record_a() -> None:
+        with book.adopted(), sasflow.cost.ledger().working_on("wf-a"):
+            a_in.set()
+            b_in.wait(5)
+            sasflow.cost.ledger().charge(None, Tally(wru=2))  # this thread's call: its record's workflow's
+        a_out.set()
+
+    def record_b() -> None:
+        a_in.wait(5)
+        timer.now += 0.010  # 10 ms of wf-a alone
+        with book.adopted(), sasflow.cost.ledger().working_on("wf-b"):
+            timer.now += 0.020  # 20 ms of both at once
+            b_in.set()
+            a_out.wait(5)
+            timer.now += 0.010  # 10 ms of wf-b alone
+            sasflow.cost.ledger().log(100)
+
+    with book.invocation(1000):
+        threads = [threading.Thread(target=record_a), threading.Thread(target=record_b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(5)
+        a, b = book.take("wf-a"), book.take("wf-b")
+    # Then each paid its time alone and half of the time they shared, at the function's memory, and its own calls
+    assert a.mb_ms == pytest.approx((10 + 20 / 2) * 1000) and a.wru == 2 and a.log_bytes == 0
+    assert b.mb_ms == pytest.approx((20 / 2 + 10) * 1000) and b.wru == 0 and b.log_bytes == 100

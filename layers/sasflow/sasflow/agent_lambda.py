@@ -6,6 +6,7 @@ processing with partial failures, ``register_lambda_context`` for idempotency, a
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ defer_package_init("aws_lambda_powertools.utilities.data_classes")
 from aws_lambda_powertools.utilities.batch import process_partial_response  # noqa: E402
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # noqa: E402
 
-from .batch import OutboxBatchProcessor  # noqa: E402
+from .batch import OutboxBatchProcessor, one_at_a_time  # noqa: E402
 from .bootstrap import AgentServices, Lazy, build_agent  # noqa: E402
 from .cost import body_workflow, ledger, metered, sqs_records  # noqa: E402
 from .ports import Outgoing  # noqa: E402
@@ -41,7 +42,8 @@ def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, 
     tracer = build_tracer()  # powertools' Tracer; without the X-Ray SDK when tracing is off
     metrics = Metrics()
     copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
-    processor = OutboxBatchProcessor(lambda: services().bus)
+    # a batch's records run at once (AGENT_CONCURRENCY): one wait for the batch's calls, not one per record
+    processor = OutboxBatchProcessor(lambda: services().bus, runner=lambda: services().records or one_at_a_time)
 
     def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
         """Do one step request and return its reply; a failure fails this record only. Its time and log lines are
@@ -89,8 +91,10 @@ def metric_counter(handler: Any) -> Callable[..., None]:
     """The count function an agent's services report to (``build_agent(metrics=...)``): a Count metric of
     ``handler``'s Metrics, flushed as one EMF line when the invocation ends."""
     metrics = handler.metrics
+    lock = threading.Lock()  # a batch's records count from their own threads (sasflow.batch.AtOnce)
 
     def count(name: str, value: int = 1) -> None:
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+        with lock:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
     return count

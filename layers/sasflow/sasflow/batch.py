@@ -27,16 +27,21 @@ throttled write, a lost race, a service down) is given that time to pass before 
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import random
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType
 from aws_lambda_powertools.utilities.batch.base import FailureResponse, SuccessResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from pydantic import ValidationError
 
+from .cost import ledger
 from .errors import MalformedMessageError, PermanentError
 from .messages import StepReply, decode_reply
 from .ports import MessageBus, Outgoing, Receipt
@@ -57,9 +62,16 @@ class OutboxBatchProcessor(BatchProcessor):
         Do not start a record with less than this left in the invocation (seconds); 0 starts every record.
     """
 
-    def __init__(self, bus: Callable[[], MessageBus], *, reserve_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        bus: Callable[[], MessageBus],
+        *,
+        reserve_seconds: float = 0.0,
+        runner: Callable[[], RecordRunner] | None = None,
+    ) -> None:
         super().__init__(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self._bus = bus
+        self._runner = runner
         self._outbox: list[tuple[dict[str, Any], Outgoing]] = []
         self._poison: list[Receipt] = []
         self._reserve_ms = reserve_seconds * 1000
@@ -72,6 +84,16 @@ class OutboxBatchProcessor(BatchProcessor):
             except OutOfTimeError:
                 return self.failure_handler(record=SQSRecord(record), exception=sys.exc_info())
         return super()._process_record(record)
+
+    def process(self) -> list[tuple[Any, ...]]:
+        """Handle the batch's records, one after the other or at once (``runner``); results in the records' order."""
+        if self._runner is None:
+            return super().process()
+        results = self._runner()(self._process_record, self.records)
+        # records finish in any order: their messages leave in the batch's order, as one at a time
+        position = {id(record): index for index, record in enumerate(self.records)}
+        self._outbox.sort(key=lambda entry: position.get(id(entry[0]), len(position)))
+        return results
 
     def _prepare(self) -> None:
         super()._prepare()
@@ -110,6 +132,73 @@ class OutboxBatchProcessor(BatchProcessor):
                 log_failure(record, "its messages could not be sent", permanent=False)
                 self.success_messages.remove(record)
                 self.fail_messages.append(SQSRecord(record) if isinstance(record, dict) else record)
+
+
+_Record = TypeVar("_Record")
+_Result = TypeVar("_Result")
+
+
+class RecordRunner(Protocol):
+    """Runs a batch's record handler over its records and returns the results in the records' order."""
+
+    def __call__(self, handle: Callable[[_Record], _Result], records: Sequence[_Record]) -> list[_Result]:
+        """``[handle(record) for record in records]``, in whatever order or at once."""
+        ...
+
+
+def one_at_a_time(handle: Callable[[_Record], _Result], records: Sequence[_Record]) -> list[_Result]:
+    """Handle the records one after the other, in order (a `RecordRunner`)."""
+    return [handle(record) for record in records]
+
+
+class AtOnce:
+    """Handle a batch's records at once, up to ``workers`` at a time, a thread each (a `RecordRunner`).
+
+    An agent spends most of a record waiting for its remote service: with its batch's calls in flight together, an
+    invocation waits about as long as its slowest record instead of the sum of them, and Lambda bills that once
+    (docs/agents.md, "Calls at once"). Each worker uses its caller's cost ledger (`sasflow.cost.Ledger.adopted`) and
+    a copy of its context variables; the pool lives as long as the sandbox.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, handle: Callable[[_Record], _Result], records: Sequence[_Record]) -> list[_Result]:
+        """Handle ``records`` on the pool (one record or one worker: on this thread) and wait for them all."""
+        if self.workers <= 1 or len(records) <= 1:
+            return one_at_a_time(handle, records)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sasflow-record")
+            pool = self._pool
+        book = ledger()
+
+        def adopted(record: _Record) -> _Result:
+            with book.adopted():
+                return handle(record)
+
+        futures = [pool.submit(contextvars.copy_context().run, adopted, record) for record in records]
+        return [future.result() for future in futures]
+
+
+class AnyOrder:
+    """Handle the records one after the other in an order drawn from ``rng``, results in the records' order (a
+    `RecordRunner`): the simulation's and the bench's stand-in for `AtOnce`, whose records finish in any order, on
+    one thread so that a seeded run replays."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def __call__(self, handle: Callable[[_Record], _Result], records: Sequence[_Record]) -> list[_Result]:
+        """Handle ``records`` in a shuffled order."""
+        order = list(range(len(records)))
+        self.rng.shuffle(order)
+        results: dict[int, _Result] = {}
+        for index in order:
+            results[index] = handle(records[index])
+        return [results[index] for index in range(len(records))]
 
 
 class OutOfTimeError(Exception):

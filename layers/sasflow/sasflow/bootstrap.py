@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     # Only an agent needs these (and tenacity): `build_agent` imports them, so the API, scheduler and supervisor
     # handlers never load them at cold start.
     from .agent import AgentRuntime, RemoteClient
+    from .batch import RecordRunner
     from .claim_check import ClaimCheck
 
     # Only the engine's handlers need these: `build_engine` imports them, so an agent never loads the scheduler,
@@ -51,6 +52,9 @@ class AgentServices:
     runtime: AgentRuntime
     bus: MessageBus
     idempotency_config: Any
+    #: How a batch's records run: at once, ``config.concurrency`` at a time (`sasflow.batch.AtOnce`); None: one
+    #: after the other
+    records: RecordRunner | None = None
 
 
 def build_engine(
@@ -203,10 +207,13 @@ def build_agent(
     remote: RemoteClient | None = None,
     rng: random.Random | None = None,
     s3: Any = None,
+    records: RecordRunner | None = None,
 ) -> AgentServices:
     """Build an agent's runtime: HTTP client, shared circuit breaker and powertools idempotency over DynamoDB.
 
-    Every collaborator can be injected (simulations and tests); the defaults are the real clients.
+    Every collaborator can be injected (simulations and tests); the defaults are the real clients, and a batch's
+    records run at once on ``AGENT_CONCURRENCY`` threads (``records``: the simulation's and the bench's
+    `sasflow.batch.AnyOrder`, on one thread).
 
     Raises
     ------
@@ -225,6 +232,7 @@ def build_agent(
     from .adapters.secrets import secret_reader
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
     from .agent import AgentRuntime
+    from .batch import AtOnce
     from .breaker import CircuitBreaker
 
     config = AgentConfig.from_env(os.environ if environ is None else environ)
@@ -282,7 +290,13 @@ def build_agent(
         metrics=metrics,
         claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3, cache_bytes=0),
     )
-    return AgentServices(config, runtime, bus or SqsMessageBus(sqs_client()), idempotency_config)
+    return AgentServices(
+        config,
+        runtime,
+        bus or SqsMessageBus(sqs_client()),
+        idempotency_config,
+        records if records is not None else AtOnce(config.concurrency),
+    )
 
 
 def claim_check(

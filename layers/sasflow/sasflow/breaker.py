@@ -10,6 +10,7 @@ recoveries do. Time comes from the injected clock (DESIGN Rule 7).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Protocol
@@ -97,7 +98,14 @@ class CircuitBreaker:
         self.cache_seconds = cache_seconds
         self._record: BreakerRecord | None = None
         self._read_at = -math.inf
-        self._probing = False
+        # The thread that holds this instance's half-open probe: an agent works on a batch's records at once, and a
+        # probe is one call, so only the record that won it calls until it ends (its retries included).
+        self._prober: int | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def _probing(self) -> bool:
+        return self._prober == threading.get_ident()
 
     @property
     def state(self) -> BreakerState:
@@ -124,6 +132,10 @@ class CircuitBreaker:
             When the breaker is open, or half-open with another instance probing; ``retry_at`` says when to try
             again (epoch seconds, rounded up).
         """
+        with self._lock:
+            self._before_call()
+
+    def _before_call(self) -> None:
         record = self._current()
         now = self.clock.now()
         if record.state is BreakerState.CLOSED or self._probing:
@@ -136,7 +148,7 @@ class CircuitBreaker:
         probe = replace(record, state=BreakerState.HALF_OPEN, probe_until=now + self.probe_seconds)
         if self.store.transition(self.agent, record, probe):
             self._remember(probe)
-            self._probing = True
+            self._prober = threading.get_ident()
             return
         # Another instance moved the breaker first: read what it did and wait for the real reopening, not a guess
         # (a winner that already failed its probe has reopened the breaker for open_seconds, not probe_seconds).
@@ -152,18 +164,25 @@ class CircuitBreaker:
 
     def on_success(self) -> None:
         """Record a call that reached a healthy service (a success or a business rejection)."""
-        record = self._current()
-        self._probing = False
-        if record.state is not BreakerState.CLOSED or record.failures > 0:
-            self.store.reset(self.agent)
-            self._remember(BreakerRecord())
+        with self._lock:
+            record = self._current()
+            if self._probing:
+                self._prober = None
+            if record.state is not BreakerState.CLOSED or record.failures > 0:
+                self.store.reset(self.agent)
+                self._remember(BreakerRecord())
 
     def on_failure(self) -> None:
         """Record a transient failure; open the breaker at the threshold, or re-open it after a failed probe."""
+        with self._lock:
+            self._on_failure()
+
+    def _on_failure(self) -> None:
         record = self._current()
         now = self.clock.now()
         if self._probing or record.state is BreakerState.HALF_OPEN:
-            self._probing = False
+            if self._probing:
+                self._prober = None
             reopened = replace(record, state=BreakerState.OPEN, open_until=now + self.open_seconds, probe_until=0.0)
             if self.store.transition(self.agent, record, reopened):
                 self._remember(reopened)

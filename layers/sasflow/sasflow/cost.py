@@ -292,7 +292,12 @@ def read_units(size: int, consistent: bool) -> float:
 
 # ---------------------------------------------------------------------------------------------------- the ledger
 class Ledger:
-    """What the work of one sandbox (here: one thread) has cost, by workflow, until a write or a message carries it.
+    """What the work of one sandbox has cost, by workflow, until a write or a message carries it.
+
+    An agent works on a batch's records at once, a thread each (`sasflow.batch.AtOnce`): each thread's block
+    (`working_on`) is its record's workflow's, so each thread's calls and log lines are charged to the workflow in its
+    hands, and a stretch of the invocation's time is shared equally by the blocks open during it (Lambda bills the
+    invocation's duration once, whatever runs in it). The worker threads use their caller's ledger (`adopted`).
 
     Parameters
     ----------
@@ -302,13 +307,19 @@ class Ledger:
 
     def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self._timer = timer
+        self._lock = threading.RLock()
+        self._threads = threading.local()  # this thread's block: ``current``
+        self._open: dict[int, str] = {}  # thread -> the workflow of its open block (NOBODY: no workflow's)
         self._pending: dict[str, Tally] = {}
         self._unattributed = Tally()
-        self._current: str | None = None
         self._mark: float | None = None
         self._memory_mb = 0
-        self._precounted = 0
         self._served = False  # this invocation worked for a workflow (took its work, or a block for it)
+
+    @property
+    def _current(self) -> str | None:
+        current: str | None = getattr(self._threads, "current", None)
+        return current
 
     # -- invocations
     @contextlib.contextmanager
@@ -320,60 +331,81 @@ class Ledger:
         dropped: a fixed cost, never a workflow's. So is the unattributed work of an invocation that worked for no
         workflow at all (a batch of poison messages, a refused occurrence): no workflow's, whoever comes next.
         """
-        self._memory_mb = memory_mb
-        self._served = False
-        started = self._mark = self._timer()
+        with self._lock:
+            self._memory_mb = memory_mb
+            self._served = False
+            started = self._mark = self._timer()
         try:
             yield
         finally:
-            ended = self._timer()
-            self._close_segment(ended)
-            elapsed_ms = (ended - started) * 1000
-            self._unattributed += Tally(mb_ms=(math.ceil(elapsed_ms) - elapsed_ms) * memory_mb)
-            for pending in self._pending.values():
-                self._unattributed += pending
-            self._pending.clear()
-            if not carry or not self._served:
-                self._unattributed = Tally()
-            self._mark = None
-            self._current = None
+            with self._lock:
+                ended = self._timer()
+                self._close_segment(ended)
+                elapsed_ms = (ended - started) * 1000
+                self._unattributed += Tally(mb_ms=(math.ceil(elapsed_ms) - elapsed_ms) * memory_mb)
+                for pending in self._pending.values():
+                    self._unattributed += pending
+                self._pending.clear()
+                if not carry or not self._served:
+                    self._unattributed = Tally()
+                self._mark = None
+                self._open.clear()
+                self._threads.current = None
 
     @contextlib.contextmanager
     def working_on(self, workflow_id: str | None) -> Iterator[None]:
-        """Charge the time and logs of this block to ``workflow_id`` (one record of a batch whose result is sent
-        later: an agent's request, whose reply carries them). None: a record of no workflow (a poison message), whose
-        work no workflow pays."""
-        self._close_segment()
-        previous, self._current = self._current, workflow_id if workflow_id is not None else NOBODY
-        if workflow_id is not None:
-            self._served = True
-            self.charge(workflow_id, self._unattributed)
-            self._unattributed = Tally()
+        """Charge this thread's calls and logs in this block to ``workflow_id``, and its share of the time (one
+        record of a batch whose result is sent later: an agent's request, whose reply carries them). None: a record
+        of no workflow (a poison message), whose work no workflow pays."""
+        thread = threading.get_ident()
+        block = workflow_id if workflow_id is not None else NOBODY
+        with self._lock:
+            self._close_segment()
+            previous = self._current
+            self._threads.current = block
+            self._open[thread] = block
+            if workflow_id is not None:
+                self._served = True
+                self.charge(workflow_id, self._unattributed)
+                self._unattributed = Tally()
         try:
             yield
         finally:
-            self._close_segment()
-            self._current = previous
+            with self._lock:
+                self._close_segment()
+                self._threads.current = previous
+                if previous is None:
+                    self._open.pop(thread, None)
+                else:
+                    self._open[thread] = previous
 
     def _close_segment(self, now: float | None = None) -> None:
+        """Charge the time since the last mark: shared by the open blocks, else this thread's (caller holds the
+        lock)."""
         if self._mark is None:
             return
         now = self._timer() if now is None else now
-        spent = Tally(mb_ms=(now - self._mark) * 1000 * self._memory_mb)
+        mb_ms = (now - self._mark) * 1000 * self._memory_mb
         self._mark = now
-        self.charge(self._current, spent)
+        if not self._open:
+            self.charge(self._current, Tally(mb_ms=mb_ms))
+            return
+        share = Tally(mb_ms=mb_ms / len(self._open))
+        for block in list(self._open.values()):
+            self.charge(block, share)
 
     # -- charging and taking
     def charge(self, workflow_id: str | None, tally: Tally) -> None:
         """Add ``tally`` to what ``workflow_id`` owes (None: the work in hand's, see the module's docstring)."""
         if not tally:
             return
-        if workflow_id is None:
-            workflow_id = self._current
-        if workflow_id is None:
-            self._unattributed += tally
-        elif workflow_id != NOBODY:
-            self._pending[workflow_id] = self._pending.get(workflow_id, Tally()) + tally
+        with self._lock:
+            if workflow_id is None:
+                workflow_id = self._current
+            if workflow_id is None:
+                self._unattributed += tally
+            elif workflow_id != NOBODY:
+                self._pending[workflow_id] = self._pending.get(workflow_id, Tally()) + tally
 
     def log(self, nbytes: int) -> None:
         """Count ``nbytes`` written to the function's log."""
@@ -382,14 +414,15 @@ class Ledger:
     def take(self, workflow_id: str) -> Tally:
         """What ``workflow_id`` owes now, for a write or a message to carry: its pending work, and, unless another
         workflow's block is open, the invocation's time so far and the work no workflow has taken."""
-        if self._current in (None, workflow_id):
-            self._close_segment()
-        self._served = True
-        owed = self._pending.pop(workflow_id, Tally())
-        if self._current is None:
-            owed += self._unattributed
-            self._unattributed = Tally()
-        return owed
+        with self._lock:
+            if self._current in (None, workflow_id):
+                self._close_segment()
+            self._served = True
+            owed = self._pending.pop(workflow_id, Tally())
+            if self._current is None:
+                owed += self._unattributed
+                self._unattributed = Tally()
+            return owed
 
     def give_back(self, workflow_id: str, tally: Tally) -> None:
         """Return what a write or a message took but could not carry (a lost race, a failed send)."""
@@ -397,17 +430,29 @@ class Ledger:
 
     @contextlib.contextmanager
     def precounted(self) -> Iterator[None]:
-        """Calls in this block are counted by their caller (the state store's writes): `meter` leaves them alone."""
-        self._precounted += 1
+        """This thread's calls in this block are counted by their caller (the state store's writes): `meter` leaves
+        them alone."""
+        depth = getattr(self._threads, "precounted", 0)
+        self._threads.precounted = depth + 1
         try:
             yield
         finally:
-            self._precounted -= 1
+            self._threads.precounted = depth
 
     @property
     def is_precounted(self) -> bool:
-        """Whether a `precounted` block is open."""
-        return self._precounted > 0
+        """Whether this thread has a `precounted` block open."""
+        return getattr(self._threads, "precounted", 0) > 0
+
+    @contextlib.contextmanager
+    def adopted(self) -> Iterator[Ledger]:
+        """Make this ledger the ledger of the calling thread (a worker of a batch's records) for the block."""
+        previous = getattr(_LOCAL, "adopted", None)
+        _LOCAL.adopted = self
+        try:
+            yield self
+        finally:
+            _LOCAL.adopted = previous
 
 
 class _LogStream:
@@ -568,7 +613,10 @@ _LOCAL = threading.local()
 def ledger() -> Ledger:
     """The ledger of this thread's function (a Lambda sandbox runs one invocation at a time; the local stack runs one
     a thread; the bench and the simulation run every function in one thread, each with its own ledger, as each has
-    its own sandboxes on Lambda)."""
+    its own sandboxes on Lambda); in a worker thread of a batch's records, its caller's (`Ledger.adopted`)."""
+    adopted: Ledger | None = getattr(_LOCAL, "adopted", None)
+    if adopted is not None:
+        return adopted  # a worker thread of a batch (`Ledger.adopted`)
     ledgers: dict[str, Ledger] | None = getattr(_LOCAL, "ledgers", None)
     if ledgers is None:
         ledgers = _LOCAL.ledgers = {}

@@ -210,6 +210,9 @@ class AgentConfig(BaseModel):
         A payload (workflow input, step output, rendered input) whose compact JSON is larger is claim-checked (bytes).
     max_payload_bytes:
         The largest payload accepted, claim-checked or not (bytes; 10 MiB by default).
+    concurrency:
+        The records of one batch an instance works on at once, a thread each (``AGENT_CONCURRENCY``, 1 to 10; 1:
+        one after the other). agents.yaml's ``concurrency`` sets it (10 for an HTTP agent, 1 for a Python agent).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -233,6 +236,7 @@ class AgentConfig(BaseModel):
     payload_bucket: str = ""
     claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
     max_payload_bytes: int = Field(default=10_485_760, ge=2_048, le=104_857_600)
+    concurrency: int = Field(default=1, ge=1, le=10)
 
     @field_validator("remote_base_url")
     @classmethod
@@ -294,6 +298,7 @@ class AgentConfig(BaseModel):
                 "payload_bucket": "PAYLOAD_BUCKET",
                 "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
                 "max_payload_bytes": "MAX_PAYLOAD_BYTES",
+                "concurrency": "AGENT_CONCURRENCY",
             },
             required=("AGENT_NAME", "AGENT_ACTIONS", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
             json_fields=(),
