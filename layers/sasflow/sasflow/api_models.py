@@ -157,20 +157,22 @@ class CostView(BaseModel):
     and invocation of the engine and the agents for it, priced at the list prices of ``prices``."""
 
     dollars: float = Field(description="The sum of the lines, in US dollars.")
-    prices: str = Field(description="Whose list prices, read when: us-east-1, read 2026-11-29.")
+    prices: str = Field(
+        description="Whose list prices, read when: us-east-1, read 2026-11-29 (the PriceRegion parameter's; a region "
+        "without a list of its own is priced at us-east-1's and says so)."
+    )
     lines: list[CostLineView]
 
     @classmethod
     def of(cls, tally: Tally) -> CostView:
-        """The priced view of ``tally``."""
-        from . import prices
+        """The priced view of ``tally``, at the deployment's price list (`sasflow.prices.price_list`)."""
+        from .prices import price_list
 
-        lines = [CostLineView(name=line.name, quantity=line.quantity, dollars=line.dollars) for line in tally.lines()]
-        return cls(
-            dollars=sum(line.dollars for line in lines),
-            prices=f"{prices.REGION}, read {prices.PRICES_READ_ON}",
-            lines=lines,
-        )
+        prices = price_list()
+        lines = [
+            CostLineView(name=line.name, quantity=line.quantity, dollars=line.dollars) for line in tally.lines(prices)
+        ]
+        return cls(dollars=sum(line.dollars for line in lines), prices=prices.label, lines=lines)
 
 
 class WorkflowView(BaseModel):

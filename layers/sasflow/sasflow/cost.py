@@ -188,11 +188,12 @@ class Tally:
 
     # -- dollars
     def lines(self, prices: Any | None = None) -> list[CostLine]:
-        """The tally priced line by line with ``prices`` (a module or object with `sasflow.prices`'s names)."""
+        """The tally priced line by line with ``prices`` (a `sasflow.prices.PriceList`, or the module; None: the
+        deployment's, `sasflow.prices.price_list`)."""
         if prices is None:
-            from . import prices as default
+            from .prices import price_list
 
-            prices = default
+            prices = price_list()
         gb_seconds = self.mb_ms / 1024 / 1000
         return [
             CostLine("DynamoDB writes", f"{self.wru:,.0f} WRU", self.wru * prices.DYNAMODB_PER_WRU),
