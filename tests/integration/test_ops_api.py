@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
+from urllib.parse import quote
 
 import boto3
 
@@ -368,3 +369,26 @@ def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(d
     assert listed("status=COMPLETED&version=1")[0] == [wid]
     status, bad = deployed.ops("GET", "/ops/workflows", query="version=0")
     assert status == 422 and bad["details"][0]["loc"] == ["query", "version"]
+
+
+def test_finished_workflows_are_listed_limit_at_a_time_and_the_cursor_goes_through_every_one_once(
+    deployed: Deployed,
+) -> None:
+    # Given seven completed workflows (found by a trial: `sasflow list --status COMPLETED --limit 5` answered all)
+    started = {deployed.api("POST", "/workflows", TRIP)[1]["workflow_id"] for _ in range(7)}
+    deployed.pump()
+    # When they are listed three at a time
+    pages: list[list[str]] = []
+    cursor = ""
+    while True:
+        query = "status=COMPLETED&limit=3&counts=false" + (f"&cursor={quote(cursor)}" if cursor else "")
+        status, page = deployed.ops("GET", "/ops/workflows", query=query)
+        assert status == 200, page
+        pages.append([w["workflow_id"] for w in page["workflows"]])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    # Then each page holds at most three, and the pages hold each of the seven once
+    assert [len(p) for p in pages] == [3, 3, 1]
+    listed = [wid for p in pages for wid in p]
+    assert sorted(listed) == sorted(started)
