@@ -73,3 +73,26 @@ def test_a_batch_of_ten_requests_calls_its_service_ten_at_once_and_replies_for_e
     for tally in replies.values():
         assert tally.wru >= 2  # its idempotency record: claimed, then completed
         assert tally.mb_ms > 0 and tally.invocations == 0.1  # its time, and a tenth of the invocation
+
+
+def test_a_finished_trip_answers_its_cost_in_dollars_lines_and_units_for_scripts(deployed: Deployed) -> None:
+    # Given a trip run to its end through the handlers
+    status, started = deployed.api("POST", "/workflows", TRIP)
+    assert status == 201
+    deployed.pump()
+    # When its owner reads it
+    status, view = deployed.api("GET", f"/workflows/{started['workflow_id']}")
+    assert status == 200 and view["status"] == "COMPLETED"
+    cost = view["cost"]
+    # Then its cost is the sum of its lines, at the deployment's prices, with what they count as numbers
+    assert cost["prices"].startswith("us-east-1, read ")
+    assert cost["dollars"] == sum(line["dollars"] for line in cost["lines"]) > 0
+    units = cost["units"]
+    # each step its idempotency claim and result and a write of the item, the start's writes and index entries
+    assert units["dynamodb_write_units"] >= 12
+    # one invocation each: the API's, three agents' and three scheduler's (a batch of one, each); the agents' reach
+    # the item on their replies (a harness that dropped the replies' message attributes lost them: found here)
+    assert (units["api_requests"], units["lambda_invocations"]) == (1, 7)
+    assert units["lambda_gb_seconds"] > 0 and units["log_bytes"] > 0
+    by_line = {line["name"]: line for line in cost["lines"]}
+    assert by_line["DynamoDB writes"]["quantity"] == f"{units['dynamodb_write_units']:,.0f} WRU"

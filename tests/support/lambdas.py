@@ -20,6 +20,7 @@ from typing import Any
 
 import boto3
 
+from devstack.event_sources import build_sqs_record
 from devstack.iam.guard import acting_as
 from devstack.iam.guard import install as install_iam_check
 from devstack.iam.roles import Principal
@@ -90,23 +91,9 @@ class FunctionUnderTest:
 
 
 def sqs_event(messages: list[dict[str, Any]], queue_arn: str) -> dict[str, Any]:
-    """Build the Lambda SQS event for messages returned by ReceiveMessage."""
-    return {
-        "Records": [
-            {
-                "messageId": m["MessageId"],
-                "receiptHandle": m["ReceiptHandle"],
-                "body": m["Body"],
-                "attributes": m.get("Attributes", {}),
-                "messageAttributes": {},
-                "md5OfBody": m.get("MD5OfBody", ""),
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": "us-east-1",
-            }
-            for m in messages
-        ]
-    }
+    """Build the Lambda SQS event for messages returned by ReceiveMessage, as the local stack's event sources do
+    (message attributes in Lambda's shape: the ``sasflow-cost`` a message carries reaches its consumer)."""
+    return {"Records": [build_sqs_record(m, queue_arn=queue_arn, region="us-east-1") for m in messages]}
 
 
 class SqsDriver:
@@ -122,6 +109,7 @@ class SqsDriver:
             QueueUrl=self.event.queue_url,
             MaxNumberOfMessages=min(self.event.batch_size, 10),
             AttributeNames=["All"],
+            MessageAttributeNames=["All"],  # as Lambda's event source mapping receives
             WaitTimeSeconds=0,
         )
         return list(response.get("Messages", []))

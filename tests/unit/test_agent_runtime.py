@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sasflow.clock import ManualClock, OffsetClock
-from sasflow.errors import MalformedMessageError
+from sasflow.errors import ConfigurationError, MalformedMessageError
 from sasflow.messages import StepRequest, remote_token
+from sasflow.settings import AgentConfig
 from sasflow.states import Outcome, Phase
 from tests.support.pipeline import Pipeline
 
@@ -109,3 +110,19 @@ def test_a_business_rejection_is_remembered_so_a_resend_does_not_call_again() ->
     assert (first.outcome, second.outcome) == (Outcome.REJECTED, Outcome.REJECTED)
     assert (first.attempt, second.attempt) == (1, 2)
     assert len(p.services["flights"].calls) == 1
+
+
+@pytest.mark.parametrize(("value", "reason"), [("11", "less than or equal to 10"), ("0", "greater than or equal to 1")])
+def test_an_agent_concurrency_out_of_range_is_refused_naming_its_variable(value: str, reason: str) -> None:
+    environ = {
+        "AGENT_NAME": "trains",
+        "AGENT_ACTIONS": "book_seat",
+        "IDEMPOTENCY_TABLE": "idempotency",
+        "RESPONSE_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/replies",
+        "AGENT_CONCURRENCY": value,
+    }
+    with pytest.raises(ConfigurationError, match=f"AGENT_CONCURRENCY: Input should be {reason}"):
+        AgentConfig.from_env(environ)
+    assert AgentConfig.from_env({**environ, "AGENT_CONCURRENCY": "4"}).concurrency == 4
+    del environ["AGENT_CONCURRENCY"]
+    assert AgentConfig.from_env(environ).concurrency == 1  # one at a time unless the template says otherwise

@@ -162,6 +162,12 @@ class CostView(BaseModel):
         "without a list of its own is priced at us-east-1's and says so)."
     )
     lines: list[CostLineView]
+    units: dict[str, float] = Field(
+        default_factory=dict,
+        description="What the lines count, as numbers for scripts: dynamodb_write_units, dynamodb_read_units, "
+        "sqs_requests, s3_writes, s3_reads, s3_bytes_written, lambda_invocations, lambda_gb_seconds, log_bytes, "
+        "api_requests, events.",
+    )
 
     @classmethod
     def of(cls, tally: Tally) -> CostView:
@@ -172,7 +178,20 @@ class CostView(BaseModel):
         lines = [
             CostLineView(name=line.name, quantity=line.quantity, dollars=line.dollars) for line in tally.lines(prices)
         ]
-        return cls(dollars=sum(line.dollars for line in lines), prices=prices.label, lines=lines)
+        units = {
+            "dynamodb_write_units": tally.wru,
+            "dynamodb_read_units": tally.rru,
+            "sqs_requests": tally.sqs,
+            "s3_writes": tally.s3_writes,
+            "s3_reads": tally.s3_reads,
+            "s3_bytes_written": tally.s3_bytes,
+            "lambda_invocations": tally.invocations,
+            "lambda_gb_seconds": tally.mb_ms / 1024 / 1000,
+            "log_bytes": tally.log_bytes,
+            "api_requests": tally.api,
+            "events": tally.events,
+        }
+        return cls(dollars=sum(line.dollars for line in lines), prices=prices.label, lines=lines, units=units)
 
 
 class WorkflowView(BaseModel):

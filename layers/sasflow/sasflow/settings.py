@@ -336,4 +336,11 @@ def _build(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigurationError(f"invalid configuration: {exc.errors(include_url=False)}") from exc
+        # each error named by the environment variable that holds it, never by the model's field
+        reasons = []
+        for error in exc.errors(include_url=False, include_input=False):
+            location = error["loc"]
+            field = str(location[0]) if location else ""
+            where = names.get(field, field) + "".join(f"[{part}]" for part in location[1:])
+            reasons.append(f"{where}: {error['msg']}" if where else error["msg"])
+        raise ConfigurationError(f"invalid configuration: {'; '.join(reasons)}") from exc
