@@ -136,6 +136,8 @@ def test_a_held_workflow_is_found_first_and_its_failed_step_read(deployed: Deplo
     needs = listing.split('id="wait-HELD"', 1)[1].split("</section>", 1)[0]
     link = f'href="/workflows/{quote(wid, safe="")}"'
     assert link in needs
+    # with what it has cost so far, as the CLI's listing shows it
+    assert "Cost so far</th>" in needs and re.search(r'<td class="num">\$0\.0000\d+</td>\s*</tr>', needs)
     assert re.search(r'class="status st-held">HELD</span> <b>1</b>', listing)
     assert "No workflow is COMPENSATION_FAILED, PAUSED: none of those needs a person." in text_of(listing)
     assert 'id="wait-PAUSED"' not in listing  # an empty kind is one line, not an empty table
