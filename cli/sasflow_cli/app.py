@@ -398,13 +398,17 @@ def list_(
             callback=lambda value: value if value is None else _a_trigger(value),
         ),
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Workflows per page.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, max=200, help="Workflows per page.")] = None,
+    cursor: Annotated[
+        str | None,
+        typer.Option("--cursor", help="Continue a listing where its last page ended (the next_cursor it printed)."),
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
     sort: Annotated[
         str | None,
         typer.Option(
             "--sort",
-            help="cost: the dearest first (of the pages read: with --all, of every workflow listed).",
+            help="cost: the dearest first (of the pages read: give --all to sort every workflow listed).",
             callback=lambda value: None if value is None else _a_sort(value),
         ),
     ] = None,
@@ -418,6 +422,8 @@ def list_(
         raise CliUsageError("give --status or --in-flight, not both")
     if trigger is not None and in_flight:
         raise CliUsageError("give --trigger (any status, or one with --status) or --in-flight, not both")
+    if cursor is not None and status is None and not in_flight and trigger is None:
+        raise CliUsageError("--cursor continues a listing by --status, --in-flight or --trigger: give the same one")
     client = _state(ctx).client
 
     def pages_of(one: str | None) -> list[dict[str, Any]]:
@@ -432,6 +438,7 @@ def list_(
                 owner=owner,
                 error_code=error_code,
                 limit=limit,
+                cursor=cursor,
                 follow=all_,
             )
         )
@@ -448,7 +455,9 @@ def list_(
         merged["next_cursor"] = pages[-1].get("next_cursor")
         _print_json(merged)
     else:
-        _print_table(render.workflow_list_table(pages, wide=wide), wide)
+        _print_table(render.workflow_list_table(pages, wide=wide, sorted_by=sort), wide)
+        if sort == "cost" and pages[-1].get("next_cursor"):
+            errors.print("note: sorted by cost within the workflows read; --all reads and sorts every one listed")
         paused = int((pages[0].get("counts") or {}).get("PAUSED") or 0)
         if status in ("HELD", "COMPENSATION_FAILED") and paused:
             errors.print(

@@ -9,6 +9,7 @@ statuses, errors) and in which order the others give way on a narrow terminal; `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -334,7 +335,9 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _summaries(title: str, rows: Sequence[Mapping[str, Any]], wide: bool) -> RenderableType:
+def _summaries(
+    title: str, rows: Sequence[Mapping[str, Any]], wide: bool, *, sorted_by: str | None = None
+) -> RenderableType:
     if not rows:
         return Text(f"{title} (none)")
     cells: list[dict[str, Text]] = []
@@ -357,15 +360,20 @@ def _summaries(title: str, rows: Sequence[Mapping[str, Any]], wide: bool) -> Ren
         )
         # COMPENSATION_FAILED is its own attention: said once; PAUSED on a RUNNING workflow says more
         folds.append({"attention": _status(attention if attention != row.get("status") else None)})
-    return FitTable(SUMMARY_COLUMNS, cells, title=title, wide=wide, folds=folds)
+    # the column a listing is sorted by never gives way
+    columns = [dataclasses.replace(c, kind="whole") if c.header == sorted_by else c for c in SUMMARY_COLUMNS]
+    return FitTable(columns, cells, title=title, wide=wide, folds=folds)
 
 
-def workflow_list_table(pages: Sequence[Mapping[str, Any]], *, wide: bool = False) -> RenderableType:
-    """The workflows of every page, then the first page's counts by status, where it came from and its notes."""
+def workflow_list_table(
+    pages: Sequence[Mapping[str, Any]], *, wide: bool = False, sorted_by: str | None = None
+) -> RenderableType:
+    """The workflows of every page, then the first page's counts by status, where it came from and its notes; the
+    column ``sorted_by`` is kept at any width."""
     rows = [row for page in pages for row in page.get("workflows", [])]
     first = pages[0] if pages else {}
     parts: list[RenderableType] = [
-        _summaries(f"{len(rows)} workflow(s) from the {first.get('source', '?')}", rows, wide)
+        _summaries(f"{len(rows)} workflow(s) from the {first.get('source', '?')}", rows, wide, sorted_by=sorted_by)
     ]
     counts = first.get("counts")
     if counts:
@@ -373,7 +381,9 @@ def workflow_list_table(pages: Sequence[Mapping[str, Any]], *, wide: bool = Fals
     for note in first.get("notes", []):
         parts.append(Text(f"note: {note}", style="dim"))
     if pages and pages[-1].get("next_cursor"):
-        parts.append(Text("more: --all follows every page", style="dim"))
+        parts.append(
+            Text(f"more: --cursor {pages[-1]['next_cursor']} for the next page; --all follows every page", style="dim")
+        )
     return Group(*parts)
 
 

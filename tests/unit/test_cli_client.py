@@ -602,3 +602,33 @@ def test_get_shows_what_the_workflow_has_cost_and_its_lines() -> None:
     # each line that cost anything, with its quantity; a line of nothing is left out
     assert "  DynamoDB writes    $0.00000750  12 WRU\n  SQS                $0.00000240  6.00 requests\n" in text
     assert "S3" not in text
+
+
+def test_list_continues_from_the_cursor_its_last_page_printed_and_says_a_sort_saw_one_page() -> None:
+    # Given a listing of completed workflows whose first page has more after it (found by a trial: the CLI printed
+    # "more" but no cursor, and had no --cursor to continue with)
+    first = [row("w-1", "COMPLETED", 1), row("w-2", "COMPLETED", 2)]
+    first[0]["cost"] = 0.0000125
+    first[1]["cost"] = 0.0000199
+    for r in first:
+        r["reason"] = "a long reason that would push the cost column out of an 80-column terminal " * 2
+    transport = FakeTransport((200, page(*first, cursor="c-2")), (200, page(row("w-3", "COMPLETED", 3))))
+    state = CliState(client_=client(transport, []))
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        app, ["list", "--status", "COMPLETED", "--limit", "2", "--sort", "cost"], obj=state
+    )
+    assert result.exit_code == 0, result.output
+    # Then it prints the cursor to continue with, keeps the column it sorted by, and says the sort saw one page
+    assert "more: --cursor c-2 for the next page; --all follows every page" in " ".join(result.stdout.split())
+    assert "$0.0000199" in result.stdout and result.stdout.index("$0.0000199") < result.stdout.index("$0.0000125")
+    assert "sorted by cost within the workflows read; --all reads and sorts every one listed" in result.stderr
+    # When it continues from that cursor
+    result = CliRunner().invoke(app, ["list", "--status", "COMPLETED", "--cursor", "c-2", "--json"], obj=state)
+    # Then the next page is asked for from it
+    assert result.exit_code == 0, result.output
+    assert [w["workflow_id"] for w in json.loads(result.stdout)["workflows"]] == ["w-3"]
+    assert "cursor=c-2" in transport.requests[-1][1]
+    # And a cursor without the listing it continues, or a page over the API's 200, is refused before any request
+    for args in (["list", "--cursor", "c-2"], ["list", "--status", "COMPLETED", "--limit", "201"]):
+        refused = CliRunner().invoke(app, args, obj=CliState(client_=client(FakeTransport(), [])))
+        assert refused.exit_code == 2, refused.output
