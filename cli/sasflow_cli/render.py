@@ -378,6 +378,10 @@ def workflow_list_table(
     counts = first.get("counts")
     if counts:
         parts.append(Text("in flight or waiting: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))))
+    costs = [float(row["cost"]) for row in rows if row.get("cost") is not None]
+    if costs:
+        # what an incident's workflows cost together (with --all: every one the filter finds)
+        parts.append(Text(f"cost of the {len(costs)} listed with a tally: {dollars(sum(costs))}"))
     for note in first.get("notes", []):
         parts.append(Text(f"note: {note}", style="dim"))
     if pages and pages[-1].get("next_cursor"):

@@ -622,6 +622,8 @@ def test_list_continues_from_the_cursor_its_last_page_printed_and_says_a_sort_sa
     assert "more: --cursor c-2 for the next page; --all follows every page" in " ".join(result.stdout.split())
     assert "$0.0000199" in result.stdout and result.stdout.index("$0.0000199") < result.stdout.index("$0.0000125")
     assert "sorted by cost within the workflows read; --all reads and sorts every one listed" in result.stderr
+    # and what the workflows listed cost together (an incident's cost: found by the same trial)
+    assert "cost of the 2 listed with a tally: $0.0000324" in result.stdout
     # When it continues from that cursor
     result = CliRunner().invoke(app, ["list", "--status", "COMPLETED", "--cursor", "c-2", "--json"], obj=state)
     # Then the next page is asked for from it
