@@ -515,21 +515,20 @@ class ScenarioRun:
         spec = self.specs[logical_id]
         # Metrics on, as deployed (the local stack turns them off): each invocation's EMF line is in its log bill.
         deployed = {**function_environment(spec), "POWERTOOLS_METRICS_DISABLED": "false"}
-        if logical_id not in AGENT_FUNCTIONS.values():
-            with environment(deployed), self.meter.lambda_invocation(logical_id):
-                return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
-        before = Counter(self.step_calls)
+        # an agent's records, by the step request each carries: how many calls each made is its chain of waits
+        agent = logical_id in AGENT_FUNCTIONS.values()
+        keys = [_request_key(record) for record in event["Records"]] if agent else []
+        before = {key: self.step_calls[key] for key in keys}
         try:
             with environment(deployed), self.meter.lambda_invocation(logical_id):
                 return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
         finally:
-            chains = []
-            for record in event["Records"]:
-                request = json.loads(record["body"])
-                key = (request["workflow_id"], request["step"], request["phase"])
-                chains.append(self.step_calls[key] - before[key])
-                before[key] = self.step_calls[key]  # a copy of the same request in the batch made no more calls
-            self.remote_waits[logical_id] += calls_waited(chains, int(deployed.get("AGENT_CONCURRENCY", "1")))
+            if agent:
+                chains = []
+                for key in keys:
+                    chains.append(self.step_calls[key] - before[key])
+                    before[key] = self.step_calls[key]  # a copy of the same request in the batch made no more calls
+                self.remote_waits[logical_id] += calls_waited(chains, int(deployed.get("AGENT_CONCURRENCY", "1")))
 
     def _occur(self, index: int, workflow_input: dict[str, Any]) -> None:
         """S6: one occurrence reaches the trigger's queue, sent (and counted) as its source sends it."""
@@ -800,6 +799,12 @@ class ScenarioRun:
             lost_invocations=dict(self.lost_invocations),
             tallies=tallies,
         )
+
+
+def _request_key(record: dict[str, Any]) -> tuple[str, str, str]:
+    """The step request an agent's SQS record carries: (workflow id, step, phase), as `_CountingRemote` counts."""
+    request = json.loads(record["body"])
+    return (request["workflow_id"], request["step"], request["phase"])
 
 
 def calls_waited(chains: Iterable[int], workers: int) -> int:

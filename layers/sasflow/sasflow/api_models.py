@@ -186,7 +186,7 @@ class CostView(BaseModel):
             "s3_reads": tally.s3_reads,
             "s3_bytes_written": tally.s3_bytes,
             "lambda_invocations": tally.invocations,
-            "lambda_gb_seconds": tally.mb_ms / 1024 / 1000,
+            "lambda_gb_seconds": tally.gb_seconds,
             "log_bytes": tally.log_bytes,
             "api_requests": tally.api,
             "events": tally.events,

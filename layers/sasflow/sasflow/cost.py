@@ -151,6 +151,11 @@ class Tally:
         shown = ", ".join(f"{name}={value!r}" for name, value in zip(_FIELDS, self.values(), strict=True) if value)
         return f"Tally({shown})"
 
+    @property
+    def gb_seconds(self) -> float:
+        """The Lambda time as Lambda bills it: GB-seconds (``mb_ms`` is MB-milliseconds)."""
+        return self.mb_ms / 1024 / 1000
+
     def values(self) -> tuple[float, ...]:
         """The fields' values, in order."""
         return tuple(getattr(self, name) for name in _FIELDS)
@@ -194,7 +199,7 @@ class Tally:
             from .prices import price_list
 
             prices = price_list()
-        gb_seconds = self.mb_ms / 1024 / 1000
+        gb_seconds = self.gb_seconds
         return [
             CostLine("DynamoDB writes", f"{self.wru:,.0f} WRU", self.wru * prices.DYNAMODB_PER_WRU),
             CostLine("DynamoDB reads", f"{self.rru:,.1f} RRU", self.rru * prices.DYNAMODB_PER_RRU),
@@ -309,7 +314,7 @@ class Ledger:
     def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self._timer = timer
         self._lock = threading.RLock()
-        self._threads = threading.local()  # this thread's block: ``current``
+        self._threads = threading.local()  # this thread's ``precounted`` depth
         self._open: dict[int, str] = {}  # thread -> the workflow of its open block (NOBODY: no workflow's)
         self._pending: dict[str, Tally] = {}
         self._unattributed = Tally()
@@ -319,8 +324,8 @@ class Ledger:
 
     @property
     def _current(self) -> str | None:
-        current: str | None = getattr(self._threads, "current", None)
-        return current
+        """The workflow of this thread's open block (None: none is open)."""
+        return self._open.get(threading.get_ident())
 
     # -- invocations
     @contextlib.contextmanager
@@ -351,7 +356,6 @@ class Ledger:
                     self._unattributed = Tally()
                 self._mark = None
                 self._open.clear()
-                self._threads.current = None
 
     @contextlib.contextmanager
     def working_on(self, workflow_id: str | None) -> Iterator[None]:
@@ -363,7 +367,6 @@ class Ledger:
         with self._lock:
             self._close_segment()
             previous = self._current
-            self._threads.current = block
             self._open[thread] = block
             if workflow_id is not None:
                 self._served = True
@@ -374,7 +377,6 @@ class Ledger:
         finally:
             with self._lock:
                 self._close_segment()
-                self._threads.current = previous
                 if previous is None:
                     self._open.pop(thread, None)
                 else:

@@ -843,12 +843,13 @@ class DynamoDBStateStore:
             kwargs["ExclusiveStartKey"] = _start_key(start, _TABLE_KEY, {})
         response = self.client.scan(**kwargs)
         found = response.get("Items", [])
+        resume = response.get("LastEvaluatedKey")
         if len(found) > limit:
             # the scan reads at least 100 items to find a few matches: answer ``limit`` of them, and resume after the
             # last one answered (an item's key is a start key of the scan's order)
             found = found[:limit]
-            return [_summary(_de(raw)) for raw in found], {"pk": found[-1]["pk"], "sk": {"S": WORKFLOW_SORT_KEY}}
-        return [_summary(_de(raw)) for raw in found], response.get("LastEvaluatedKey")
+            resume = {"pk": found[-1]["pk"], "sk": {"S": WORKFLOW_SORT_KEY}}
+        return [_summary(_de(raw)) for raw in found], resume
 
     def by_trigger(self, trigger: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
         """Query the sparse trigger index: the workflows ``trigger`` started, newest first (see
