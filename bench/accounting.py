@@ -63,6 +63,10 @@ class Usage:
     eventbridge_events: int = 0
     #: Bytes each function wrote to its log (log lines and EMF metrics): what CloudWatch Logs ingests.
     log_bytes: Counter[str] = field(default_factory=Counter)
+    #: The agents' call limits (their ``call-limits#`` items): requests and their capacity, also in the totals.
+    call_limit_requests: int = 0
+    call_limit_wru: int = 0
+    call_limit_rru: float = 0.0
 
     def requests(self, service: str | None = None) -> int:
         """AWS requests made (of one service, or all), each call counted once."""
@@ -84,6 +88,9 @@ class Usage:
         self.api_requests += other.api_requests
         self.eventbridge_events += other.eventbridge_events
         self.log_bytes.update(other.log_bytes)
+        self.call_limit_requests += other.call_limit_requests
+        self.call_limit_wru += other.call_limit_wru
+        self.call_limit_rru += other.call_limit_rru
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +107,11 @@ class Usage:
             "api_requests": self.api_requests,
             "eventbridge_events": self.eventbridge_events,
             "log_bytes": dict(sorted(self.log_bytes.items())),
+            "call_limits": {
+                "requests": self.call_limit_requests,
+                "wru": self.call_limit_wru,
+                "rru": self.call_limit_rru,
+            },
         }
 
 
@@ -351,9 +363,13 @@ class Meter:
         self.usage.sqs_billed += sqs_requests(payload)
 
     def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any], before: list[Any]) -> None:
+        limits = str(params.get("Key", {}).get("id", {}).get("S", "")).startswith("call-limits#")
+        self.usage.call_limit_requests += limits
         if operation in ("GetItem",):
             item = parsed.get("Item")
-            self.usage.rru[operation] += _read_units(item_size(item) if item else 0, bool(params.get("ConsistentRead")))
+            units = _read_units(item_size(item) if item else 0, bool(params.get("ConsistentRead")))
+            self.usage.rru[operation] += units
+            self.usage.call_limit_rru += units if limits else 0.0
             self.usage.items_read[operation] += 1 if item else 0
             return
         if operation in ("Query", "Scan"):
@@ -381,6 +397,7 @@ class Meter:
             tried = attempted[position] if position < len(attempted) else None
             size = max(item_size(old) if old else 0, item_size(new) if new else 0, item_size(tried) if tried else 0)
             self.usage.wru[operation] += factor * _write_units(size)
+            self.usage.call_limit_wru += factor * _write_units(size) if limits else 0
             self.usage.wru[f"{operation}:index"] += factor * _index_writes(self.tables, table, old, new)
 
 

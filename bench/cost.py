@@ -525,6 +525,13 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
         "mean_batch": {"send": b_send, "receive": b_receive, "delete": b_delete},
         "minimal_requests_per_step": minimal,
         "actual_requests_per_step": actual_requests / steps,
+        "call_limits": {
+            "requests_per_step": usage.call_limit_requests / steps,
+            "dollars_per_step": (
+                usage.call_limit_wru * prices.DYNAMODB_PER_WRU + usage.call_limit_rru * prices.DYNAMODB_PER_RRU
+            )
+            / steps,
+        },
         "ours_per_step": ours / steps,
         "anchor_per_step": anchor / steps,
         "ours_per_workflow": ours / result.workflows,
@@ -672,6 +679,11 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
         Row(
             f"{name} CloudWatch Logs per workflow (engine functions' lines and metrics, at LogLevel INFO)",
             f"{data['log_bytes_per_workflow']:,.0f} bytes, {data['logs_share']:.1%} of ours",
+        ),
+        Row(
+            f"{name} the agents' call limits (hotels: 5 in flight, 10/s), included above, per step",
+            f"{data['call_limits']['requests_per_step']:.3f} requests, "
+            f"${data['call_limits']['dollars_per_step'] * per_million:.3f} per 1M steps",
         ),
         Row.with_ratio(
             f"{name} AWS requests per step (anchor: minimal)",

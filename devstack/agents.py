@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,17 @@ TEMPLATE_FILE: Final = REPO_ROOT / "template.yaml"
 PARTS: Final = ("parameters", "globals", "ops", "resources", "outputs")
 _NAME = r"^[a-z][a-z0-9]*$"
 _LOOPBACK = re.compile(r"^http://(127\.0\.0\.1|localhost|\[::1\])(:\d+)?(/|$)")
+
+
+def _call_limits() -> Any:
+    """The engine's ``CallLimits``, whose rules the declarations follow (a burst below max_in_flight, ...): from the
+    layer of this checkout when ``python -m devstack`` runs without it on the path (make puts it there)."""
+    try:
+        from sasflow.call_limits import CallLimits
+    except ModuleNotFoundError:
+        sys.path.append(str(REPO_ROOT / "layers" / "sasflow"))
+        from sasflow.call_limits import CallLimits
+    return CallLimits
 
 
 class AgentsFileError(ValueError):
@@ -58,6 +70,23 @@ class AgentDeclaration(BaseModel):
     auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
     invoke_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:execute-api:.+$")
     concurrency: int | None = Field(default=None, ge=1, le=10)
+    max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
+    rate: float | None = Field(default=None, ge=0.01, le=10_000)
+    burst: int | None = Field(default=None, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _limits(self) -> AgentDeclaration:
+        if self.max_in_flight is not None or self.rate is not None or self.burst is not None:
+            try:
+                _call_limits()(max_in_flight=self.max_in_flight, rate=self.rate, burst=self.burst)
+            except ValueError as exc:
+                raise ValueError(f"agent {self.name}: {exc}") from exc
+        return self
+
+    @property
+    def limited(self) -> bool:
+        """Whether the agent declares call limits (``max_in_flight`` or ``rate``)."""
+        return self.max_in_flight is not None or self.rate is not None
 
     @model_validator(mode="after")
     def _consistent(self) -> AgentDeclaration:
@@ -264,6 +293,12 @@ def _secret_policy(agent: AgentDeclaration) -> str:
 """
 
 
+def _limits_environment(agent: AgentDeclaration) -> str:
+    """MAX_IN_FLIGHT, CALL_RATE and CALL_BURST of an agent that declares them (sasflow.call_limits)."""
+    values = (("MAX_IN_FLIGHT", agent.max_in_flight), ("CALL_RATE", agent.rate), ("CALL_BURST", agent.burst))
+    return "".join(f"          {variable}: {value:g}\n" for variable, value in values if value is not None)
+
+
 def _remote_environment(agent: AgentDeclaration) -> str:
     if agent.kind == "python":
         return "".join(f"          {variable}: !Ref {table}\n" for variable, table in agent.tables.items())
@@ -358,7 +393,11 @@ def queue_pair(queue: str, dead_letters: str, function: str, alarm: str, dead_le
 def _agent_resources(agent: AgentDeclaration) -> str:
     p, name = agent.pascal, agent.name
     function = f"{p}AgentFunction"
-    leading_keys = json.dumps([f"agent#{name}#*", f"circuit-breaker#{name}"])
+    # its idempotency records, its circuit breaker and, when it declares limits, their shared item
+    limits_too = " and call limits" if agent.limited else ""
+    leading_keys = json.dumps(
+        [f"agent#{name}#*", f"circuit-breaker#{name}"] + ([f"call-limits#{name}"] if agent.limited else [])
+    )
     not_async = _reason(
         f"Not invoked asynchronously: its SQS event source returns a failed request to {p}RequestQueue, whose "
         f"RedrivePolicy moves it to {p}DeadLetterQueue after 5 receives."
@@ -393,7 +432,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
           AGENT_NAME: {name}
           AGENT_ACTIONS: {",".join(agent.actions)}
           AGENT_CONCURRENCY: {agent.records_at_once}
-          IDEMPOTENCY_TABLE: !Ref IdempotencyTable
+{_limits_environment(agent)}          IDEMPOTENCY_TABLE: !Ref IdempotencyTable
 """
         + _remote_environment(agent)
         + f"""\
@@ -402,7 +441,7 @@ def _agent_resources(agent: AgentDeclaration) -> str:
       Policies:
         - Statement:
             # powertools idempotency reads, claims, completes and (when the action raises) deletes its records;
-            # the agent may touch only its own records and its own circuit breaker.
+            # the agent may touch only its own records and its own circuit breaker{limits_too}.
             - Sid: OwnIdempotencyAndBreakerRecords
               Effect: Allow
               Action: [dynamodb:GetItem, dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem]

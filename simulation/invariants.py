@@ -83,6 +83,12 @@
     of the trigger's runs ever ran at once (checked as each run is first seen: of two runs, the one created first
     has ended); a tick kept waiting (buffer_one) started its workflow, unless it still waits behind a run that has
     not ended; and at the end no slot is held by a run that has ended, nor a tick kept waiting behind none.
+21. Call limits (issue 38; the hotels agent, at ``run.SIM_CALL_LIMITS``): as each call to a limited service starts,
+    the units its instances believe they hold (each by its own skewed clock, within its lease less the guard) are
+    never more than ``max_in_flight`` together (``Simulation.limit_violations``); the calls the service received, in
+    every window that starts at a call (1, 10 and 60 s), are never more than ``burst + rate * window``; and no unit
+    leaks: at the end no instance counts a call in flight or a record waiting, and once the longest lease and its
+    guard have passed, a new instance is given every unit (the leases of crashed instances lapsed).
 """
 
 from __future__ import annotations
@@ -97,8 +103,10 @@ import boto3
 import jmespath
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
+from sasflow.adapters.limits_dynamodb import DynamoDBLimitsStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore
 from sasflow.api_models import events_of
+from sasflow.call_limits import allocate
 from sasflow.callbacks import task_token
 from sasflow.claim_check import REFERENCE_KEY, is_reference
 from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
@@ -281,6 +289,8 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     for workflow_id in sorted(sim.rescued - dead_lettered):
         violations.append(Violation("rescued by the safety net without a dead letter", workflow_id, ""))
     violations.extend(sim.stale_applied)
+    violations.extend(sim.limit_violations)
+    violations.extend(_call_limits(sim))
     violations.extend(sim.paused_moved)
     violations.extend(sim.child_expiring)
     violations.extend(sim.operator_failed)
@@ -775,3 +785,53 @@ def _workflow_of(body: str) -> str | None:
         return str(json.loads(body)["workflow_id"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+#: Invariant 21: the windows the calls of a limited service are counted over (seconds).
+LIMIT_WINDOWS = (1.0, 10.0, 60.0)
+
+
+def _call_limits(sim: Simulation) -> list[Violation]:
+    """Invariant 21 at the end of a run: every window's calls within the rate, and no unit leaked."""
+    violations: list[Violation] = []
+    store = DynamoDBLimitsStore(sim.physical["IdempotencyTable"], sim.dynamodb_checker())
+    for agent, limiters in sorted(sim.limiters.items()):
+        limits = limiters[0].limits
+        starts = sorted(sim.remotes[agent].starts)
+        if limits.rate is not None:
+            for window in LIMIT_WINDOWS:
+                allowed = limits.burst_calls + limits.rate * window
+                end = 0
+                for begin, start in enumerate(starts):
+                    end = max(end, begin)
+                    while end < len(starts) and starts[end] < start + window:
+                        end += 1
+                    if end - begin > allowed + 1e-9:
+                        detail = f"{end - begin} calls in the {window:g} s from {start:.3f}; at most {allowed:g}"
+                        violations.append(Violation("calls over the rate limit", "-", f"{agent}: {detail}"))
+                        break
+        for limiter in limiters:
+            if limiter.calls_in_flight or limiter.records_waiting:
+                detail = f"{agent} instance {limiter.holder}: {limiter.calls_in_flight} calls in flight and "
+                detail += f"{limiter.records_waiting} records waiting after the run"
+                violations.append(Violation("call limit unit leaked", "-", detail))
+        lapsed = sim.clock.now() + max(limiter.lease_seconds for limiter in limiters) + 2 * limiters[0].guard_seconds
+        lapsed += 2 * sim.faults.clock_skew_seconds
+        record = store.read(agent)
+        _, grant = allocate(
+            record,
+            "after the run",
+            limits.units,
+            0,
+            lapsed,
+            limits,
+            lease_seconds=limiters[0].lease_seconds,
+            guard_seconds=limiters[0].guard_seconds,
+        )
+        if grant.units != limits.units:
+            held = {holder: (lease.units, lease.until) for holder, lease in record.leases.items()}
+            detail = (
+                f"{agent}: a new instance got {grant.units} of {limits.units} units after every lease ended: {held}"
+            )
+            violations.append(Violation("call limit unit leaked", "-", detail))
+    return violations

@@ -83,6 +83,12 @@ AGENT_FUNCTIONS = {
 }
 START = 1_800_000_000.0
 TICK_SECONDS = 60.0  # the template's rate(1 minute)
+#: The call limits the simulation deploys on the sample agent that declares them (agents.yaml: hotels, 5 in flight and
+#: 10 a second): tighter, so that a run's one start a second reaches them, and a record waits at most 0.5 s in its
+#: instance, so that deferrals, leases changing hands and lapsing under crashes happen in every run (invariant 21).
+SIM_CALL_LIMITS = {
+    "HotelsAgentFunction": {"MAX_IN_FLIGHT": "1", "CALL_RATE": "1.5", "CALL_BURST": "1", "CALL_WAIT_SECONDS": "0.5"}
+}
 MAX_TICKS_AFTER_LAST_START = 240
 #: Two deadline shards, not the template's 8: the sharded sweep is still exercised (every shard is read, entries
 #: land in both), but moto answers each index query by sorting the whole table.
@@ -180,6 +186,9 @@ class RunReport:
     #: Claim-checked payload objects left in the bucket at the end, and the reads of them during the run.
     payload_objects: int = 0
     payload_reads: int = 0
+    #: The dispatches the hotels agent's call limits deferred, and the calls its service received (invariant 21).
+    limit_deferrals: int = 0
+    limited_calls: int = 0
     #: The workflows the schedule's ticks started, by final state (``statuses`` counts the API's starts), and the
     #: messages sent to the trigger's queue (ticks with their duplicates, and bad ones).
     triggered: Counter[str] = field(default_factory=Counter)
@@ -236,6 +245,9 @@ class Simulation:
         self.paused_moved: list[Violation] = []
         #: Writes that gave a map step's child a TTL while its parent had not ended (invariant 17).
         self.child_expiring: list[Violation] = []
+        #: Every instance's call limiter, by agent, and the calls that started while they held too many units (21).
+        self.limiters: dict[str, list[Any]] = {}
+        self.limit_violations: list[Violation] = []
         #: The operator's actions by (action, HTTP status), and the tick each paused workflow was paused at.
         self.operator_actions: Counter[str] = Counter()
         self.operator_failed: list[Violation] = []
@@ -594,29 +606,53 @@ class Simulation:
 
     def _load_agent_function(self, spec: FunctionSpec, agent: str) -> Any:
         module: Any = load_function_module(spec)
-        env = function_environment(spec)
+        env = {**function_environment(spec), **SIM_CALL_LIMITS.get(spec.logical_id, {})}
         skew = self.rng.uniform(-self.faults.clock_skew_seconds, self.faults.clock_skew_seconds)
         clock = OffsetClock(self.clock, skew)
         rng = random.Random(self.rng.random())
         # a batch's records at once, as deployed (AGENT_CONCURRENCY): here one after the other, in a seeded order
         records = AnyOrder(random.Random(f"{self.seed}:{spec.logical_id}:records"))  # leaves the run's draws alone
         module.agent = Lazy(
-            lambda: self._watch_in_progress(
-                self._watch_payloads(
-                    build_agent(
-                        env,
-                        clock=clock,
-                        bus=self.bus,
-                        dynamodb=self.dynamodb,
-                        remote=self.remotes[agent],
-                        rng=rng,
-                        records=records,
-                    ),
-                    lambda built: built.runtime.claims,
-                )
+            lambda: self._watch_limits(
+                agent,
+                self._watch_in_progress(
+                    self._watch_payloads(
+                        build_agent(
+                            env,
+                            clock=clock,
+                            bus=self.bus,
+                            dynamodb=self.dynamodb,
+                            remote=self.remotes[agent],
+                            rng=rng,
+                            records=records,
+                        ),
+                        lambda built: built.runtime.claims,
+                    )
+                ),
             )
         )
         return module
+
+    def _watch_limits(self, agent: str, services: Any) -> Any:
+        """Keep every instance's call limiter, to check at each call what they hold together (invariant 21)."""
+        limiter = services.runtime.limiter
+        if limiter is not None:
+            self.limiters.setdefault(agent, []).append(limiter)
+            self.remotes[agent].on_call = lambda: self._check_units(agent)
+        return services
+
+    def _check_units(self, agent: str) -> None:
+        """Invariant 21, as a call starts: the units the agent's instances believe they hold, each by its own clock,
+        are never more than ``max_in_flight`` together (two instances that both believe they hold a unit may both
+        call on it)."""
+        limiters = self.limiters[agent]
+        held = {limiter.holder: limiter.units for limiter in limiters}
+        limit = limiters[0].limits.units
+        if sum(held.values()) > limit:
+            detail = (
+                f"at {self.clock.now():.3f}: {sum(held.values())} units held at once ({held}); the limit is {limit}"
+            )
+            self.limit_violations.append(Violation("call limit units held beyond max_in_flight", "-", detail))
 
     def _watch_payloads(self, services: Any, claims_of: Callable[[Any], Any]) -> Any:
         """Record every read of a claim-checked payload that finds no object (invariant 18), as it happens."""
@@ -790,6 +826,10 @@ class Simulation:
         ok, result = self._invoke(logical_id, _sqs_event(messages, event_spec.queue_arn), sandbox=sandbox)
         self.crashes.on_call = None if not self._nested else self.crashes.on_call
         if not ok:
+            if logical_id in SIM_CALL_LIMITS:
+                # Lambda replaces a sandbox whose invocation died: the limited agent's next invocation is a new
+                # instance, and the units the dead one held come back only when its lease lapses (invariant 21)
+                self.modules.pop(logical_id + sandbox, None)
             return True  # the invocation died: SQS hides the whole batch for the visibility timeout
         for message in messages:
             message.handled_at[message.receive_count] = self.clock.now()
@@ -1191,6 +1231,9 @@ class Simulation:
         start_times = sorted(
             START + self.rng.uniform(0, max(30.0, self.workflows * 1.0)) for _ in range(self.workflows)
         )
+        for index in range(1, len(start_times)):
+            if self.rng.random() < self.faults.burst_start:
+                start_times[index] = start_times[index - 1]  # a burst: started together with the one before
         next_tick = START + TICK_SECONDS
         started = 0
         ticks_after_last_start = 0
@@ -1288,6 +1331,8 @@ class Simulation:
         self.report.trigger_buffered = len(self.trigger_log.buffered)
         self.report.trigger_run_nows = len(set(self.run_now_keys))
         self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
+        self.report.limit_deferrals = sum(r.limit_deferrals for s in stored for r in s.steps.values())
+        self.report.limited_calls = sum(len(self.remotes[agent].starts) for agent in self.limiters)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
         self.report.callback_answers = self.callback_answers

@@ -81,6 +81,10 @@ class Faults:
     callback_step: float = 0.3
     #: Share of workflows with a map step after the flight: a child workflow per order (0 to 3 of them).
     map_step: float = 0.3
+    #: Chance that a start comes at the same instant as the one before (a client starting a batch of trips): their
+    #: steps reach the services together, where the hotels agent's call limits (``run.SIM_CALL_LIMITS``) make some
+    #: wait and defer some (invariant 21).
+    burst_start: float = 0.4
     #: Share of workflows carrying a payload above the claim-check threshold (the simulation lowers it to
     #: ``SIM_CLAIM_CHECK_THRESHOLD`` bytes): their input, the hotel's rendered input and its output are claim-checked.
     large_payload: float = 0.25
@@ -443,10 +447,16 @@ class SimRemote:
         self.tombstones: set[str] = set()
         self.undo_log: list[tuple[int, str, str]] = []  # (seq, original token, compensation token)
         self.calls = 0
+        #: When each call started (the simulation's clock), and what to check as one starts (invariant 21).
+        self.starts: list[float] = []
+        self.on_call: Callable[[], None] | None = None
 
     def call(self, request: StepRequest, timeout_seconds: float) -> dict[str, Any]:
         self.calls += 1
         now = self.clock.now()
+        self.starts.append(now)
+        if self.on_call is not None:
+            self.on_call()
         tag = (request.workflow_id, request.step, request.phase.value, request.attempt)
         if any(start <= now < end for start, end in self.outages):
             self.log("remote outage", [tag])

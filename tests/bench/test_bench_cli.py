@@ -33,7 +33,9 @@ def test_the_cli_prints_the_table_and_writes_both_results_files(
     # each simulated second (s0: flights; s1: replies, flights, hotels; s2: replies (2 in one batch), hotels,
     # payments; s3: replies (2), payments; s4: replies)
     assert s1["step_functions_transitions"] == 6
-    assert sum(s1["usage"]["dynamodb_wru"].values()) == 2 * 12 + 1
+    # + 1 for the hotels agent's call limits: one lease (a GetItem, then one write) serves both trips' calls
+    assert sum(s1["usage"]["dynamodb_wru"].values()) == 2 * 12 + 1 + 1
+    assert s1["usage"]["call_limits"] == {"requests": 2, "wru": 1, "rru": 1.0}
     assert (s1["usage"]["api_requests"], s1["usage"]["sqs_billed_requests"]) == (2, 32)
     cost_row = raw["rows"][0]
     assert cost_row["anchor"] == pytest.approx(25.0)

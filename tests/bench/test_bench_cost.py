@@ -208,8 +208,10 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     wru = data["usage"]["dynamodb_wru"]
     assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
-    assert wru["UpdateItem"] == 3 * 4
-    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 11
+    # the agents' idempotency completions, and the hotels agent's call limits: one lease for the run's four calls
+    assert wru["UpdateItem"] == 3 * 4 + 1
+    assert data["call_limits"]["requests_per_step"] == pytest.approx(2 / 12)  # its first read, and the write
+    assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 12
     # a start through the API: its HTTP API request, the API function's invocation and its requests
     assert data["start"]["through"] == "api" and data["start"]["invocations_per_start"] == 1.0
     # The anchors' raw counts: 4 executions of 3 steps, each step one durable operation and one Express Task
@@ -275,6 +277,7 @@ def test_the_workflows_started_by_a_trigger_are_costed_with_their_start_on_both_
 # DynamoDB: 19 requests (GetItem 8, PutItem 8, UpdateItem 3); 13 WRU (PutItem 8, index 2, UpdateItem 3) = the
 # docs/bench.md's 12 per workflow + 1 for the definition; 4.5 RRU.
 # CloudWatch Logs: what the API and the scheduler wrote (their JSON lines and metrics), counted by the byte.
+# The hotels agent's call limits (agents.yaml): one read of their item and one lease write (1 RRU, 1 WRU).
 # SQS: 18 requests (6 sends, 6 receives, 6 deletes), each under 64 KB: 18 billed.
 # Idle mappings: 5 queues (the response queue and the 4 agents' of agents.yaml), 4 of them idle in each of the 3
 # simulated seconds: 12 queue-seconds, 5 long polls per 20 s: 3 modelled empty polls. Requests per step:
@@ -292,17 +295,18 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert dict(result.statuses) == {"COMPLETED": 1}
     usage = data["usage"]
     assert usage["calls"] == {
-        "dynamodb.GetItem": 8,
+        "dynamodb.GetItem": 8 + 1,  # + the hotels agent's call limits: its first read of their item
         "dynamodb.PutItem": 8,
-        "dynamodb.UpdateItem": 3,
+        "dynamodb.UpdateItem": 3 + 1,  # + its lease, one write
         "sqs.DeleteMessageBatch": 6,
         "sqs.ReceiveMessage": 6,
         "sqs.SendMessageBatch": 1 + 3 + 2,
         "secretsmanager.GetSecretValue": 1,  # the API's cold sandbox reads the workflow-id key once
     }
-    assert usage["dynamodb_wru"] == {"PutItem": 8, "PutItem:index": 2, "UpdateItem": 3, "UpdateItem:index": 0}
-    assert sum(usage["dynamodb_wru"].values()) == 12 + 1
-    assert usage["dynamodb_rru"] == {"GetItem": 0.5 + 1.5 + 1 + 1.5}
+    assert usage["dynamodb_wru"] == {"PutItem": 8, "PutItem:index": 2, "UpdateItem": 3 + 1, "UpdateItem:index": 0}
+    assert sum(usage["dynamodb_wru"].values()) == 12 + 1 + 1
+    assert usage["dynamodb_rru"] == {"GetItem": 0.5 + 1.5 + 1 + 1.5 + 1}
+    assert usage["call_limits"] == {"requests": 2, "wru": 1, "rru": 1.0}
     assert usage["sqs_billed_requests"] == 18
     assert usage["sqs_messages"] == {"sent": 6, "received": 6, "deleted": 6}
     assert usage["lambda_invocations"] == {
@@ -313,13 +317,13 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
         "SchedulerFunction": 3,
     }
     assert (result.simulated_seconds, result.idle_queue_seconds, data["empty_polls_modelled"]) == (3.0, 12.0, 3.0)
-    assert data["actual_requests_per_step"] == pytest.approx((19 + 18 + 3) / 3)
+    assert data["actual_requests_per_step"] == pytest.approx((19 + 2 + 18 + 3) / 3)
     assert data["minimal_requests_per_step"] == pytest.approx(10.0)
     assert data["step_functions_transitions"] == 3
     # And the dollars are those counts at the list prices (only Lambda's GB-seconds are timed, not counted)
     dollars = data["ours_dollars"]
-    assert dollars["dynamodb_writes"] == pytest.approx(13 * prices.DYNAMODB_PER_WRU)
-    assert dollars["dynamodb_reads"] == pytest.approx(4.5 * prices.DYNAMODB_PER_RRU)
+    assert dollars["dynamodb_writes"] == pytest.approx(14 * prices.DYNAMODB_PER_WRU)
+    assert dollars["dynamodb_reads"] == pytest.approx(5.5 * prices.DYNAMODB_PER_RRU)
     assert dollars["sqs"] == pytest.approx(18 * prices.SQS_PER_REQUEST)
     assert dollars["sqs_empty_polls"] == pytest.approx(3 * prices.SQS_PER_REQUEST)
     assert dollars["api"] == pytest.approx(1 * prices.HTTP_API_PER_REQUEST)
@@ -328,7 +332,7 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     logged = usage["log_bytes"]["ApiFunction"] + usage["log_bytes"]["SchedulerFunction"]
     assert data["log_bytes_per_workflow"] == logged
     assert dollars["cloudwatch_logs"] == pytest.approx(logged * 0.50 / 1_000_000_000)
-    counted = (13 * 0.625 + 4.5 * 0.125 + (18 + 3) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
+    counted = (14 * 0.625 + 5.5 * 0.125 + (18 + 3) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
     assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"] + dollars["cloudwatch_logs"])
     assert data["anchor_per_step"] == pytest.approx(0.025 / 1000)  # one transition per step
     assert data["ours_per_step"] == pytest.approx(dollars["total"] / 3)
@@ -396,6 +400,7 @@ def _cost_row(name: str, ours: float, anchor: float) -> Row:
         "start": {"through": "api", "function": "ApiFunction", "dollars_per_start": 3e-6, "invocations_per_start": 1.0},
         "actual_requests_per_step": 7.0,
         "minimal_requests_per_step": 7.0,
+        "call_limits": {"requests_per_step": 0.0, "dollars_per_step": 0.0},
         "log_bytes_per_workflow": 0.0,
         "logs_share": 0.0,
         "durable": {"operations": 3},

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from sasflow.breaker import BreakerRecord, BreakerState
+from sasflow.call_limits import LimitsRecord
 from sasflow.clock import Clock
 from sasflow.errors import RemoteRejectedError, RemoteTransientError
 from sasflow.messages import StepRequest
@@ -185,3 +186,27 @@ def stale_flight_request(workflow_id: str, now: float, attempt: int = 1) -> Step
         token="0" * 32,
         input={"traveller": "Ada Lovelace"},
     )
+
+
+class InMemoryLimitsStore:
+    """``LimitsStore`` in memory, shared by every limiter of one test (like the DynamoDB item); counts its writes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.records: dict[str, LimitsRecord] = {}
+        self.writes = 0
+        self.lost = 0
+
+    def read(self, agent: str) -> LimitsRecord:
+        with self._lock:
+            return self.records.get(agent, LimitsRecord())
+
+    def write(self, agent: str, expect_version: int, record: LimitsRecord) -> LimitsRecord | None:
+        with self._lock:
+            self.writes += 1
+            current = self.records.get(agent, LimitsRecord())
+            if current.version != expect_version:
+                self.lost += 1
+                return current
+            self.records[agent] = record
+            return None

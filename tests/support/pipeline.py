@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idemp
 from sasflow.adapters.memory import InMemoryPayloadStore, InMemoryStateStore, InMemoryTriggerStore
 from sasflow.agent import AgentRuntime
 from sasflow.breaker import CircuitBreaker
+from sasflow.call_limits import CallLimiter
 from sasflow.claim_check import DEFAULT_MAX_PAYLOAD_BYTES, ClaimCheck
 from sasflow.clock import Clock, ManualClock
 from sasflow.definition import parse_definition
@@ -207,7 +208,9 @@ class Pipeline:
     def count(self, name: str, value: int = 1) -> None:
         self.metrics[name] += value
 
-    def runtime(self, agent: str, *, clock: Clock | None = None, **config: Any) -> AgentRuntime:
+    def runtime(
+        self, agent: str, *, clock: Clock | None = None, limiter: CallLimiter | None = None, **config: Any
+    ) -> AgentRuntime:
         """Build an agent runtime with real powertools idempotency over an in-memory persistence layer."""
         agent_config = AgentConfig(
             agent_name=agent,
@@ -244,6 +247,7 @@ class Pipeline:
             rng=random.Random(11),
             metrics=self.count,
             claims=self.agent_claims,
+            limiter=limiter,
         )
 
     # ------------------------------------------------------------------ driving

@@ -16,3 +16,6 @@ POISONED = Faults(poison_message=0.5, **PLAIN_STEPS)
 #: As many ticks of the trigger as workflows started, each delivered twice half the time, a fifth of them not ticks,
 #: and the operator pausing, resuming or running the trigger now at most supervisor ticks.
 TRIGGER_HEAVY = Faults(triggered=1.0, trigger_duplicate=0.5, trigger_bad=0.2, trigger_operator=0.6, **PLAIN_STEPS)
+#: A second instance of a consumer (the hotels agent's among them) running in the middle of most invocations: two
+#: instances share the hotels agent's call limits (invariant 21).
+LIMITED = Faults(concurrent_invocation=0.6, **PLAIN_STEPS)

@@ -9,6 +9,8 @@
   ``max_calls`` times, and never past ``min(complete_by, Lambda deadline) - safety margin``.
 - Guarded: a circuit breaker shared by all instances stops calls to a failing service; an open circuit defers the
   attempt (``Outcome.DEFERRED``) without using it up.
+- Limited: an agent that declares ``max_in_flight`` or ``rate`` takes a unit and a token of its instance's share
+  before each call (``call_limits.py``); a record that cannot have one soon is deferred the same way.
 - Claim-checked: a request whose input is a claim-check reference is resolved before the service is called (an HTTP
   service and a Python function both see the payload), and an output above the threshold is written to the payload
   bucket and replied as a reference (``claim_check.py``), also in the idempotency record. An output above
@@ -28,15 +30,17 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
 from .breaker import CircuitBreaker
+from .call_limits import CallLimiter
 from .claim_check import PENDING, ClaimCheck, is_reference
 from .clock import Clock
 from .errors import (
-    CircuitOpenError,
+    AttemptDeferredError,
+    CallsLimitedError,
     ClaimCheckMissingError,
     DeadlineExceededError,
     MalformedMessageError,
@@ -111,6 +115,8 @@ class AgentRuntime:
         Counter for ``RemoteCalls`` and friends.
     claims:
         The claim-check of large inputs and outputs (None: they travel as they are, within one SQS message).
+    limiter:
+        The agent's call limits shared by its instances (None: the agent declares none).
     """
 
     def __init__(
@@ -124,8 +130,10 @@ class AgentRuntime:
         rng: random.Random | None = None,
         metrics: Counter = no_metrics,
         claims: ClaimCheck | None = None,
+        limiter: CallLimiter | None = None,
     ) -> None:
         self.config = config
+        self.limiter = limiter
         self.claims = claims
         self.remote = remote
         self.breaker = breaker
@@ -174,7 +182,8 @@ class AgentRuntime:
         Returns
         -------
         StepReply
-            SUCCEEDED / REJECTED from the (possibly stored) result; DEFERRED when the circuit is open; FAILED with
+            SUCCEEDED / REJECTED from the (possibly stored) result; DEFERRED when the circuit is open or the calls are
+            at their limit (``deferred_by="limit"``); FAILED with
             ``retryable`` when time ran out before the calls did.
 
         Raises
@@ -196,10 +205,11 @@ class AgentRuntime:
         deadline = min(float(request.complete_by), self.clock.now() + time_left()) - self.config.safety_margin_seconds
         try:
             result = ActionResult.from_dict(self._perform(request=request, deadline=deadline, message_id=message_id))
-        except CircuitOpenError as exc:
-            # The reply reports what the attempt did before the circuit stopped it: a failed half-open probe is a
-            # call, and one that timed out may have taken effect (DESIGN Rule 6).
-            self.metrics("CircuitOpenDeferrals")
+        except AttemptDeferredError as exc:
+            # The reply reports what the attempt did before the circuit or a limit stopped it: a failed half-open
+            # probe is a call, and one that timed out may have taken effect (DESIGN Rule 6).
+            limited = isinstance(exc, CallsLimitedError)
+            self.metrics("CallLimitDeferrals" if limited else "CircuitOpenDeferrals")
             wait = max(1, math.ceil(exc.retry_at - self.clock.now()))
             return self._reply(
                 request,
@@ -208,6 +218,7 @@ class AgentRuntime:
                 retry_after=min(900, wait),
                 calls=exc.calls,
                 outcome_unknown=exc.outcome_unknown,
+                deferred_by="limit" if limited else None,
             )
         except DeadlineExceededError as exc:
             self.metrics("AttemptsOutOfTime")
@@ -241,6 +252,7 @@ class AgentRuntime:
         retryable: bool = False,
         calls: int = 0,
         outcome_unknown: bool = False,
+        deferred_by: Literal["limit"] | None = None,
     ) -> StepReply:
         return StepReply(
             workflow_id=request.workflow_id,
@@ -255,6 +267,7 @@ class AgentRuntime:
             retryable=retryable,
             calls=calls,
             outcome_unknown=outcome_unknown,
+            deferred_by=deferred_by,
         )
 
     def _perform_action(self, request: StepRequest, deadline: float, message_id: str = "") -> dict[str, Any]:
@@ -306,10 +319,12 @@ class AgentRuntime:
                     f"{left:.2f}s left before complete-by minus margin", calls=calls, outcome_unknown=unknown
                 )
             self.breaker.before_call()
+            timeout = min(self.config.remote_timeout_seconds, left)
+            permit = None if self.limiter is None else self.limiter.acquire(timeout, deadline)
             calls += 1
             self.metrics("RemoteCalls")
             try:
-                output = self.remote.call(request, timeout_seconds=min(self.config.remote_timeout_seconds, left))
+                output = self.remote.call(request, timeout_seconds=timeout)
             except RemoteTransientError as exc:
                 unknown = unknown or exc.outcome_unknown
                 self.breaker.on_failure()
@@ -317,6 +332,9 @@ class AgentRuntime:
             except RemoteRejectedError:
                 self.breaker.on_success()  # the service answered: it is healthy
                 raise
+            finally:
+                if permit is not None:
+                    permit.release()
             self.breaker.on_success()
             return output
 
@@ -333,7 +351,7 @@ class AgentRuntime:
             return ActionResult(
                 Outcome.REJECTED, error={"code": exc.code, "message": exc.message}, calls=calls
             ).to_dict()
-        except CircuitOpenError as exc:
+        except AttemptDeferredError as exc:
             exc.calls, exc.outcome_unknown = calls, unknown
             raise
         except RemoteTransientError as exc:

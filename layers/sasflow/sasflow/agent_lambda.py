@@ -64,6 +64,8 @@ def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, 
         """Process a batch of step requests and report partial failures."""
         built = services()
         built.idempotency_config.register_lambda_context(context)
+        if built.runtime.limiter is not None:  # its call limits: the units to ask for are this batch's records
+            built.runtime.limiter.expect(len(event.get("Records", [])))
         return dict(
             process_partial_response(event=event, record_handler=handle_request, processor=processor, context=context)
         )

@@ -117,6 +117,9 @@ class StepView(BaseModel):
     )
     resends: int = Field(description="Times the supervisor resent this step after its complete-by.")
     deferrals: int = Field(default=0, description="Dispatches an open circuit deferred (action and compensation).")
+    limit_deferrals: int = Field(
+        default=0, description="Dispatches the agent's call limits deferred (max_in_flight, rate): a busy service."
+    )
     started_at: int | None = Field(default=None, description="First dispatch of the action (epoch seconds).")
     finished_at: int | None = Field(
         default=None, description="When the action's last attempt ended: its reply applied, or timed out."
@@ -241,6 +244,7 @@ class WorkflowView(BaseModel):
                     complete_by=record.complete_by if record else None,
                     resends=record.resends if record else 0,
                     deferrals=(record.deferrals + record.comp_deferrals) if record else 0,
+                    limit_deferrals=record.limit_deferrals if record else 0,
                     started_at=when.started_at,
                     finished_at=when.finished_at if record is not None and not _action_in_flight(record) else None,
                     output=record.output if record else None,

@@ -229,11 +229,13 @@ def build_agent(
     from .adapters.breaker_dynamodb import DynamoDBBreakerStore
     from .adapters.dynamodb_store import dynamodb_client
     from .adapters.http_remote import HeaderAuth, HttpRemoteClient, NoAuth, RemoteAuth, default_sigv4
+    from .adapters.limits_dynamodb import DynamoDBLimitsStore
     from .adapters.secrets import secret_reader
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
     from .agent import AgentRuntime
     from .batch import AtOnce
     from .breaker import CircuitBreaker
+    from .call_limits import CallLimiter
 
     config = AgentConfig.from_env(os.environ if environ is None else environ)
     clock = clock or SystemClock()
@@ -267,6 +269,7 @@ def build_agent(
     else:
         auth = NoAuth()
 
+    limits = config.call_limits()
     breaker = CircuitBreaker(
         config.agent_name,
         DynamoDBBreakerStore(config.idempotency_table, client),
@@ -289,6 +292,20 @@ def build_agent(
         rng=rng,
         metrics=metrics,
         claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3, cache_bytes=0),
+        limiter=None
+        if limits is None
+        else CallLimiter(
+            config.agent_name,
+            limits,
+            DynamoDBLimitsStore(config.idempotency_table, client),
+            clock,
+            # a lease outlasts the longest call it covers, one renewal and the guard on both sides
+            lease_seconds=max(30.0, config.remote_timeout_seconds + 18.0),
+            want_at_once=config.concurrency,
+            max_wait_seconds=config.call_wait_seconds,
+            rng=rng,
+            metrics=metrics,
+        ),
     )
     return AgentServices(
         config,

@@ -211,19 +211,34 @@ class RemoteTransientError(RetryableError):
         self.calls = 0
 
 
-class CircuitOpenError(RetryableError):
-    """The circuit breaker for the remote service is open; no call was made.
+class AttemptDeferredError(RetryableError):
+    """The agent may not call its service now; the attempt is deferred to ``retry_at`` without being used up.
 
-    ``retry_at`` is when the breaker lets a half-open probe through (epoch seconds). ``calls`` and
-    ``outcome_unknown`` say what the attempt did before the circuit stopped it (set by the agent runtime).
+    ``retry_at`` is epoch seconds. ``calls`` and ``outcome_unknown`` say what the attempt did before it was stopped
+    (set by the agent runtime).
     """
 
-    def __init__(self, agent: str, retry_at: int) -> None:
-        super().__init__(f"circuit for {agent} is open until {retry_at}")
+    def __init__(self, message: str, agent: str, retry_at: int) -> None:
+        super().__init__(message)
         self.agent = agent
         self.retry_at = retry_at
         self.calls = 0
         self.outcome_unknown = False
+
+
+class CircuitOpenError(AttemptDeferredError):
+    """The circuit breaker for the remote service is open; ``retry_at`` is when it lets a half-open probe through."""
+
+    def __init__(self, agent: str, retry_at: int) -> None:
+        super().__init__(f"circuit for {agent} is open until {retry_at}", agent, retry_at)
+
+
+class CallsLimitedError(AttemptDeferredError):
+    """The agent's declared call limits (max_in_flight, rate) leave no call for this record now
+    (``sasflow.call_limits``); ``retry_at`` is when a unit or a token may be free."""
+
+    def __init__(self, agent: str, retry_at: int, limits: str) -> None:
+        super().__init__(f"calls to {agent} are at their limit ({limits}) until {retry_at}", agent, retry_at)
 
 
 class DeadlineExceededError(RetryableError):

@@ -82,8 +82,8 @@ class StepReply(BaseModel):
     """Agent → scheduler: the outcome of one attempt of one step.
 
     ``retry_at`` (epoch seconds, on the agent's clock) and ``retry_after_seconds`` (a duration from the reply) are
-    set with ``Outcome.DEFERRED``: when the circuit breaker will allow a probe. The scheduler waits
-    ``retry_after_seconds``, which does not depend on the two clocks agreeing.
+    set with ``Outcome.DEFERRED``: when the circuit breaker will allow a probe, or the call limits a call. The
+    scheduler waits ``retry_after_seconds``, which does not depend on the two clocks agreeing.
     ``retryable`` is set with ``Outcome.FAILED`` when the attempt ran out of time (not of calls), so the scheduler
     may dispatch the next attempt at once instead of waiting for the supervisor.
     ``calls`` counts the remote calls this attempt made, whatever the outcome (a DEFERRED attempt may have made
@@ -106,6 +106,9 @@ class StepReply(BaseModel):
     retryable: bool = False
     calls: int = Field(default=0, ge=0)
     outcome_unknown: bool = False
+    #: Set with ``Outcome.DEFERRED`` by the agent's call limits (``"limit"``): the service is busy, not failing, so
+    #: the deferral counts in no budget of deferrals; absent for an open circuit.
+    deferred_by: Literal["limit"] | None = None
     #: A child of a map step reporting its end to its parent (``workflow_id`` is then the parent's): the child's
     #: index and terminal status. A map step's reply without ``child`` is its own tick: start what comes next.
     child: int | None = Field(default=None, ge=0)

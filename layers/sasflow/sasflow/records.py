@@ -131,10 +131,11 @@ class StepRecord:
     ``complete_by`` (epoch seconds) is set exactly while the step is in flight (PROCESSING or COMPENSATING).
     ``may_have_happened`` is true once an attempt may have reached the service without a definitive answer
     (timeouts, transient errors, a probe of a half-open circuit that failed), so the step must be compensated if the
-    workflow unwinds (Rule 6). ``deferrals`` and ``comp_deferrals`` count the dispatches an open
-    circuit deferred without using an attempt, of the action and of its compensation. ``error`` is the action's last
-    error, ``comp_error`` the compensation's. The times of a step are in the workflow's history. A step with no
-    record is PENDING.
+    workflow unwinds (Rule 6). ``deferrals`` and ``comp_deferrals`` count the dispatches an open circuit deferred
+    without using an attempt, of the action and of its compensation; ``limit_deferrals`` those of the action the
+    agent's call limits deferred (a busy service: they count in no budget, and not as trouble). ``error`` is the
+    action's last error, ``comp_error`` the compensation's. The times of a step are in the workflow's history. A step
+    with no record is PENDING.
 
     ``comp_since`` (epoch seconds) is when the compensation's first attempt was dispatched: its policy's time
     budget (``CompensationRetryPolicy.budget_minutes``) counts from there.
@@ -167,6 +168,7 @@ class StepRecord:
     may_have_happened: bool = False
     resends: int = 0
     deferrals: int = 0
+    limit_deferrals: int = 0
     comp_output: Any = None
     comp_deferrals: int = 0
     comp_error: dict[str, Any] | None = None

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .call_limits import CallLimits
 from .errors import ConfigurationError
 
 M = TypeVar("M", bound=BaseModel)
@@ -213,6 +214,13 @@ class AgentConfig(BaseModel):
     concurrency:
         The records of one batch an instance works on at once, a thread each (``AGENT_CONCURRENCY``, 1 to 10; 1:
         one after the other). agents.yaml's ``concurrency`` sets it (10 for an HTTP agent, 1 for a Python agent).
+    max_in_flight, call_rate, call_burst:
+        The agent's call limits shared by its instances (``MAX_IN_FLIGHT``, ``CALL_RATE`` calls per second,
+        ``CALL_BURST``; unset: not limited), from agents.yaml's ``max_in_flight``, ``rate`` and ``burst``
+        (``sasflow.call_limits``).
+    call_wait_seconds:
+        How long a record may wait in its instance for a unit or a token before it is deferred (``CALL_WAIT_SECONDS``,
+        0 to 10; 2 by default): waiting is billed Lambda time, a deferral a round trip through the scheduler.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -237,6 +245,24 @@ class AgentConfig(BaseModel):
     claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
     max_payload_bytes: int = Field(default=10_485_760, ge=2_048, le=104_857_600)
     concurrency: int = Field(default=1, ge=1, le=10)
+    max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
+    call_rate: float | None = Field(default=None, ge=0.01, le=10_000)
+    call_burst: int | None = Field(default=None, ge=1, le=10_000)
+    call_wait_seconds: float = Field(default=2.0, ge=0, le=10)
+
+    @model_validator(mode="after")
+    def _limits_consistent(self) -> AgentConfig:
+        if self.max_in_flight is not None or self.call_rate is not None:
+            self.call_limits()  # CallLimits names what is inconsistent (a burst below max_in_flight, ...)
+        elif self.call_burst is not None:
+            raise ValueError("CALL_BURST needs CALL_RATE (a burst is the calls a rate lets through at once)")
+        return self
+
+    def call_limits(self) -> CallLimits | None:
+        """The declared call limits (None: the agent declares none)."""
+        if self.max_in_flight is None and self.call_rate is None:
+            return None
+        return CallLimits(max_in_flight=self.max_in_flight, rate=self.call_rate, burst=self.call_burst)
 
     @field_validator("remote_base_url")
     @classmethod
@@ -299,6 +325,10 @@ class AgentConfig(BaseModel):
                 "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
                 "max_payload_bytes": "MAX_PAYLOAD_BYTES",
                 "concurrency": "AGENT_CONCURRENCY",
+                "max_in_flight": "MAX_IN_FLIGHT",
+                "call_rate": "CALL_RATE",
+                "call_burst": "CALL_BURST",
+                "call_wait_seconds": "CALL_WAIT_SECONDS",
             },
             required=("AGENT_NAME", "AGENT_ACTIONS", "IDEMPOTENCY_TABLE", "RESPONSE_QUEUE_URL"),
             json_fields=(),

@@ -251,6 +251,8 @@ def _step_doc(record: StepRecord) -> dict[str, Any]:
         doc["deferrals"] = record.deferrals
     if record.comp_deferrals:
         doc["comp_deferrals"] = record.comp_deferrals
+    if record.limit_deferrals:
+        doc["limit_deferrals"] = record.limit_deferrals
     for name in ("attempt_base", "comp_attempt_base", "comp_since", "generation"):
         if getattr(record, name):
             doc[name] = getattr(record, name)
@@ -280,6 +282,7 @@ def _step_record(name: str, doc: dict[str, Any]) -> StepRecord:
         resends=doc.get("resends", 0),
         deferrals=doc.get("deferrals", 0),
         comp_deferrals=doc.get("comp_deferrals", 0),
+        limit_deferrals=doc.get("limit_deferrals", 0),
         comp_output=_undoc(doc.get("comp_output")),
         comp_error=_undoc(doc.get("comp_error")),
         attempt_base=doc.get("attempt_base", 0),

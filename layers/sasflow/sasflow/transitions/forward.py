@@ -113,6 +113,13 @@ class ForwardTransitions(TransitionBase):
         # An attempt that made calls without a definitive answer (a failed probe of a half-open circuit, a read
         # timeout) may have had its effect: remembered on the step, so an unwind compensates it.
         reached = record.may_have_happened or reply.calls > 0 or reply.outcome_unknown
+        if reply.outcome is Outcome.DEFERRED and reply.deferred_by == "limit" and running:
+            # The service is busy, not failing: the step waits its turn as long as it takes, its complete-by
+            # moved past the wait, and no attempt and no budget of deferrals is used (issue 38).
+            delay = _retry_delay(reply, self.now)
+            base = record.evolve(limit_deferrals=record.limit_deferrals + 1, may_have_happened=reached)
+            self._dispatch_forward(step, record.attempt, self.now + delay, base=base, delay=delay)
+            return
         if _no_call_made(reply) and running and record.deferrals < self.config.max_deferrals:
             delay = _retry_delay(reply, self.now)
             base = record.evolve(deferrals=record.deferrals + 1, may_have_happened=reached)

@@ -1,0 +1,58 @@
+"""A step deferred by its agent's call limits (issue 38): no attempt used, no budget, its complete-by moved."""
+
+from __future__ import annotations
+
+import random
+
+from sasflow.call_limits import CallLimiter, CallLimits
+from sasflow.clock import ManualClock
+from sasflow.states import Outcome, StepStatus, WorkflowStatus
+from tests.support.fakes import InMemoryLimitsStore
+from tests.support.pipeline import Pipeline
+
+START = 1_800_000_000.0
+
+
+def test_a_busy_service_defers_its_step_without_an_attempt_and_past_the_deferral_budget() -> None:
+    # Given a flights agent limited to one call in flight, and another instance holding that unit for a while
+    p = Pipeline(clock=ManualClock(START))
+    store = InMemoryLimitsStore()
+    limits = CallLimits(max_in_flight=1)
+    other = CallLimiter("flights", limits, store, p.clock, holder="other", rng=random.Random(1))
+    held = other.acquire(1.0, START + 3_600)
+    ours = CallLimiter("flights", limits, store, p.clock, holder="ours", rng=random.Random(2))
+    p.runtimes["flights"] = p.runtime("flights", limiter=ours)
+    wid = p.start()
+    deferrals = p.config.max_deferrals + 5
+    for n in range(1, deferrals + 1):
+        # When the agent finds the service at its limit, again and again (the other instance renews its lease)
+        with held:
+            pass
+        held = other.acquire(1.0, p.clock.now() + 3_600)
+        [reply] = p.run_agent("flights")
+        assert (reply.outcome, reply.deferred_by, reply.calls) == (Outcome.DEFERRED, "limit", 0)
+        p.run_scheduler()
+        record = p.snapshot(wid).steps["reserve_flight"]
+        # Then the same attempt waits its turn: no attempt, no deferral of the circuit's budget, complete-by moved
+        wait = reply.retry_after_seconds
+        assert wait is not None and wait >= 1
+        assert (record.status, record.attempt, record.deferrals, record.limit_deferrals) == (
+            StepStatus.PROCESSING,
+            1,
+            0,
+            n,
+        )
+        assert record.complete_by == int(p.clock.now()) + wait + 30
+        # and the supervisor does not resend it while it waits (its complete-by is past the wait)
+        p.clock.advance(wait)
+        assert p.sweep().messages == 0
+        assert p.snapshot(wid).steps["reserve_flight"].resends == 0
+    assert p.metrics["CallLimitDeferrals"] == deferrals
+    # When the other instance stops (it is never invoked again: its lease lapses)
+    held.release()
+    p.clock.advance(other.lease_seconds + other.guard_seconds)
+    # Then the trip completes on its first attempts
+    p.settle(wid)
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPLETED
+    assert final.steps["reserve_flight"].attempt == 1
