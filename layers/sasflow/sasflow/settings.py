@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .call_limits import CallLimits
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .call_limits import CallLimits
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -262,6 +264,8 @@ class AgentConfig(BaseModel):
         """The declared call limits (None: the agent declares none)."""
         if self.max_in_flight is None and self.call_rate is None:
             return None
+        from .call_limits import CallLimits  # the agents' only: the other functions' cold starts do not import it
+
         return CallLimits(max_in_flight=self.max_in_flight, rate=self.call_rate, burst=self.call_burst)
 
     @field_validator("remote_base_url")
