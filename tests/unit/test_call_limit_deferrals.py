@@ -20,7 +20,8 @@ def test_a_busy_service_defers_its_step_without_an_attempt_and_past_the_deferral
     limits = CallLimits(max_in_flight=1)
     other = CallLimiter("flights", limits, store, p.clock, holder="other", rng=random.Random(1))
     held = other.acquire(1.0, START + 3_600)
-    ours = CallLimiter("flights", limits, store, p.clock, holder="ours", rng=random.Random(2))
+    # (the limiter counts to the agent's metrics, as build_agent wires it: a deferral is counted once)
+    ours = CallLimiter("flights", limits, store, p.clock, holder="ours", rng=random.Random(2), metrics=p.count)
     p.runtimes["flights"] = p.runtime("flights", limiter=ours)
     wid = p.start()
     deferrals = p.config.max_deferrals + 5

@@ -262,7 +262,7 @@ class CallLimiter:
     rng:
         Spreads the deferrals' waits, so records deferred together do not come back together.
     metrics:
-        Counts ``CallLimitDeferrals`` and ``CallLimitWritesLost``.
+        Counts ``CallLimitWritesLost`` (the agent counts ``CallLimitDeferrals``, once per deferred reply).
     """
 
     def __init__(
@@ -313,7 +313,7 @@ class CallLimiter:
     def units(self) -> int:
         """The units this instance holds now (0 after its lease ended)."""
         with self._lock:
-            return self._units if self.clock.now() < self._until - self.guard_seconds else 0
+            return self._units if self._covers(self.clock.now(), 0.0) else 0
 
     def expect(self, records: int) -> None:
         """A batch of ``records`` is starting: grow to that many units at once (never more than ``want_at_once``),
@@ -457,8 +457,6 @@ class CallLimiter:
         if wait in (_DEFER, math.inf):
             wait = max(1.0, self._retry_at - now) if self._units == 0 else 1.0
         spread = max(1.0, wait) * self.rng.uniform(1.0, 1.5)
-        if self.metrics is not None:
-            self.metrics("CallLimitDeferrals")
         return CallsLimitedError(self.agent, math.ceil(now + spread), self.limits.describe())
 
 
