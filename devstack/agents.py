@@ -88,6 +88,13 @@ class AgentDeclaration(BaseModel):
         """Whether the agent declares call limits (``max_in_flight`` or ``rate``)."""
         return self.max_in_flight is not None or self.rate is not None
 
+    def call_limits(self) -> Any:
+        """The engine's ``CallLimits`` of these declarations (its ``burst_calls`` is the burst in effect), or None
+        when the agent declares none."""
+        if not self.limited:
+            return None
+        return _call_limits()(max_in_flight=self.max_in_flight, rate=self.rate, burst=self.burst)
+
     @model_validator(mode="after")
     def _consistent(self) -> AgentDeclaration:
         if self.kind == "python":

@@ -734,6 +734,18 @@ def faults(
             help="Share of compensations answered 503, forward actions untouched (a workflow's unwind fails).",
         ),
     ] = None,
+    quota_in_flight: Annotated[
+        int | None,
+        typer.Option("--quota-in-flight", min=1, help="Calls served at once; one more is answered 429 THROTTLED."),
+    ] = None,
+    quota_rate: Annotated[
+        float | None,
+        typer.Option("--quota-rate", min=0.01, help="Calls a second (a token bucket); beyond, 429 THROTTLED."),
+    ] = None,
+    quota_burst: Annotated[
+        int | None,
+        typer.Option("--quota-burst", min=1, help="Calls --quota-rate lets through at once [default: a second's]."),
+    ] = None,
     reset: Annotated[bool, typer.Option("--reset", help="No faults (outage included), before the other options.")] = (
         False
     ),
@@ -772,6 +784,9 @@ def faults(
         ("hang_seconds", _duration(hang, "--hang")),
         ("rejection_rate", rejection_rate),
         ("compensation_error_rate", compensation_error_rate),
+        ("quota_in_flight", quota_in_flight),
+        ("quota_rate", quota_rate),
+        ("quota_burst", quota_burst),
     ):
         if value is not None:
             knobs[name] = value
@@ -899,6 +914,34 @@ def load(
         console.print(f"\nmarkdown table written to {report}")
     # moto leaves much cyclic garbage (every TransactWriteItems deep-copies the table); collecting it at interpreter
     # exit takes minutes after a large run, and the process ends here, so that last collection is skipped.
+    gc.freeze()
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def burst(
+    workflows: Annotated[int, typer.Option(help="How many trip bookings to start at once.", min=1, max=5000)] = 500,
+    call_wait_seconds: Annotated[
+        float | None,
+        typer.Option(help="The agents' CALL_WAIT_SECONDS: how long a record waits for its limits before deferral."),
+    ] = None,
+    time_limit: Annotated[
+        float, typer.Option(help="Wall-clock limit of the whole run, start-up included (seconds).", min=30.0)
+    ] = 1200.0,
+    report: Annotated[Path | None, typer.Option(help="Also write the markdown table here.", dir_okay=False)] = Path(
+        ".devstack/burst/report.md"
+    ),
+) -> None:
+    """Start WORKFLOWS trip bookings at once against services limited as agents.yaml declares (the hotels: 5 at once,
+    10 a second, answering 429 beyond): check none was called over its quota and the deferrals used no attempt."""
+    from devstack.load import burst_profile, render, run_load, write_report
+
+    profile = burst_profile(workflows, call_wait_seconds=call_wait_seconds, time_limit_seconds=time_limit)
+    result = run_load(profile, console=console)
+    render(result, console, title="Burst run")
+    if report is not None:
+        write_report(result, report)
+        console.print(f"\nmarkdown table written to {report}")
     gc.freeze()
     raise typer.Exit(result.exit_code)
 

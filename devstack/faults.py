@@ -19,6 +19,7 @@ its redrive policy moves it to the dead-letter queue after ``maxReceiveCount`` r
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -207,7 +208,7 @@ def knobs_table(rows: list[ServiceKnobs], now: float | None = None) -> Table:
     """A rich table of the knobs, one row per service (``now``: epoch seconds, for the outage's time left)."""
     now = time.time() if now is None else now
     table = Table(title="fault knobs of the sample services", title_justify="left")
-    for column in ("service", "outage", "5xx", "latency", "hangs", "rejects", "comp 5xx"):
+    for column in ("service", "outage", "5xx", "latency", "hangs", "rejects", "comp 5xx", "quota"):
         table.add_column(column, no_wrap=column in {"service", "outage", "hangs"})
     for row in rows:
         knobs = row.knobs
@@ -220,5 +221,17 @@ def knobs_table(rows: list[ServiceKnobs], now: float | None = None) -> Table:
             hangs,
             _rate(knobs.get("rejection_rate", 0.0)),
             _rate(knobs.get("compensation_error_rate", 0.0)),
+            describe_quota(knobs) or "-",
         )
     return table
+
+
+def describe_quota(knobs: Mapping[str, Any]) -> str:
+    """A service's quota knobs as ``5 at once, 10/s (burst 10)`` (empty without a quota)."""
+    parts = []
+    if knobs.get("quota_in_flight") is not None:
+        parts.append(f"{knobs['quota_in_flight']} at once")
+    if knobs.get("quota_rate") is not None:
+        burst = knobs.get("quota_burst") or max(1, math.ceil(knobs["quota_rate"]))
+        parts.append(f"{knobs['quota_rate']:g}/s (burst {burst})")
+    return ", ".join(parts)

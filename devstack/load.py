@@ -19,11 +19,18 @@ ledgers, and checks:
 It prints the figures (final states, steps, attempts, supervisor resends, circuit-breaker deferrals,
 compensations, elapsed time, workflows per second) as a table and as markdown, and `LoadResult.problems` lists
 what failed.
+
+``make burst`` (`burst_profile`) runs the same driver without admission control: 500 starts at once, no faults, and
+each sample service whose agent declares call limits in agents.yaml (the hotels: 5 in flight, 10 a second) made a
+rate-limited service with the same quota, answering 429 to a call beyond it. It checks, from the service's own
+count, that no call was over the quota, and from the state table that the limits' deferrals used no attempt (every
+step took one).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import json
 import logging
@@ -34,7 +41,7 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +53,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from devstack.agents import load_agents
 from devstack.client import SignedHttp
 from devstack.demo import (
     ROOT,
@@ -54,6 +62,7 @@ from devstack.demo import (
     demo_definition,
     sample_services_importable,
 )
+from devstack.faults import describe_quota
 from devstack.template import remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore
 
@@ -64,6 +73,8 @@ __all__ = [
     "LoadResult",
     "StepState",
     "WorkflowState",
+    "burst_profile",
+    "check",
     "explain_dead_letter",
     "read_dead_letters",
     "read_final_state",
@@ -120,6 +131,14 @@ class LoadProfile:
         How often the driver reads the running workflows' status (seconds).
     log_dir
         Per-function logs of this run.
+    latency_by_service
+        Latency of the named services' calls instead of ``latency_ms`` (milliseconds).
+    quotas
+        Give each sample service whose agent declares call limits in agents.yaml the same limits as its quota
+        (``FaultKnobs.quota_in_flight``, ``quota_rate``, ``quota_burst``): a call beyond them is answered 429.
+    call_wait_seconds
+        The agents' ``CALL_WAIT_SECONDS`` (None: the template's default): how long a record waits for its call
+        limits before it is deferred.
     """
 
     workflows: int = 1000
@@ -143,6 +162,48 @@ class LoadProfile:
     breaker_probe_seconds: int = 5
     poll_seconds: float = 2.0
     log_dir: Path = DEFAULT_LOG_DIR
+    latency_by_service: Mapping[str, float] = field(default_factory=dict)
+    quotas: bool = False
+    call_wait_seconds: float | None = None
+
+    @property
+    def burst(self) -> bool:
+        """Whether every workflow may start at once (no admission control) without faults: a burst."""
+        return self.max_in_flight >= self.workflows and not self.transient_error_rate and not self.outage_seconds
+
+
+def burst_profile(workflows: int = 500, **changes: Any) -> LoadProfile:
+    """``make burst``: ``workflows`` trip bookings started at once, no faults, the hotels service slow enough (0.4 s
+    a call) that both of its agent's limits bind (5 calls at once of 0.4 s are 12.5 a second, over the rate of 10),
+    each limited service given its agent's limits as its quota, and steps with time to wait in their queues."""
+    profile = LoadProfile(
+        workflows=workflows,
+        transient_error_rate=0.0,
+        latency_ms=20.0,
+        outage_seconds=0.0,
+        step_timeout_seconds=600,
+        max_in_flight=workflows,
+        start_concurrency=4,
+        time_limit_seconds=1200.0,
+        log_dir=ROOT / ".devstack" / "burst" / "logs",
+        latency_by_service={"hotels": 400.0},
+        quotas=True,
+    )
+    return dataclasses.replace(profile, **changes)
+
+
+def service_quotas() -> dict[str, dict[str, Any]]:
+    """The quota knobs of each sample service whose agent declares call limits in agents.yaml: the same limits."""
+    quotas: dict[str, dict[str, Any]] = {}
+    for agent in load_agents():
+        limits = agent.call_limits()
+        if limits is not None:
+            quotas[agent.name] = {
+                "quota_in_flight": limits.max_in_flight,
+                "quota_rate": limits.rate,
+                "quota_burst": None if limits.rate is None else limits.burst_calls,
+            }
+    return quotas
 
 
 # ------------------------------------------------------------------------------------------------ final state
@@ -158,6 +219,7 @@ class StepState:
     comp_attempt: int
     resends: int
     deferrals: int
+    limit_deferrals: int = 0
 
 
 @dataclass
@@ -196,6 +258,7 @@ def read_final_state(dynamodb: Any, table: str) -> dict[str, WorkflowState]:
                     comp_attempt=record.comp_attempt,
                     resends=record.resends,
                     deferrals=record.deferrals + record.comp_deferrals,
+                    limit_deferrals=record.limit_deferrals,
                 )
                 for name, record in snapshot.steps.items()
             },
@@ -447,6 +510,8 @@ class LoadResult:
     #: the order written) and call counts (``TravelService.stats``), by service name.
     ledger_records: dict[str, list[Any]] = field(default_factory=dict)
     service_stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The quotas of the limited services (``LoadProfile.quotas``): service name -> its ``quota_*`` knobs.
+    quotas: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -466,13 +531,14 @@ class LoadResult:
         """Workflows started by this run that are terminal."""
         return sum(n for status, n in self.final_states.items() if status in TERMINAL)
 
-    def _steps(self) -> list[StepState]:
+    def steps(self) -> list[StepState]:
+        """The steps of the workflows this run started, as the state table holds them at the end."""
         return [step for workflow_id in self.workflow_ids for step in self._state(workflow_id).steps.values()]
 
     def figures(self) -> list[tuple[str, str]]:
         """The measures, in order, as (measure, value) text pairs."""
         profile = self.profile
-        steps = self._steps()
+        steps = self.steps()
         total = len(self.workflow_ids) + self.start_failures
         states = self.final_states
         durations = sorted(
@@ -494,6 +560,8 @@ class LoadResult:
             ("step attempts (forward dispatches)", str(sum(step.attempt for step in steps))),
             ("supervisor resends", str(sum(step.resends for step in steps))),
             ("circuit-breaker deferrals", str(sum(step.deferrals for step in steps))),
+            ("call-limit deferrals (sent again, no attempt used)", str(sum(s.limit_deferrals for s in steps))),
+            ("steps that took more than one attempt", str(sum(1 for step in steps if step.attempt > 1))),
             ("compensations (steps compensated)", str(sum(1 for step in steps if step.comp_attempt > 0))),
             ("compensation attempts", str(sum(step.comp_attempt for step in steps))),
             ("remote calls", str(sum(self.ledger.calls.values()))),
@@ -503,8 +571,16 @@ class LoadResult:
             ("side effects applied", str(self.ledger.effects)),
             ("side effects undone (compensations applied remotely)", str(self.ledger.undos)),
             ("duplicate side effects (token applied twice)", str(self.ledger.duplicate_effects)),
-            ("dead-letter messages", str(len(self.dead_letters))),
         ]
+        for name, quota in self.quotas.items():
+            stats = self.service_stats.get(name, {})
+            rows += [
+                (f"{name}: its quota", describe_quota(quota)),
+                (f"{name}: calls at once, at most (its own count)", str(stats.get("in_flight_peak", 0))),
+                (f"{name}: calls in its busiest second{_second_bound(quota)}", str(stats.get("busiest_second", 0))),
+                (f"{name}: calls over its quota (answered 429)", str(_throttled(stats))),
+            ]
+        rows.append(("dead-letter messages", str(len(self.dead_letters))))
         rows += [(f"dead-letter messages in {queue}", str(n)) for queue, n in sorted(dead_by_queue.items())]
         unexplained = sum(1 for letter in self.dead_letters if not letter.explained)
         rows += [
@@ -550,12 +626,20 @@ class LoadResult:
         profile = self.profile
         when = datetime.now(UTC).strftime("%Y-%m-%d")
         cores = os.cpu_count() or 0
-        header = title or (
-            f"`make load`, {when}, machine: {cores} cores, Python {platform.python_version()}: "
-            f"{profile.workflows} trip bookings, transient error rate {profile.transient_error_rate:.0%} on every "
-            f"service, {profile.outage_seconds:.0f}-second outage of {profile.outage_service}, "
-            f"at most {profile.max_in_flight} workflows in flight"
-        )
+        machine = f"{when}, machine: {cores} cores, Python {platform.python_version()}"
+        if profile.burst:
+            quotas = "; ".join(f"{name} {describe_quota(quota)}" for name, quota in self.quotas.items())
+            default = (
+                f"`make burst`, {machine}: {profile.workflows} trip bookings started at once, no faults, "
+                f"the services' quotas: {quotas or 'none'}"
+            )
+        else:
+            default = (
+                f"`make load`, {machine}: {profile.workflows} trip bookings, transient error rate "
+                f"{profile.transient_error_rate:.0%} on every service, {profile.outage_seconds:.0f}-second outage of "
+                f"{profile.outage_service}, at most {profile.max_in_flight} workflows in flight"
+            )
+        header = title or default
         lines = [header, "", "| measure | value |", "|---|---:|"]
         lines += [f"| {name} | {value} |" for name, value in self.figures()]
         return "\n".join(lines)
@@ -588,11 +672,20 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
     result.load_average = (_load_average(), 0.0)
     begun = time.monotonic()
     deadline = begun + profile.time_limit_seconds
-    knobs = FaultKnobs(latency_ms=profile.latency_ms, transient_error_rate=profile.transient_error_rate)
+    result.quotas = service_quotas() if profile.quotas else {}
+    knobs = {
+        name: FaultKnobs(
+            latency_ms=profile.latency_by_service.get(name, profile.latency_ms),
+            transient_error_rate=profile.transient_error_rate,
+            **result.quotas.get(name, {}),
+        )
+        for name in SERVICES
+    }
     clock = SystemClock()
     ledgers = {name: InMemoryLedger() for name in SERVICES}
     services = {
-        name: TravelService(name, ledgers[name], knobs, Random(f"{profile.seed}:{name}"), clock) for name in SERVICES
+        name: TravelService(name, ledgers[name], knobs[name], Random(f"{profile.seed}:{name}"), clock)
+        for name in SERVICES
     }
     servers: dict[str, Any] = {}
     try:
@@ -609,11 +702,20 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
             "BREAKER_OPEN_SECONDS": str(profile.breaker_open_seconds),
             "BREAKER_PROBE_SECONDS": str(profile.breaker_probe_seconds),
         }
-        console.print(
-            f"[bold]Load:[/] {profile.workflows} trip bookings, {profile.transient_error_rate:.0%} transient errors "
-            f"on every service, a {profile.outage_seconds:g} s outage of {profile.outage_service}; "
-            f"limit {profile.time_limit_seconds:.0f} s"
-        )
+        if profile.call_wait_seconds is not None:
+            extra_env["CALL_WAIT_SECONDS"] = str(profile.call_wait_seconds)
+        if profile.burst:
+            limited = "; ".join(f"{name} {describe_quota(quota)}" for name, quota in result.quotas.items())
+            console.print(
+                f"[bold]Burst:[/] {profile.workflows} trip bookings started at once, no faults; the services' "
+                f"quotas: {limited or 'none'}; limit {profile.time_limit_seconds:.0f} s"
+            )
+        else:
+            console.print(
+                f"[bold]Load:[/] {profile.workflows} trip bookings, {profile.transient_error_rate:.0%} transient "
+                f"errors on every service, a {profile.outage_seconds:g} s outage of {profile.outage_service}; "
+                f"limit {profile.time_limit_seconds:.0f} s"
+            )
         with _stack_logs(profile.log_dir) as stack_log:
             stack = LocalStack(
                 parameters=parameters,
@@ -638,7 +740,7 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
         for server in servers.values():
             server.stop()
     result.load_average = (result.load_average[0], _load_average())
-    _check(result)
+    check(result)
     return result
 
 
@@ -783,6 +885,7 @@ class _Driver:
                 # already serving their steps (so the outage meets traffic even in a small run).
                 if (
                     self.result.outage_at_seconds is None
+                    and profile.outage_seconds > 0
                     and started >= outage_after
                     and self.services[profile.outage_service].stats()["calls"] > 0
                 ):
@@ -940,7 +1043,7 @@ def _collect(stack: Any, services: dict[str, Any], ledgers: dict[str, Any], resu
     result.saga_mismatches = saga_mismatches(ours, result.ledger)
 
 
-def _check(result: LoadResult) -> None:
+def check(result: LoadResult) -> None:
     """Fill ``result.problems`` with every check that failed."""
     problems = result.problems
     total = result.profile.workflows
@@ -962,11 +1065,33 @@ def _check(result: LoadResult) -> None:
         problems.append(f"{len(unexplained)} dead-letter message(s) unexplained")
     if result.saga_mismatches:
         problems.append(f"{len(result.saga_mismatches)} saga(s) whose final state does not match the ledgers")
+    for name, quota in result.quotas.items():
+        stats = result.service_stats.get(name, {})
+        if _throttled(stats):
+            problems.append(f"{name} answered {_throttled(stats)} call(s) over its quota ({describe_quota(quota)}) 429")
+        if quota.get("quota_in_flight") is not None and stats.get("in_flight_peak", 0) > quota["quota_in_flight"]:
+            problems.append(f"{name} served {stats['in_flight_peak']} calls at once, over {quota['quota_in_flight']}")
+    if result.profile.burst:
+        retried = sum(1 for step in result.steps() if step.attempt > 1)
+        if retried:
+            problems.append(f"{retried} step(s) took more than one attempt in a burst without faults")
 
 
-def render(result: LoadResult, console: Console) -> None:
+def _second_bound(quota: Mapping[str, Any]) -> str:
+    """`` (its bucket allows 10 + 10)``: what a token bucket lets through in one second, a full burst and a second's
+    tokens."""
+    if quota.get("quota_rate") is None:
+        return ""
+    return f" (its bucket allows {quota['quota_burst']} + {quota['quota_rate']:g})"
+
+
+def _throttled(stats: Mapping[str, Any]) -> int:
+    return int(stats.get("by_outcome", {}).get("throttled", 0))
+
+
+def render(result: LoadResult, console: Console, *, title: str = "Load run") -> None:
     """Print the figures, the dead letters with their explanation, the problems, and the markdown table."""
-    table = Table(title="Load run (read from DynamoDB, the dead-letter queues and the services' ledgers)")
+    table = Table(title=f"{title} (read from DynamoDB, the dead-letter queues and the services' ledgers)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in result.figures():

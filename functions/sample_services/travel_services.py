@@ -24,6 +24,7 @@ business rejection          409     ``{"error": "NO_SEATS" | "NO_ROOMS", "messag
 late forward action         409     ``{"error": "ALREADY_COMPENSATED", "message"}``
 compensation                200     ``{..., "undone": true}`` or ``{..., "undone": false, "reason": "nothing_to_undo"}``
 transient failure, outage   503     ``{"error": "UNAVAILABLE", "message"}`` (nothing applied, nothing stored)
+over the service's quota    429     ``{"error": "THROTTLED", "message"}`` (nothing applied, nothing stored)
 unknown action              404     ``{"error": "UNKNOWN_ACTION", "message"}``
 malformed request           400     ``{"error": "BAD_REQUEST" | "TOKEN_REUSED", "message"}``
 ==========================  ======  ====================================================================
@@ -34,6 +35,17 @@ A forward action's 200 body also carries ``"manifest"``, a deterministic text of
 most `MAX_DEMO_PAYLOAD_BYTES`; derived from the token, never stored in the ledger), and, when the input holds a
 string ``manifest``, its ``"manifest_sha256"`` and ``"manifest_bytes"``: so a 5 MB output of one step can be seen
 to reach the next one intact (docs/definitions.md, "Large payloads").
+
+Calls counted and a quota
+-------------------------
+Each service counts the calls it is serving at once and the calls that reach it in every one-second window
+(``CallMeter``; ``stats()`` reports the peaks). The knobs ``quota_in_flight``, ``quota_rate`` and ``quota_burst``
+make it a rate-limited service as real ones are: a call beyond them is answered 429 ``THROTTLED`` at the door. The
+rate is metered as a token bucket (GCRA: ``quota_rate`` calls per second, ``quota_burst`` at once) that lets a
+call arrive up to ``quota_tolerance_ms`` early, the jitter of the network between a caller's clock and the
+service's (ATM's cell delay variation tolerance); so a caller that keeps the same bucket by its own clock is never
+refused. ``make burst`` gives the hotels service the hotels agent's limits from agents.yaml and checks that nothing
+was throttled.
 
 Ledger layout
 -------------
@@ -63,7 +75,7 @@ import logging
 import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -325,6 +337,13 @@ class FaultKnobs(BaseModel):
         setting it changes no other fault of a seeded run.
     outage_start, outage_end : float or None
         Outage window ``[outage_start, outage_end)`` in epoch seconds; both set or both None.
+    quota_in_flight : int or None
+        Calls the service serves at once; one more is answered 429 ``THROTTLED`` (None: no limit).
+    quota_rate, quota_burst : float or None, int or None
+        Calls per second, and how many may come at once (default: one second's worth), metered as a token bucket;
+        a call beyond it is answered 429 ``THROTTLED`` (None: no limit). ``quota_burst`` needs ``quota_rate``.
+    quota_tolerance_ms : float
+        How early a call may arrive for the rate and still pass (0..10000 ms): the delay variation of the network.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -337,6 +356,10 @@ class FaultKnobs(BaseModel):
     compensation_error_rate: Rate = 0.0
     outage_start: EpochSeconds | None = None
     outage_end: EpochSeconds | None = None
+    quota_in_flight: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    quota_rate: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)] | None = None
+    quota_burst: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    quota_tolerance_ms: Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)] = 50.0
 
     @model_validator(mode="after")
     def _outage_window_is_whole(self) -> FaultKnobs:
@@ -344,7 +367,16 @@ class FaultKnobs(BaseModel):
             raise ValueError("outage_start and outage_end are set together")
         if self.outage_start is not None and self.outage_end is not None and self.outage_end < self.outage_start:
             raise ValueError("outage_end must not be before outage_start")
+        if self.quota_burst is not None and self.quota_rate is None:
+            raise ValueError("quota_burst is the calls quota_rate lets through at once: set quota_rate with it")
         return self
+
+    @property
+    def quota_burst_calls(self) -> int:
+        """The burst of the rate quota in effect: ``quota_burst``, else one second's calls (at least 1)."""
+        if self.quota_burst is not None:
+            return self.quota_burst
+        return max(1, math.ceil(self.quota_rate or 1))
 
     def in_outage(self, now: float) -> bool:
         """Return True when ``now`` (epoch seconds) lies in ``[outage_start, outage_end)``."""
@@ -386,6 +418,7 @@ class Outcome(StrEnum):
     NOTHING_TO_UNDO = "nothing_to_undo"
     TRANSIENT = "transient"
     OUTAGE = "outage"
+    THROTTLED = "throttled"
     BAD_REQUEST = "bad_request"
     NOT_FOUND = "not_found"
 
@@ -420,6 +453,64 @@ class Answer(NamedTuple):
     outcome: Outcome
     status: int
     body: dict[str, Any]
+
+
+# ---------------------------------------------------------------- the service's own count of its calls
+
+
+class CallMeter:
+    """What a service sees of its callers: calls at once, calls in every one-second window, and its quota.
+
+    Thread-safe. ``admit`` is called as a call arrives (after the outage check) and ``release`` when an admitted
+    call is answered. Every arrival counts in the one-second windows, throttled or not (it reached the service).
+    """
+
+    #: The window of ``busiest_second`` (seconds).
+    WINDOW_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._in_flight_peak = 0
+        self._arrivals: deque[float] = deque()
+        self._busiest = 0
+        # GCRA's theoretical arrival time: when the rate's bucket would next be full with this call counted.
+        self._tat: float | None = None
+
+    def admit(self, knobs: FaultKnobs, now: float) -> str | None:
+        """Count an arriving call; return why it is throttled, or None when it is admitted (``release`` it later)."""
+        with self._lock:
+            self._arrivals.append(now)
+            while self._arrivals and self._arrivals[0] <= now - self.WINDOW_SECONDS:
+                self._arrivals.popleft()
+            self._busiest = max(self._busiest, len(self._arrivals))
+            if knobs.quota_in_flight is not None and self._in_flight >= knobs.quota_in_flight:
+                return f"allows {knobs.quota_in_flight} calls at once"
+            if knobs.quota_rate is not None:
+                interval = 1.0 / knobs.quota_rate
+                burst = knobs.quota_burst_calls
+                tat = now if self._tat is None else max(self._tat, now)
+                if tat - now > (burst - 1) * interval + knobs.quota_tolerance_ms / 1000.0:
+                    return f"allows {knobs.quota_rate:g} calls a second (burst {burst})"
+                self._tat = tat + interval
+            self._in_flight += 1
+            self._in_flight_peak = max(self._in_flight_peak, self._in_flight)
+            return None
+
+    def release(self) -> None:
+        """An admitted call was answered."""
+        with self._lock:
+            self._in_flight -= 1
+
+    def counts(self) -> dict[str, int]:
+        """``{"in_flight", "in_flight_peak", "busiest_second"}``: the calls being served now, the most ever served
+        at once, and the most that arrived within one second."""
+        with self._lock:
+            return {
+                "in_flight": self._in_flight,
+                "in_flight_peak": self._in_flight_peak,
+                "busiest_second": self._busiest,
+            }
 
 
 # ---------------------------------------------------------------- the service
@@ -482,6 +573,7 @@ class TravelService:
         self._effects: Counter[str] = Counter()
         self._compensations: Counter[str] = Counter()
         self._hangs = 0
+        self._meter = CallMeter()
 
     # ------------------------------------------------------------ knobs
 
@@ -558,13 +650,15 @@ class TravelService:
         return sorted(records, key=lambda record: record.sequence)
 
     def stats(self) -> dict[str, Any]:
-        """Call counts: ``{"calls": int, "by_outcome": {outcome: int}, "hangs": int}``."""
+        """Call counts: ``{"calls": int, "by_outcome": {outcome: int}, "hangs": int}``, and what `CallMeter.counts`
+        saw (``in_flight``, ``in_flight_peak``, ``busiest_second``)."""
         with self._lock:
-            return {
+            counted = {
                 "calls": sum(self._outcomes.values()),
                 "by_outcome": {o.value: self._outcomes[o.value] for o in Outcome},
                 "hangs": self._hangs,
             }
+        return {**counted, **self._meter.counts()}
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready view: service, knobs, effects, compensations, active effects, tombstones, undone and stats.
@@ -634,6 +728,17 @@ class TravelService:
         # An outage refuses everything at the door, before latency and before routing, like a dead endpoint.
         if knobs.in_outage(self._clock.now()):
             return Answer(Outcome.OUTAGE, 503, {"error": "UNAVAILABLE", "message": f"{self.name} is in an outage"})
+        refusal = self._meter.admit(knobs, self._clock.now())
+        if refusal is not None:
+            return Answer(
+                Outcome.THROTTLED, 429, {"error": "THROTTLED", "message": f"{self.name} {refusal}: try again later"}
+            )
+        try:
+            return self._serve_admitted(action, headers, body, knobs)
+        finally:
+            self._meter.release()
+
+    def _serve_admitted(self, action: str, headers: Mapping[str, str], body: bytes, knobs: FaultKnobs) -> Answer:
         if knobs.latency_ms > 0:
             self._clock.sleep(knobs.latency_ms / 1000.0)
         request = self._parse(action, headers, body)

@@ -97,8 +97,28 @@ def test_faults_can_fail_only_the_compensations_of_a_service(up: UpLock, servers
     assert servers["flights"].service.knobs == FaultKnobs(compensation_error_rate=1.0)
     header = next(line for line in result.output.splitlines() if "service" in line and "rejects" in line)
     assert "comp 5xx" in header
-    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 7}
-    assert rows["flights"].rstrip(" │").endswith("100%") and rows["hotels"].rstrip(" │").endswith("-")
+    rows = {
+        cells[1].strip(): cells for cells in (line.split("│") for line in result.output.splitlines()) if len(cells) > 8
+    }
+    assert (rows["flights"][7].strip(), rows["hotels"][7].strip()) == ("100%", "-")
+
+
+def test_faults_make_a_service_rate_limited_with_a_quota_it_answers_429_beyond(
+    up: UpLock, servers: dict[str, RunningServer]
+) -> None:
+    # When hotels is given a quota of 5 calls at once and 10 a second
+    result = faults("hotels", "--quota-in-flight", "5", "--quota-rate", "10")
+    # Then its knobs hold it (burst: a second's calls), and the table shows it in its own column
+    assert result.exit_code == 0, result.output
+    assert servers["hotels"].service.knobs == FaultKnobs(quota_in_flight=5, quota_rate=10.0)
+    rows = {
+        cells[1].strip(): cells for cells in (line.split("│") for line in result.output.splitlines()) if len(cells) > 8
+    }
+    assert (rows["hotels"][8].strip(), rows["flights"][8].strip()) == ("5 at once, 10/s (burst 10)", "-")
+    # And a burst without a rate is refused by the service with its reason, changing nothing
+    refused = faults("flights", "--quota-burst", "3")
+    assert refused.exit_code == 1 and "quota_burst is the calls quota_rate lets through at once" in refused.output
+    assert servers["flights"].service.knobs == FaultKnobs()
 
 
 def test_faults_reset_puts_every_service_back_to_no_faults(up: UpLock, servers: dict[str, RunningServer]) -> None:

@@ -64,7 +64,14 @@ def test_three_identical_calls_apply_one_effect_and_replay_twice(make_service: A
         (200, {**expected, "replayed": True}),
     ]
     assert flights.effects() == {token: 1}
-    assert flights.stats() == {"calls": 3, "by_outcome": outcomes(applied=1, replayed=2), "hangs": 0}
+    assert flights.stats() == {
+        "calls": 3,
+        "by_outcome": outcomes(applied=1, replayed=2),
+        "hangs": 0,
+        "in_flight": 0,
+        "in_flight_peak": 1,
+        "busiest_second": 3,
+    }
 
 
 def test_confirmation_code_is_prefix_and_eight_upper_hex_derived_from_the_token() -> None:
@@ -676,6 +683,80 @@ def test_faults_from_json_fills_defaults_and_refuses_unknown_services() -> None:
         faults_from_json('{"trains": {}}')
     with pytest.raises(ValueError, match="not JSON"):
         faults_from_json("{")
+
+
+# ---------------------------------------------------------------- the service's own count, and its quota
+
+
+def test_a_call_over_the_in_flight_quota_is_throttled_and_counted_while_the_others_are_served(uid: str) -> None:
+    # Given a hotels service that serves 2 calls at once, whose latency waits on a gate the test opens
+    clock = GatedClock()
+    hotels = TravelService(
+        "hotels", InMemoryLedger(), FaultKnobs(latency_ms=100, quota_in_flight=2), random.Random(1), clock
+    )
+    answers: list[tuple[int, dict[str, Any]]] = []
+    workers = [threading.Thread(target=lambda n=n: answers.append(call(hotels, "book", f"b{n}-{uid}"))) for n in (1, 2)]
+    for worker in workers:
+        worker.start()
+    while hotels.stats()["in_flight"] < 2:  # both admitted and waiting on the gate (real threads, no clock time)
+        threading.Event().wait(0.01)
+
+    # When a third call arrives while both are served, then the gate opens and one more call comes
+    third = call(hotels, "book", f"b3-{uid}")
+    clock.gate.set()
+    for worker in workers:
+        worker.join(timeout=30)
+    fourth = call(hotels, "book", f"b4-{uid}")
+
+    # Then the third was throttled with nothing applied, the others applied, and the meter saw 2 at once at most
+    assert third == (429, {"error": "THROTTLED", "message": "hotels allows 2 calls at once: try again later"})
+    assert sorted(status for status, _ in answers) == [200, 200] and fourth[0] == 200
+    assert sorted(hotels.effects()) == sorted(f"b{n}-{uid}" for n in (1, 2, 4))
+    stats = hotels.stats()
+    assert stats["by_outcome"] == outcomes(applied=3, throttled=1)
+    assert (stats["in_flight"], stats["in_flight_peak"]) == (0, 2)
+
+
+def test_the_rate_quota_is_a_token_bucket_with_a_tolerance_for_early_arrivals(
+    make_service: Any, clock: FakeClock, uid: str
+) -> None:
+    # Given a service allowing 10 calls a second with a burst of 3 and 50 ms of tolerance
+    flights = make_service("flights", quota_rate=10, quota_burst=3)
+    statuses: list[int] = []
+
+    # When 4 calls come at once (the bucket holds 3), then calls 70, 120, 30 and 50 ms apart: a full bucket passes a
+    # call at most 0.2 s ahead of the rate's schedule, the tolerance 50 ms more
+    for n, advance in enumerate([0, 0, 0, 0, 0.07, 0.12, 0.03, 0.05]):
+        clock.advance(advance)
+        statuses.append(call(flights, "reserve", f"r{n}-{uid}")[0])
+
+    # Then the 4th was throttled (0.3 s ahead), the 70 ms one passed 30 ms early, the next 10 ms early, the 30 ms one
+    # came 80 ms early (throttled, the schedule unmoved) and the last 30 ms early
+    assert statuses == [200, 200, 200, 429, 200, 200, 429, 200]
+    stats = flights.stats()
+    assert stats["by_outcome"] == outcomes(applied=6, throttled=2)
+    assert stats["busiest_second"] == 8
+
+
+def test_the_busiest_second_counts_arrivals_in_any_one_second_window(
+    make_service: Any, clock: FakeClock, uid: str
+) -> None:
+    # Given a service without a quota
+    payments = make_service("payments")
+
+    # When 3 calls arrive within 0.9 s, then 2 more 1 s after the last one
+    for n, advance in enumerate([0, 0.4, 0.5, 1.0, 0]):
+        clock.advance(advance)
+        call(payments, "charge", f"c{n}-{uid}")
+
+    # Then the busiest one-second window held 3 calls (a window is half-open: a call 1 s later starts a new one)
+    assert payments.stats()["busiest_second"] == 3
+
+
+def test_a_burst_quota_needs_a_rate_quota() -> None:
+    with pytest.raises(ValidationError, match="set quota_rate with it"):
+        FaultKnobs(quota_burst=5)
+    assert FaultKnobs(quota_rate=2.5).quota_burst_calls == 3
 
 
 def test_start_outage_refuses_negative_seconds(make_service: Any) -> None:
