@@ -679,9 +679,11 @@ def trigger_resources(trigger: TriggerDeclaration) -> str:
               Effect: Allow
               Action: [secretsmanager:GetSecretValue]
               Resource: !Ref WorkflowIdSecret
-        # The first steps' requests; a claim-checked input (written, never listed: it ends no workflow).
+        # The first steps' requests; a claim-checked input (written, never listed: it ends no workflow); the slot of
+        # its workflow's tenant (a definition with tenancy).
         - !Ref AgentRequestQueuesSendPolicy
         - !Ref PayloadObjectsAgentPolicy
+        - !Ref TenantSlotsPolicy
 
   # Its own event source mapping (not a SAM SQS event, whose managed policy allows every queue).
   {p}TriggerOccurrences:

@@ -100,6 +100,12 @@ def _print_tables(reports: list[RunReport]) -> None:
         overlaps[kind] += sum(report.triggered.values())
     console.print(_counts("Workflows the triggers started, by the seed's trigger and policy", "trigger", overlaps))
     console.print(_counts("Faults injected, by kind", "fault", faults))
+    console.print(
+        f"call limits (the hotels agent): {sum(r.limited_calls for r in reports)} calls, "
+        f"{sum(r.limit_deferrals for r in reports)} dispatches deferred for the limits; tenants: "
+        f"{sum(r.tenant_workflows for r in reports)} workflows of definitions with tenancy, "
+        f"{sum(r.tenant_refused for r in reports)} starts refused over max_running (429)"
+    )
     actions: Counter[str] = Counter()
     answers: Counter[str] = Counter()
     for report in reports:

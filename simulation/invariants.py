@@ -89,6 +89,12 @@
     every window that starts at a call (1, 10 and 60 s), are never more than ``burst + rate * window``; and no unit
     leaks: at the end no instance counts a call in flight or a record waiting, and once the longest lease and its
     guard have passed, a new instance is given every unit (the leases of crashed instances lapsed).
+22. Tenants (issue 39; ``Faults.tenancy``): after every start of a definition with ``tenancy``, and at every
+    supervisor tick, the workflows of each tenant that have not ended (``ENDED_RUN``) are never more than its
+    ``max_running`` (``Simulation.tenant_violations``); a start refused with 429 wrote no workflow (the workflow
+    count: the stored workflows are the starts less the refused ones); and no slot leaks:
+    at the end every such workflow holds a slot of its tenant, and, once a holder's grace and the pruning period
+    have passed, a start of a tenant below its limit takes a slot (slots whose give-back was lost are found).
 """
 
 from __future__ import annotations
@@ -104,16 +110,19 @@ import jmespath
 
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.adapters.limits_dynamodb import DynamoDBLimitsStore
+from sasflow.adapters.tenancy_dynamodb import DynamoDBTenantSlotStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore
 from sasflow.api_models import events_of
 from sasflow.call_limits import allocate
 from sasflow.callbacks import task_token
 from sasflow.claim_check import REFERENCE_KEY, is_reference
 from sasflow.definition import CallbackStep, MapStep, TaskStep, WaitStep
+from sasflow.errors import TenantLimitError
 from sasflow.fanout import child_id
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
 from sasflow.states import ENDED_RUN
+from sasflow.tenancy import HOLDER_GRACE_SECONDS, PRUNE_SECONDS, TenantGate
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
 from sasflow.triggers import Message, TriggerRefusedError, trigger_input
 
@@ -168,8 +177,14 @@ def check_invariants(sim: Simulation) -> list[Violation]:
                 violations.append(Violation("effect undone twice", effect.workflow_id, effect.token))
 
     started = sum(1 for s in snapshots.values() if s.workflow.parent is None and s.workflow.trigger is None)
-    if started != sim.workflows:
-        violations.append(Violation("workflow count", "-", f"{started} stored, {sim.workflows} started"))
+    accepted = sim.workflows - len(sim.tenant_refused)
+    if started != accepted:
+        violations.append(
+            Violation(
+                "workflow count", "-", f"{started} stored, {accepted} started ({len(sim.tenant_refused)} refused)"
+            )
+        )
+    violations.extend(_tenant_violations(sim, snapshots))
     violations.extend(_map_violations(snapshots))
     violations.extend(_poison_violations(sim))
     violations.extend(trigger_violations(sim, snapshots))
@@ -358,6 +373,39 @@ def trigger_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
         violations.append(Violation("bad message not in the dead-letter queue", "-", body))
     if config.slot:
         violations += _slot_violations(sim, snapshots, set(by_occurrence))
+    return violations
+
+
+def _tenant_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[Violation]:
+    """Invariant 22, tenants: never more running than max_running (as the run went), and no slot leaked at the end."""
+    violations = list(dict.fromkeys(sim.tenant_violations))
+    slots = DynamoDBTenantSlotStore(sim.physical["StateTable"], sim.dynamodb_checker())
+    tenants: dict[tuple[str, str], list[Snapshot]] = {}
+    for snapshot in snapshots.values():
+        if snapshot.workflow.tenant is not None:
+            tenants.setdefault((snapshot.workflow.definition.name, snapshot.workflow.tenant), []).append(snapshot)
+    gate = TenantGate(slots, lambda wid: snapshots[wid].workflow.status if wid in snapshots else None)
+    later = int(sim.clock.now()) + HOLDER_GRACE_SECONDS + PRUNE_SECONDS + 1
+    for (name, tenant), members in sorted(tenants.items()):
+        holders = slots.slots(name, tenant).holders
+        running = [s for s in members if s.workflow.status not in ENDED_RUN]
+        for snapshot in running:
+            if snapshot.workflow.workflow_id not in holders:
+                violations.append(
+                    Violation("a running workflow holds no slot of its tenant", snapshot.workflow.workflow_id, tenant)
+                )
+        if len(running) >= sim.tenant_limit:
+            continue
+        probe = f"probe-{len(running)}"
+        try:
+            gate.take(members[0].workflow.definition, tenant, probe, later)
+        except TenantLimitError:
+            stale = sorted(set(holders) - {s.workflow.workflow_id for s in running})
+            violations.append(
+                Violation("tenant slot leaked", "-", f"{name} {tenant}: {len(running)} running, held by {stale}")
+            )
+        else:
+            slots.release(name, tenant, probe)
     return violations
 
 

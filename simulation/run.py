@@ -189,6 +189,9 @@ class RunReport:
     #: The dispatches the hotels agent's call limits deferred, and the calls its service received (invariant 21).
     limit_deferrals: int = 0
     limited_calls: int = 0
+    #: Starts refused because their tenant ran max_running workflows (429), and workflows of limited definitions.
+    tenant_refused: int = 0
+    tenant_workflows: int = 0
     #: The workflows the schedule's ticks started, by final state (``statuses`` counts the API's starts), and the
     #: messages sent to the trigger's queue (ticks with their duplicates, and bad ones).
     triggered: Counter[str] = field(default_factory=Counter)
@@ -274,6 +277,12 @@ class Simulation:
         #: from a generator of their own, so runs without them replay as before.
         self.poisoned: dict[str, str] = {}
         self.poison_rng = random.Random(seed * 104_729 + 29)
+        #: Workflows whose definition limits its tenants (invariant 22), drawn from a generator of their own: the run's
+        #: max_running, the starts refused with 429 (their Idempotency-Keys) and what was seen over the limit.
+        self.tenancy_rng = random.Random(seed * 15_485_863 + 37)
+        self.tenant_limit = 1 + seed % 2
+        self.tenant_refused: set[str] = set()
+        self.tenant_violations: list[Violation] = []
         #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
         self.trigger_rng = random.Random(seed * 6_113 + 31)
         self.trigger_log = TriggerLog()
@@ -641,6 +650,19 @@ class Simulation:
             self.remotes[agent].on_call = lambda: self._check_units(agent)
         return services
 
+    def _check_tenants(self) -> None:
+        """Invariant 22, as it goes: the workflows of each tenant that have not ended are never more than the run's
+        max_running (after every start of a limited definition, and at every supervisor tick)."""
+        running: Counter[tuple[str, str]] = Counter(
+            (s.workflow.definition.name, s.workflow.tenant)
+            for s in self.stored_workflows()
+            if s.workflow.tenant is not None and s.workflow.status not in ENDED_RUN
+        )
+        for (name, tenant), count in sorted(running.items()):
+            if count > self.tenant_limit:
+                detail = f"{count} of {name} running for {tenant}; max_running is {self.tenant_limit}"
+                self.tenant_violations.append(Violation("tenant ran more than max_running", "-", detail))
+
     def _check_units(self, agent: str) -> None:
         """Invariant 21, as a call starts: the units the agent's instances believe they hold, each by its own clock,
         are never more than ``max_in_flight`` together (two instances that both believe they hold a unit may both
@@ -904,12 +926,24 @@ class Simulation:
             definition["steps"].insert(1, fan_out)
         if self.poison_rng.random() < self.faults.poison_message:
             self._poison()
+        tenancy = self.tenancy_rng.random() < self.faults.tenancy
+        if tenancy:
+            definition["tenancy"] = {"max_running": self.tenant_limit, "tenant_key": "customer"}
+            trip_input["customer"] = f"c{self.tenancy_rng.randint(0, 4)}"
         body = {"definition": definition, "input": trip_input}
-        event = start_event(body, key=f"sim-{self.seed}-{index}")
+        key = f"sim-{self.seed}-{index}"
+        event = start_event(body, key=key)
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).
         for _ in range(20):
             ok, response = self._invoke("ApiFunction", event)
             if ok and response["statusCode"] in (200, 201):
+                if tenancy:
+                    self._check_tenants()
+                return
+            if ok and response["statusCode"] == 429 and tenancy:
+                # Its customer runs max_running trips: refused, nothing written; this client gives up.
+                self.log("start refused: its tenant is at max_running", attribute=False)
+                self.tenant_refused.add(key)
                 return
             self.clock.advance(1)
         raise AssertionError(f"start {index} never succeeded")
@@ -932,6 +966,8 @@ class Simulation:
             self.crashes.on_call = interleave
         self._invoke("SupervisorFunction", event)
         self.crashes.on_call = None
+        if self.faults.tenancy:
+            self._check_tenants()
         self._operate()
         self._operate_trigger()
         self._approve()
@@ -1302,7 +1338,8 @@ class Simulation:
         snapshots = self.stored_workflows()
         # map steps' children are workflows too, and so are the ones the trigger started
         started = sum(1 for s in snapshots if s.workflow.parent is None and s.workflow.trigger is None)
-        return started == self.workflows and all(s.workflow.status.value in _TERMINAL for s in snapshots)
+        accepted = self.workflows - len(self.tenant_refused)  # a start refused for its tenant wrote nothing
+        return started == accepted and all(s.workflow.status.value in _TERMINAL for s in snapshots)
 
     def _dynamodb_client(self) -> Any:
         """boto3's client on moto (world "moto"), or the same calls answered by moto's backend directly ("fast")."""
@@ -1333,6 +1370,8 @@ class Simulation:
         self.report.children = Counter(s.workflow.status.value for s in stored if s.workflow.parent is not None)
         self.report.limit_deferrals = sum(r.limit_deferrals for s in stored for r in s.steps.values())
         self.report.limited_calls = sum(len(self.remotes[agent].starts) for agent in self.limiters)
+        self.report.tenant_refused = len(self.tenant_refused)
+        self.report.tenant_workflows = sum(1 for s in stored if s.workflow.tenant is not None)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
         self.report.callback_answers = self.callback_answers

@@ -91,6 +91,10 @@ class Faults:
     #: Chance per started workflow that a poison message (a body no handler can read: not JSON, or JSON that is not
     #: a step request or reply) is put on one of the consumers' queues, drawn from a generator of its own.
     poison_message: float = 0.05
+    #: Share of workflows whose definition limits its tenants (``tenancy``: a run's max_running, 1 or 2, per customer
+    #: of five, named by ``tenant_key``), drawn from a generator of its own; a start over the limit is refused (429)
+    #: and its client gives up (invariant 22).
+    tenancy: float = 0.3
     #: Ticks of the trigger (simulation/triggers.py) as a share of the workflows, sent besides the API's starts; the
     #: chance a tick is delivered again (and, squared, a third time), and that a message is not a tick at all.
     triggered: float = 0.05

@@ -43,6 +43,8 @@ class Deployed:
     clock: ManualClock = field(default_factory=lambda: ManualClock(float(int(time.time()))))
     #: Each function's role as template.yaml deploys it; a function missing here runs unchecked.
     roles: dict[str, Principal] = field(default_factory=dict)
+    #: The headers of the last response `api` read.
+    last_headers: dict[str, str] = field(default_factory=dict)
     _functions: dict[str, FunctionUnderTest] = field(default_factory=dict)
 
     def fn(self, logical_id: str) -> FunctionUnderTest:
@@ -123,6 +125,7 @@ class Deployed:
             pairs = (part.split("=", 1) for part in query.split("&"))
             event["queryStringParameters"] = {unquote(key): unquote(value) for key, value in pairs}
         response = self.fn(function).invoke(event)
+        self.last_headers = dict(response.get("headers") or {})
         text = response.get("body") or "null"
         return response["statusCode"], json.loads(text)
 

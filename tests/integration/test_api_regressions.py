@@ -21,7 +21,7 @@ from tests.integration.conftest import Deployed
 from tests.support.lambdas import load_event
 
 TRIP = load_event("trip_booking_request.json")
-ERROR_STATUSES = {"400", "403", "404", "409", "410", "413", "415", "422"}
+ERROR_STATUSES = {"400", "403", "404", "409", "410", "413", "415", "422", "429"}
 
 
 def post_raw(

@@ -11,9 +11,11 @@ import pytest
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig
 from boto3.dynamodb.types import TypeSerializer
 
+import sasflow.adapters.tenancy_dynamodb
 import sasflow.batch
 import sasflow.call_limits
 import sasflow.scheduler
+import sasflow.tenancy
 import sasflow.triggers
 import simulation.run
 from devstack.inprocess import offline_aws
@@ -31,7 +33,15 @@ from sasflow.transitions.mapping import MapTransitions
 from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
-from tests.support.sim_faults import LARGE_PAYLOADS, LIMITED, OPERATOR_HEAVY, PLAIN_STEPS, POISONED, TRIGGER_HEAVY
+from tests.support.sim_faults import (
+    LARGE_PAYLOADS,
+    LIMITED,
+    OPERATOR_HEAVY,
+    PLAIN_STEPS,
+    POISONED,
+    TENANTS,
+    TRIGGER_HEAVY,
+)
 
 pytestmark = pytest.mark.integration
 TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
@@ -43,7 +53,7 @@ def test_a_seeded_run_with_every_fault_switched_on_breaks_no_invariant(seed: int
     # run's time, and make test should stay near 15 minutes
     report = run_one(seed, 70)
     assert report.violations == [], report.replay_command()
-    assert sum(report.statuses.values()) == 70
+    assert sum(report.statuses.values()) == 70 - report.tenant_refused  # a start refused for its tenant: nothing
     # map steps are part of every run: their children are workflows of their own, all ended (invariant 17)
     assert sum(report.children.values()) > 0 and set(report.children) <= TERMINAL_STATES
     # conditions, waits and approvals are part of every run: answers applied, and second uses refused
@@ -119,7 +129,7 @@ def test_an_agent_whose_in_progress_record_never_expires_is_an_unexplained_unwin
     monkeypatch.setattr(IdempotencyConfig, "register_lambda_context", lambda self, context: None)
     # as before the triggers and the bursts of starts (a burst's steps, deferred by the hotels agent's call limits
     # and refused as in progress, then also run out of time: more kinds of violation, from the same mutation)
-    report = run_one(1, 40, Faults(agent_killed_after_effect=0.05, triggered=0.0, burst_start=0.0))
+    report = run_one(1, 40, Faults(agent_killed_after_effect=0.05, triggered=0.0, burst_start=0.0, tenancy=0.0))
     assert report.faults["agent killed after its remote effect"] >= 1
     kinds = {v.kind for v in report.violations}
     assert kinds == {"unexplained unwind"}
@@ -744,3 +754,45 @@ def test_call_limit_leases_that_never_lapse_are_caught(monkeypatch: pytest.Monke
     monkeypatch.setattr(simulation.run, "MAX_TICKS_AFTER_LAST_START", 3)  # its hotel steps wait for ever: cut short
     report = run_one(11, 70, LIMITED)
     assert "call limit unit leaked" in {v.kind for v in report.violations}
+
+
+# --------------------------------------------------------------------------------------------- tenants (invariant 22)
+@pytest.mark.parametrize("seed", [11, 12])
+def test_tenants_never_run_more_than_max_running_and_no_slot_leaks(seed: int) -> None:
+    """Invariant 22 under every fault: every workflow's definition limits its tenants; starts over the limit are
+    refused (429) and write nothing, the others run, and no slot is left held at the end."""
+    report = run_one(seed, 60, TENANTS)
+    assert report.violations == [], report.replay_command()
+    assert report.tenant_refused > 0
+    assert report.tenant_workflows == 60 - report.tenant_refused
+
+
+def test_a_tenant_limit_not_enforced_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22 (tools/mutations.toml "a tenant's slot taken over max_running"): a take that
+    ignores max_running lets a tenant run more workflows than its limit."""
+    store = sasflow.adapters.tenancy_dynamodb.DynamoDBTenantSlotStore
+    real = store.take
+
+    def unlimited(self: Any, definition: str, tenant: str, workflow_id: str, max_running: int, now: int) -> bool:
+        return real(self, definition, tenant, workflow_id, 1_000_000, now)
+
+    monkeypatch.setattr(store, "take", unlimited)
+    report = run_one(11, 60, TENANTS)
+    assert "tenant ran more than max_running" in {v.kind for v in report.violations}
+
+
+def test_a_tenant_slot_never_given_back_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22: a slot given back neither by its workflow's end nor by a start that needs it
+    stays held: the tenant cannot start again."""
+    store = sasflow.adapters.tenancy_dynamodb.DynamoDBTenantSlotStore
+    monkeypatch.setattr(store, "release", lambda self, definition, tenant, workflow_id: False)
+    report = run_one(11, 60, TENANTS)
+    assert "tenant slot leaked" in {v.kind for v in report.violations}
+
+
+def test_a_running_holders_slot_freed_by_a_start_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22: a start that takes every holder for ended frees the slots of running workflows
+    and runs more than max_running."""
+    monkeypatch.setattr(sasflow.tenancy, "ENDED_RUN", frozenset(WorkflowStatus))
+    report = run_one(11, 60, TENANTS)
+    assert "tenant ran more than max_running" in {v.kind for v in report.violations}

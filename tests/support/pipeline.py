@@ -15,7 +15,12 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
 
-from sasflow.adapters.memory import InMemoryPayloadStore, InMemoryStateStore, InMemoryTriggerStore
+from sasflow.adapters.memory import (
+    InMemoryPayloadStore,
+    InMemoryStateStore,
+    InMemoryTenantSlotStore,
+    InMemoryTriggerStore,
+)
 from sasflow.agent import AgentRuntime
 from sasflow.breaker import CircuitBreaker
 from sasflow.call_limits import CallLimiter
@@ -170,6 +175,8 @@ class Pipeline:
         self.bus = TimedBus(self.clock)
         #: The triggers' items: a run that holds its trigger's slot gives it back when it ends.
         self.triggers = InMemoryTriggerStore()
+        #: The tenants' items: a start of a definition with tenancy takes a slot, its workflow gives it back at its end.
+        self.tenancy = InMemoryTenantSlotStore()
         self.scheduler = SchedulerService(
             self.store,
             self.clock,
@@ -179,6 +186,7 @@ class Pipeline:
             id_secret=lambda: ID_SECRET,
             claims=self.claims,
             triggers=self.triggers,
+            tenancy=self.tenancy,
         )
         self.supervisor = SupervisorService(
             self.store, self.bus, self.scheduler, self.clock, self.config, metrics=self.count

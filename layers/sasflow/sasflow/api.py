@@ -70,6 +70,8 @@ from .errors import (
     PayloadTooLargeError,
     StepNotDispatchedError,
     StepNotFoundError,
+    TenantKeyError,
+    TenantLimitError,
     TriggerAlreadyPausedError,
     TriggerNotFoundError,
     TriggerNotRunnableError,
@@ -139,6 +141,8 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     TriggerNotRunnableError: _Refusal(409, "TRIGGER_NOT_RUNNABLE", "An event or queue trigger starts on what arrives"),
     InvalidCursorError: _Refusal(400, "INVALID_CURSOR", "A cursor this API did not give"),
     IdempotencyKeyConflictError: _Refusal(409, "IDEMPOTENCY_KEY_REUSED", "Idempotency-Key used with another body"),
+    TenantLimitError: _Refusal(429, "TENANT_LIMIT", "The tenant runs its definition's tenancy.max_running already"),
+    TenantKeyError: _Refusal(422, "TENANT_KEY_NOT_EVALUATED", "The definition's tenancy.tenant_key names no tenant"),
     ConditionFailedError: _Refusal(409, "CONFLICT", "The workflow is not in a state that allows this"),
     UnauthenticatedError: _Refusal(403, "FORBIDDEN", "No verified caller identity"),
     PayloadTooLargeError: _Refusal(413, "PAYLOAD_TOO_LARGE", "Payload too large (body, step input, SQS, DynamoDB)"),
@@ -198,6 +202,7 @@ def _refuse(exc: Exception) -> Response[Any]:
         status_code=refusal.status,
         content_type=content_types.APPLICATION_JSON,
         body=body.model_dump_json(exclude_none=True),
+        headers={"Retry-After": str(exc.retry_after)} if isinstance(exc, TenantLimitError) else None,
     )
 
 

@@ -209,6 +209,11 @@ class WorkflowView(BaseModel):
     reason: str | None = None
     owner: str | None = Field(default=None, description="The principal that started it.")
     trigger: TriggerView | None = Field(default=None, description="The trigger that started it, if one did.")
+    tenant: str | None = Field(
+        default=None,
+        description="The tenant whose slot it holds until it ends (its definition's tenancy): principal#<owner> or "
+        "key#<tenant_key's value>.",
+    )
     paused: bool = Field(default=False, description="An operator paused it: nothing new is dispatched.")
     hold_until: int | None = Field(
         default=None, description="HELD under a hold timeout: when it is compensated (epoch seconds)."
@@ -271,6 +276,7 @@ class WorkflowView(BaseModel):
             trigger=TriggerView(name=workflow.trigger.name, occurrence=workflow.trigger.occurrence)
             if workflow.trigger is not None
             else None,
+            tenant=workflow.tenant,
             paused=workflow.paused,
             hold_until=workflow.hold_until,
             events=len(snapshot.history),

@@ -81,6 +81,7 @@ def build_engine(
     """
     from .adapters.dynamodb_store import DynamoDBStateStore, dynamodb_client
     from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .adapters.tenancy_dynamodb import DynamoDBTenantSlotStore
     from .adapters.trigger_dynamodb import DynamoDBTriggerStore
     from .scheduler import SchedulerService
     from .supervisor import SupervisorService
@@ -100,6 +101,7 @@ def build_engine(
         correlate=correlate,
         claims=claim_check(config.payload_bucket, config, metrics=metrics, s3=s3),
         triggers=DynamoDBTriggerStore(config.state_table, store.client),
+        tenancy=DynamoDBTenantSlotStore(config.state_table, store.client),
     )
     supervisor = SupervisorService(store, bus, scheduler, clock, config, metrics=metrics)
     return EngineServices(config, store, bus, scheduler, supervisor)

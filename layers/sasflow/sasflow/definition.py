@@ -309,6 +309,47 @@ StepDefinition = Annotated[AnyStep, WrapValidator(_step_by_type)]
 _STEP_KINDS.update(task=TaskStep, wait=WaitStep, callback=CallbackStep, map=MapStep)
 
 
+#: Most workflows of one tenant that may run at once (``tenancy.max_running``): the tenant's item lists each.
+MAX_RUNNING_PER_TENANT = 1_000
+
+
+class TenancyPolicy(BaseModel):
+    """How many workflows of this definition one tenant may run at once (``sasflow.tenancy``).
+
+    The tenant is the principal that starts the workflow, or, with ``tenant_key``, what that JMESPath gives on the
+    workflow's input (a customer's id, say: every principal starting workflows for that customer shares its limit).
+    A start over ``max_running`` is refused with 429 and Retry-After (``over_limit: refuse``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    max_running: StrictInt = Field(
+        ge=1,
+        le=MAX_RUNNING_PER_TENANT,
+        description="Workflows of one tenant running at once (RUNNING, HELD, unwinding or COMPENSATION_FAILED: until "
+        "it ends COMPLETED, COMPENSATED or CANCELLED).",
+    )
+    tenant_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_EXPRESSION_CHARS,
+        description="JMESPath on the workflow's input that names its tenant (a string or an integer); null: the "
+        "principal that starts it.",
+    )
+    over_limit: Literal["refuse"] = Field(
+        default="refuse", description="A start over max_running is refused: 429 with Retry-After, nothing written."
+    )
+
+    @model_validator(mode="after")
+    def _key_parses(self) -> TenancyPolicy:
+        if self.tenant_key is not None:
+            try:
+                compiled(self.tenant_key)
+            except JMESPathError as exc:
+                raise ValueError(f"tenant_key is not JMESPath: {exc}") from None
+        return self
+
+
 class WorkflowDefinition(BaseModel):
     """A named, versioned list of steps that runs as one unit: it completes, or what was done is undone."""
 
@@ -329,6 +370,10 @@ class WorkflowDefinition(BaseModel):
         le=31_536_000,
         description="Under the hold policy: compensate a workflow held for longer than this (seconds); null holds "
         "until a person acts.",
+    )
+    tenancy: TenancyPolicy | None = Field(
+        default=None,
+        description="At most max_running workflows of this definition (by name, any version) per tenant at once.",
     )
 
     @model_validator(mode="after")
@@ -408,7 +453,10 @@ class WorkflowDefinition(BaseModel):
         Equal definitions (defaults filled in, keys sorted) have the same id, so the store keeps one copy of a
         definition however many workflows run it, and a workflow record carries only this id.
         """
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        document = self.model_dump(mode="json")
+        if document["tenancy"] is None:  # a definition without it keeps the id it had before tenancy existed
+            del document["tenancy"]
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
     @cached_property

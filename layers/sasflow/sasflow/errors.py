@@ -92,6 +92,34 @@ class WaitNotEvaluatedError(StepNotEvaluatedError):
         super().__init__("WAIT_NOT_EVALUATED", message)
 
 
+class TenantKeyError(InvalidDefinitionError):
+    """A definition's ``tenancy.tenant_key`` gives no tenant on a start's input (null, an object, a list, an empty or
+    too long text): the start is refused with HTTP 422 ``TENANT_KEY_NOT_EVALUATED`` and writes nothing."""
+
+
+class TenantLimitError(RetryableError):
+    """A start over its tenant's ``tenancy.max_running``: refused with HTTP 429 and ``Retry-After``, nothing written
+    (a trigger's occurrence is delivered again by its queue, and ends in its dead-letter queue after five tries).
+
+    Attributes
+    ----------
+    tenant, definition, max_running:
+        Whose limit, of which definition (by name), and the limit.
+    retry_after:
+        Seconds after which a start may find a free slot (a hint: workflows end when they end).
+    """
+
+    def __init__(self, tenant: str, definition: str, max_running: int, retry_after: int) -> None:
+        super().__init__(
+            f"tenant {tenant} has {max_running} workflow(s) of {definition} running, its tenancy.max_running: start "
+            f"again after {retry_after} s, when one has ended"
+        )
+        self.tenant = tenant
+        self.definition = definition
+        self.max_running = max_running
+        self.retry_after = retry_after
+
+
 class WorkflowNotFoundError(PermanentError):
     """No workflow has the given id, or it belongs to another principal (the API answers 404 to both)."""
 

@@ -87,6 +87,9 @@ class WorkflowRecord:
         it ends, so their retention starts then. A reference in its input or outputs says so too.
     trigger:
         The trigger and occurrence that started it (``triggers.py``); None for a start through the API.
+    tenant:
+        The tenant whose slot it holds when its definition limits its tenants (``tenancy.py``): given back when it
+        ends; None otherwise.
     """
 
     workflow_id: str
@@ -107,6 +110,7 @@ class WorkflowRecord:
     parent: ParentRef | None = None
     claim_checked: bool = False
     trigger: TriggerRef | None = None
+    tenant: str | None = None
 
     @property
     def needs_attention(self) -> str | None:

@@ -44,6 +44,7 @@ from .errors import (
     IdempotencyKeyConflictError,
     InvalidDefinitionError,
     PayloadTooLargeError,
+    TenantLimitError,
     WorkflowNotFoundError,
 )
 from .fanout import ChildCommand, child_id
@@ -52,6 +53,7 @@ from .ports import Counter, Outgoing, StateStore, TriggerStore, no_metrics
 from .records import Snapshot, StepRecord, TriggerRef, WorkflowRecord, index_key_for
 from .settings import EngineConfig
 from .states import ENDED_RUN, TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
+from .tenancy import TenantGate, TenantSlotStore, tenant_of
 from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
 from .transitions.base import child_report
 from .transitions.mapping import MAP_CHILD_ID_TAKEN
@@ -145,6 +147,11 @@ class SchedulerService:
         trigger's slot (``overlap: skip`` or ``buffer_one``) gives it back in the call whose write ended it, and
         again in any later call on it (the first give-back may have crashed); the tick waiting for the slot is
         among the messages returned.
+    tenancy:
+        The tenants' items (``tenancy.TenantSlotStore``; None: no definition limits its tenants here). A start of a
+        definition with ``tenancy`` takes a slot of its tenant before it writes its workflow, or is refused
+        (``errors.TenantLimitError``); the workflow gives it back in the call whose write ended it, and again in any
+        later call on it.
     """
 
     def __init__(
@@ -159,8 +166,10 @@ class SchedulerService:
         correlate: Callable[[str], None] | None = None,
         claims: ClaimCheck | None = None,
         triggers: TriggerStore | None = None,
+        tenancy: TenantSlotStore | None = None,
     ) -> None:
         self.correlate = correlate or (lambda workflow_id: None)
+        self.tenants = None if tenancy is None else TenantGate(tenancy, self._status_of)
         self.claims = claims
         self.triggers = triggers
         self.store = store
@@ -203,8 +212,13 @@ class SchedulerService:
         PayloadTooLargeError
             When the input is over ``max_payload_bytes`` (or, without a claim-check, does not fit in the record),
             or a first step's input, a request message or the record would exceed its limit (nothing is written).
+        TenantKeyError
+            When the definition's ``tenancy.tenant_key`` gives no tenant on this input.
+        TenantLimitError
+            When the tenant runs ``tenancy.max_running`` workflows of the definition already (nothing is written).
         """
         self.check_agents(definition)
+        tenant = None if definition.tenancy is None else tenant_of(definition.tenancy, owner, workflow_input)
         if REFERENCE_KEY in workflow_input:
             raise InvalidDefinitionError(f"the input's key {REFERENCE_KEY!r} is reserved for claim-check references")
         now = epoch_seconds(self.clock)
@@ -229,6 +243,7 @@ class SchedulerService:
             idempotency_key=idempotency_key,
             owner=owner,
             trigger=trigger,
+            tenant=tenant,
         )
         self.correlate(workflow.workflow_id)
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)
@@ -237,6 +252,10 @@ class SchedulerService:
         if transition.refusals:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
+        if tenant is not None:
+            repeat = self._take_tenant_slot(definition, tenant, workflow_id, now, request_hash)
+            if repeat is not None:
+                return repeat
         if pending is not None and self.claims is not None:
             self.claims.upload([pending], state=PENDING)
             transition.claimed.append(pending.key)  # made live by _settle_payloads once the workflow exists
@@ -246,18 +265,65 @@ class SchedulerService:
             existing = self.store.load(workflow.workflow_id)
             if existing is None:  # pragma: no cover - the condition failed, so it exists (TTL aside)
                 raise
+            # A repeat of a start whose workflow has ended: the slot this call took (or one never given back) goes.
+            self._give_back_tenant_slot(existing)
             self._reclaim_input(existing, transition.claimed)
             if existing.workflow.request_hash != request_hash:
                 raise IdempotencyKeyConflictError(
                     "Idempotency-Key was already used with a different request body"
                 ) from None
             return StartResult(existing, created=False)
+        except PayloadTooLargeError:
+            # Refused before the write: no workflow will hold the slot this call took. (After any other failure the
+            # write may have happened; a slot whose workflow never came is given back by a start that needs it.)
+            if tenant is not None and self.tenants is not None:
+                self.tenants.slots.release(definition.name, tenant, workflow_id)
+            raise
         self._settle_payloads(None, stored, transition)
         self.metrics("WorkflowsStarted")
         transition.emit_metrics()
         log_moves(None, stored)
         messages = transition.messages + self._run_children(stored, transition.children)
         return StartResult(stored, created=True, messages=messages)
+
+    def _take_tenant_slot(
+        self, definition: WorkflowDefinition, tenant: str, workflow_id: str, now: int, request_hash: str
+    ) -> StartResult | None:
+        """Take a slot of ``tenant`` for the workflow (`tenancy.TenantGate.take`); a start refused for its tenant's
+        limit that repeats one already made (the same Idempotency-Key) gets that workflow instead (None: go on)."""
+        if self.tenants is None:
+            raise ConfigurationError(
+                f"definition {definition.name} limits its tenants, but this function has no tenant store"
+            )
+        try:
+            self.tenants.take(definition, tenant, workflow_id, now)
+        except TenantLimitError:
+            existing = self.store.load(workflow_id)
+            if existing is None:
+                raise
+            if existing.workflow.request_hash != request_hash:
+                raise IdempotencyKeyConflictError(
+                    "Idempotency-Key was already used with a different request body"
+                ) from None
+            return StartResult(existing, created=False)
+        return None
+
+    def _status_of(self, workflow_id: str) -> WorkflowStatus | None:
+        # Strongly consistent: a stale read could show a running holder as not yet written, and free its slot.
+        snapshot = self.store.load(workflow_id, consistent=True)
+        return None if snapshot is None else snapshot.workflow.status
+
+    def _give_back_tenant_slot(self, snapshot: Snapshot) -> None:
+        """Give back the tenant's slot the workflow holds once it has ended (``tenancy.py``); a repeat is harmless."""
+        workflow = snapshot.workflow
+        if workflow.tenant is None or workflow.status not in ENDED_RUN:
+            return
+        if self.tenants is None:
+            raise ConfigurationError(
+                f"workflow {workflow.workflow_id} holds a slot of tenant {workflow.tenant}, but this function has no "
+                "tenant store to give it back"
+            )
+        self.tenants.give_back(workflow.definition.name, workflow.tenant, workflow.workflow_id, workflow.status)
 
     def workflow_id(self, owner: str, idempotency_key: str) -> str:
         """The id a start of ``owner`` with ``idempotency_key`` gets (`workflow_id_for`), known before it starts."""
@@ -551,6 +617,7 @@ class SchedulerService:
                 self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
                 self._settle_retention(base, base)
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
+                self._give_back_tenant_slot(base)
                 return base, self._give_back_slot(base)
             try:
                 stored = self.store.save(self._keyed(base, transition.snapshot, transition.now), expect=base)
@@ -574,6 +641,7 @@ class SchedulerService:
             transition.emit_metrics()
             log_moves(base, stored)
             children = self._run_children(stored, transition.children)
+            self._give_back_tenant_slot(stored)
             return stored, transition.messages + children + self._give_back_slot(stored)
         raise ContentionError(workflow_id, MAX_ATTEMPTS)
 

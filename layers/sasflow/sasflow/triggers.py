@@ -62,6 +62,7 @@ from .errors import (
     PermanentError,
     RetryableError,
     SasflowError,
+    TenantLimitError,
     TriggerAlreadyPausedError,
 )
 from .messages import canonical_hash
@@ -820,6 +821,12 @@ class TriggerService:
                 idempotency_key=key,
                 trigger=TriggerRef(config.name, occurrence.identity, slot=config.slot),
             )
+        except TenantLimitError:
+            # Its tenant runs tenancy.max_running workflows: nothing was written; the occurrence is delivered again
+            # (its queue's visibility timeout), and the trigger's slot this start took waits for it no longer.
+            if config.slot:
+                self.give_back(workflow_id)
+            raise
         except (InvalidDefinitionError, PayloadTooLargeError, IdempotencyKeyConflictError) as exc:
             # Refused before anything was written (DESIGN Rule 9): a first step's reference finds nothing in the
             # input, a payload over its limit. The slot this start took is given back before the refusal is sent.

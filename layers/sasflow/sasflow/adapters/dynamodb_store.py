@@ -343,6 +343,8 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "trigger": workflow.trigger.doc() if workflow.trigger is not None else None,
         # The sparse trigger index's key: only a workflow a trigger started carries it (sasflow list --trigger).
         "trg": workflow.trigger.name if workflow.trigger is not None else None,
+        # The tenant whose slot it holds (sasflow.tenancy), given back when it ends.
+        "tenant": workflow.tenant,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -390,6 +392,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         expires_at=item.get("expires_at"),
         parent=ParentRef.from_doc(_plain(item.get("parent"))),
         trigger=TriggerRef.from_doc(_plain(item.get("trigger"))),
+        tenant=item.get("tenant"),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()

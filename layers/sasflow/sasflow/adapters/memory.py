@@ -18,6 +18,7 @@ from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import TERMINAL_WORKFLOW
+from ..tenancy import TenantSlots
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 
@@ -415,3 +416,45 @@ class InMemoryTriggerStore:
                 return None
             self.items[name] = replace(state, running=None, running_since=None)
             return None if state.waiting is None else Outgoing(state.waiting_queue or "", state.waiting)
+
+
+class InMemoryTenantSlotStore:
+    """A ``tenancy.TenantSlotStore`` in memory (``adapters.tenancy_dynamodb`` on DynamoDB): ``items`` maps
+    (definition, tenant) to its holders (workflow id -> since) and ``pruned`` to when they were last looked at."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.items: dict[tuple[str, str], dict[str, int]] = {}
+        self.pruned: dict[tuple[str, str], int] = {}
+
+    def take(self, definition: str, tenant: str, workflow_id: str, max_running: int, now: int) -> bool:
+        """See ``TenantSlotStore.take``."""
+        with self._lock:
+            holders = self.items.setdefault((definition, tenant), {})
+            if workflow_id in holders:
+                return True
+            if len(holders) >= max_running:
+                return False
+            holders[workflow_id] = now
+            return True
+
+    def slots(self, definition: str, tenant: str) -> TenantSlots:
+        """See ``TenantSlotStore.slots``."""
+        with self._lock:
+            return TenantSlots(
+                holders=dict(self.items.get((definition, tenant), {})),
+                pruned_at=self.pruned.get((definition, tenant), 0),
+            )
+
+    def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
+        """See ``TenantSlotStore.release``."""
+        with self._lock:
+            return self.items.get((definition, tenant), {}).pop(workflow_id, None) is not None
+
+    def claim_pruning(self, definition: str, tenant: str, now: int, every: int) -> bool:
+        """See ``TenantSlotStore.claim_pruning``."""
+        with self._lock:
+            if self.pruned.get((definition, tenant), 0) > now - every:
+                return False
+            self.pruned[(definition, tenant)] = now
+            return True

@@ -1,0 +1,82 @@
+"""Tenants' limits through the template's functions on moto: the API refuses a start over its tenant's limit with
+429 and Retry-After, the scheduler's function gives the slot back when the workflow ends, each within its role."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.integration.conftest import Deployed
+from tests.support.lambdas import load_event
+
+TRIP = load_event("trip_booking_request.json")
+
+
+def limited(max_running: int, **tenancy: Any) -> dict[str, Any]:
+    body = json.loads(json.dumps(TRIP))
+    body["definition"]["tenancy"] = {"max_running": max_running, **tenancy}
+    return body
+
+
+def tenant_items(deployed: Deployed) -> dict[str, set[str]]:
+    """Each tenant's item: its key and the workflows holding its slots."""
+    return {
+        item["pk"]["S"]: {name.removeprefix("h#") for name in item if name.startswith("h#")}
+        for item in deployed.items()
+        if item["pk"]["S"].startswith("TENANCY#")
+    }
+
+
+def test_a_start_over_the_tenants_limit_is_429_with_retry_after_and_the_slot_comes_back_at_the_end(
+    deployed: Deployed,
+) -> None:
+    # Given a trip limited to one running per tenant, started by client-a
+    status, first = deployed.api("POST", "/workflows", limited(1))
+    assert status == 201
+    client_a = f"principal#{first['owner']}"
+    assert first["tenant"] == client_a
+
+    # When client-a starts another, and client-b one
+    refused_status, refused = deployed.api("POST", "/workflows", limited(1))
+    retry_after = deployed.last_headers.get("Retry-After")
+    other_status, other = deployed.api("POST", "/workflows", limited(1), caller="client-b")
+
+    # Then client-a's second is refused with 429, JSON naming the tenant and the limit, and Retry-After; client-b's
+    # starts; each tenant's item holds its one running workflow
+    assert refused_status == 429
+    assert refused["error"] == "TENANT_LIMIT"
+    assert f"tenant {client_a} has 1 workflow(s) of trip-booking running" in refused["message"]
+    assert retry_after == "10"
+    assert other_status == 201
+    client_b = f"principal#{other['owner']}"
+    assert tenant_items(deployed) == {
+        f"TENANCY#trip-booking#{client_a}": {first["workflow_id"]},
+        f"TENANCY#trip-booking#{client_b}": {other["workflow_id"]},
+    }
+
+    # When the workflows run to their end (the agents' and the scheduler's functions)
+    deployed.pump()
+
+    # Then their slots are back, and client-a starts again
+    assert tenant_items(deployed) == {
+        f"TENANCY#trip-booking#{client_a}": set(),
+        f"TENANCY#trip-booking#{client_b}": set(),
+    }
+    again_status, _ = deployed.api("POST", "/workflows", limited(1))
+    assert again_status == 201
+
+
+def test_a_tenant_key_that_names_no_tenant_is_422_and_writes_nothing(deployed: Deployed) -> None:
+    status, body = deployed.api("POST", "/workflows", limited(1, tenant_key="customer.id"))
+    assert status == 422
+    assert body["error"] == "TENANT_KEY_NOT_EVALUATED"
+    assert "tenancy.tenant_key 'customer.id' gives null (nothing) on this input" in body["message"]
+    assert [item for item in deployed.items() if item["sk"]["S"] in ("#WF", "#TENANCY")] == []
+
+
+def test_a_cancel_gives_the_slot_back_through_the_api_function(deployed: Deployed) -> None:
+    _, first = deployed.api("POST", "/workflows", limited(1))
+    status, _ = deployed.api("POST", f"/workflows/{first['workflow_id']}/cancel")
+    assert status in (200, 202)
+    deployed.pump()
+    assert tenant_items(deployed) == {f"TENANCY#trip-booking#principal#{first['owner']}": set()}
