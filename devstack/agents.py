@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 if TYPE_CHECKING:
     from devstack.triggers import TriggerDeclaration
@@ -70,17 +70,18 @@ class AgentDeclaration(BaseModel):
     auth_secret: str | None = Field(default=None, pattern=r"^(secretsmanager|ssm):.+$")
     invoke_arn: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:execute-api:.+$")
     concurrency: int | None = Field(default=None, ge=1, le=10)
-    max_in_flight: int | None = Field(default=None, ge=1, le=1_000)
+    # strict: YAML's `true` is no count (it was taken for 1)
+    max_in_flight: StrictInt | None = Field(default=None, ge=1, le=1_000)
     rate: float | None = Field(default=None, ge=0.01, le=10_000)
-    burst: int | None = Field(default=None, ge=1, le=10_000)
+    burst: StrictInt | None = Field(default=None, ge=1, le=10_000)
+    call_wait_seconds: float | None = Field(default=None, ge=0, le=10)
 
     @model_validator(mode="after")
     def _limits(self) -> AgentDeclaration:
         if self.max_in_flight is not None or self.rate is not None or self.burst is not None:
-            try:
-                _call_limits()(max_in_flight=self.max_in_flight, rate=self.rate, burst=self.burst)
-            except ValueError as exc:
-                raise ValueError(f"agent {self.name}: {exc}") from exc
+            _call_limits()(max_in_flight=self.max_in_flight, rate=self.rate, burst=self.burst)
+        elif self.call_wait_seconds is not None:
+            raise ValueError("call_wait_seconds is how long a record waits for the call limits: declare them with it")
         return self
 
     @property
@@ -301,8 +302,14 @@ def _secret_policy(agent: AgentDeclaration) -> str:
 
 
 def _limits_environment(agent: AgentDeclaration) -> str:
-    """MAX_IN_FLIGHT, CALL_RATE and CALL_BURST of an agent that declares them (sasflow.call_limits)."""
-    values = (("MAX_IN_FLIGHT", agent.max_in_flight), ("CALL_RATE", agent.rate), ("CALL_BURST", agent.burst))
+    """MAX_IN_FLIGHT, CALL_RATE, CALL_BURST and CALL_WAIT_SECONDS of an agent that declares them
+    (sasflow.call_limits)."""
+    values = (
+        ("MAX_IN_FLIGHT", agent.max_in_flight),
+        ("CALL_RATE", agent.rate),
+        ("CALL_BURST", agent.burst),
+        ("CALL_WAIT_SECONDS", agent.call_wait_seconds),
+    )
     return "".join(f"          {variable}: {value:g}\n" for variable, value in values if value is not None)
 
 

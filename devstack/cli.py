@@ -744,7 +744,7 @@ def faults(
     ] = None,
     quota_burst: Annotated[
         int | None,
-        typer.Option("--quota-burst", min=1, help="Calls --quota-rate lets through at once [default: a second's]."),
+        typer.Option("--quota-burst", min=1, help="Calls --quota-rate lets through at once (default: a second's)."),
     ] = None,
     reset: Annotated[bool, typer.Option("--reset", help="No faults (outage included), before the other options.")] = (
         False

@@ -52,6 +52,10 @@ NO_FAULTS: Final[dict[str, Any]] = {
     "compensation_error_rate": 0.0,
     "outage_start": None,
     "outage_end": None,
+    "quota_in_flight": None,
+    "quota_rate": None,
+    "quota_burst": None,
+    "quota_tolerance_ms": 50.0,
 }
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}

@@ -706,9 +706,11 @@ def run_load(profile: LoadProfile | None = None, *, console: Console | None = No
             extra_env["CALL_WAIT_SECONDS"] = str(profile.call_wait_seconds)
         if profile.burst:
             limited = "; ".join(f"{name} {describe_quota(quota)}" for name, quota in result.quotas.items())
+            wait = "" if profile.call_wait_seconds is None else f"; CALL_WAIT_SECONDS {profile.call_wait_seconds:g}"
             console.print(
                 f"[bold]Burst:[/] {profile.workflows} trip bookings started at once, no faults; the services' "
-                f"quotas: {limited or 'none'}; limit {profile.time_limit_seconds:.0f} s"
+                f"quotas: {limited or 'none'}{wait}; limit {profile.time_limit_seconds:.0f} s",
+                overflow="fold",
             )
         else:
             console.print(
@@ -1125,6 +1127,19 @@ def render(result: LoadResult, console: Console, *, title: str = "Load run") -> 
             f"[green]OK[/]: {result.terminal} workflows terminal, 0 duplicate side effects, "
             f"{len(result.dead_letters)} dead letter(s), all explained; sagas match the ledgers."
         )
+        if result.profile.burst:
+            steps = result.steps()
+            for name, quota in result.quotas.items():
+                stats = result.service_stats.get(name, {})
+                peak, busiest = stats.get("in_flight_peak", 0), stats.get("busiest_second", 0)
+                console.print(
+                    f"[green]OK[/]: {name} ({describe_quota(quota)}) was called at most {peak} at once and {busiest} "
+                    "in a second, 0 calls answered 429, by its own count"
+                )
+            console.print(
+                f"[green]OK[/]: every one of {len(steps)} steps took one attempt; "
+                f"{sum(step.limit_deferrals for step in steps)} dispatches waited for the call limits"
+            )
     console.print()
     console.print(result.markdown(), markup=False, highlight=False, soft_wrap=True)
 

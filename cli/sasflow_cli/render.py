@@ -170,7 +170,12 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
                 "status": _status(step.get("status")),
                 "att": Text(str(step.get("attempt", 0))),
                 "resends": Text(str(step.get("resends", 0))),
-                "defer": Text(str(step.get("deferrals", 0))),
+                # an open circuit's deferrals, then the call limits' waits ("2+3 lim"): busy is not failing
+                "defer": Text(
+                    f"{step.get('deferrals', 0)}+{step['limit_deferrals']} lim"
+                    if step.get("limit_deferrals")
+                    else str(step.get("deferrals", 0))
+                ),
                 "complete-by": Text("" if on_compensation else deadline(step.get("complete_by"))),
                 "started": Text(clock(step.get("started_at"))),
                 "finished": Text(clock(step.get("finished_at"))),

@@ -485,13 +485,13 @@ class CallMeter:
                 self._arrivals.popleft()
             self._busiest = max(self._busiest, len(self._arrivals))
             if knobs.quota_in_flight is not None and self._in_flight >= knobs.quota_in_flight:
-                return f"allows {knobs.quota_in_flight} calls at once"
+                return f"allows {_calls(knobs.quota_in_flight)} at once"
             if knobs.quota_rate is not None:
                 interval = 1.0 / knobs.quota_rate
                 burst = knobs.quota_burst_calls
                 tat = now if self._tat is None else max(self._tat, now)
                 if tat - now > (burst - 1) * interval + knobs.quota_tolerance_ms / 1000.0:
-                    return f"allows {knobs.quota_rate:g} calls a second (burst {burst})"
+                    return f"allows {_calls(knobs.quota_rate)} a second (burst {burst})"
                 self._tat = tat + interval
             self._in_flight += 1
             self._in_flight_peak = max(self._in_flight_peak, self._in_flight)
@@ -897,6 +897,10 @@ class TravelService:
         with self._lock:
             self._hangs += 1
         self._clock.sleep(knobs.hang_seconds)
+
+
+def _calls(count: float) -> str:
+    return f"{count:g} call" if count == 1 else f"{count:g} calls"
 
 
 def confirmation_code(service: str, token: str) -> str:

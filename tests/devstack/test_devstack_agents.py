@@ -86,6 +86,17 @@ def test_one_entry_gives_an_agent_every_part_it_needs(tmp_path: Path) -> None:
             "trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  concurrency: 0\n",
             "greater than or equal to 1",
         ),
+        # found by a trial: YAML's true was taken for 1 call in flight
+        ("trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  max_in_flight: true\n", "valid integer"),
+        (
+            "trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  max_in_flight: 5\n  rate: 10\n"
+            "  burst: 2\n",
+            "burst \\(2\\) must be at least max_in_flight \\(5\\)",
+        ),
+        (
+            "trains:\n  description: x\n  base_url: parameter\n  actions: [a]\n  call_wait_seconds: 1\n",
+            "declare them with it",
+        ),
     ],
 )
 def test_a_bad_entry_is_refused_with_the_agent_and_the_reason(tmp_path: Path, entry: str, reason: str) -> None:
@@ -116,6 +127,35 @@ def test_an_agent_works_on_its_batch_at_once_10_for_http_1_for_python_unless_age
         for name in ("flights", "hotels", "payments", "inventory", "trains")
     }
     assert at_once == {"flights": "10", "hotels": "10", "payments": "10", "inventory": "1", "trains": "3"}
+
+
+def test_an_agents_call_limits_and_its_wait_reach_its_functions_environment(tmp_path: Path) -> None:
+    # Given an agent declaring limits and how long a record waits for them (a trial found CALL_WAIT_SECONDS settable
+    # only by hand in template.yaml's generated part, which `make template` overwrites)
+    agents = tmp_path / "agents.yaml"
+    agents.write_text(
+        AGENTS_FILE.read_text()
+        + "\ntrains:\n  description: Agent for the trains service.\n  base_url: parameter\n  actions: [book_seat]\n"
+        "  max_in_flight: 3\n  rate: 2.5\n  call_wait_seconds: 0.5\n"
+    )
+    template = tmp_path / "template.yaml"
+    template.write_text(render_template(TEMPLATE_FILE.read_text(), load_agents(agents)))
+    stack = Stack(
+        load_template(template),
+        template_dir=TEMPLATE_FILE.parent,
+        parameters={"DeploySampleServices": "true", "TrainsBaseUrl": "https://trains.example"},
+    )
+    # Then its function's environment holds them, and an agent without limits has none
+    environment = stack.function("TrainsAgentFunction").environment
+    assert {
+        name: environment.get(name) for name in ("MAX_IN_FLIGHT", "CALL_RATE", "CALL_BURST", "CALL_WAIT_SECONDS")
+    } == {
+        "MAX_IN_FLIGHT": "3",
+        "CALL_RATE": "2.5",
+        "CALL_BURST": None,
+        "CALL_WAIT_SECONDS": "0.5",
+    }
+    assert "MAX_IN_FLIGHT" not in stack.function("FlightsAgentFunction").environment
 
 
 def test_a_template_without_the_markers_is_refused() -> None:

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import devstack.cli
 from devstack.cli import app
 from devstack.demo import sample_services_importable
-from devstack.faults import POISON_BODY, KnobChanges, ServiceKnobs, apply, knobs_table, parse_duration
+from devstack.faults import NO_FAULTS, POISON_BODY, KnobChanges, ServiceKnobs, apply, knobs_table, parse_duration
 from devstack.uplock import DEFAULT_LOCK_PATH, UpLock
 
 sample_services_importable()
@@ -130,6 +130,16 @@ def test_faults_reset_puts_every_service_back_to_no_faults(up: UpLock, servers: 
     # Then none has a fault left
     assert result.exit_code == 0, result.output
     assert [server.service.knobs for server in servers.values()] == [FaultKnobs()] * 3
+
+
+def test_reset_takes_a_services_quota_away_too(up: UpLock, servers: dict[str, RunningServer]) -> None:
+    # Given a quota on hotels (found by a trial: --reset left it, and nothing else could take it away)
+    assert faults("hotels", "--quota-in-flight", "2", "--quota-rate", "1").exit_code == 0
+    # When every service is reset
+    assert faults("--reset").exit_code == 0
+    # Then hotels has no quota, as it has no other fault: reset is every knob's default, each one named
+    assert servers["hotels"].service.knobs == FaultKnobs()
+    assert FaultKnobs().model_dump() == NO_FAULTS
 
 
 def test_an_outage_of_zero_ends_the_outage_in_force(up: UpLock, servers: dict[str, RunningServer]) -> None:

@@ -65,6 +65,10 @@ def test_a_burst_of_starts_never_calls_the_hotels_over_its_quota_and_its_deferra
     assert figures["call-limit deferrals (sent again, no attempt used)"] == str(
         sum(step.limit_deferrals for step in steps)
     )
+    # And the verdict says what was checked (a trial found only make load's line)
+    said = output.getvalue()
+    assert "OK: hotels (5 at once, 10/s (burst 10)) was called at most" in said
+    assert "OK: every one of 120 steps took one attempt;" in said
 
 
 def _burst_result(*, throttled: int, peak: int, attempts: tuple[int, ...]) -> LoadResult:

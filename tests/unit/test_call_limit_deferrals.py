@@ -8,7 +8,7 @@ from sasflow.call_limits import CallLimiter, CallLimits
 from sasflow.clock import ManualClock
 from sasflow.states import Outcome, StepStatus, WorkflowStatus
 from tests.support.fakes import InMemoryLimitsStore
-from tests.support.pipeline import Pipeline
+from tests.support.pipeline import Pipeline, trip_definition
 
 START = 1_800_000_000.0
 
@@ -57,3 +57,37 @@ def test_a_busy_service_defers_its_step_without_an_attempt_and_past_the_deferral
     final = p.snapshot(wid)
     assert final.workflow.status is WorkflowStatus.COMPLETED
     assert final.steps["reserve_flight"].attempt == 1
+
+
+def test_a_compensation_deferred_by_the_call_limits_waits_its_turn_and_is_no_trouble() -> None:
+    # Given a flights agent limited to one call in flight, and a trip whose payment is refused
+    p = Pipeline(clock=ManualClock(START))
+    store = InMemoryLimitsStore()
+    limits = CallLimits(max_in_flight=1)
+    ours = CallLimiter("flights", limits, store, p.clock, holder="ours", rng=random.Random(2), metrics=p.count)
+    p.runtimes["flights"] = p.runtime("flights", limiter=ours)
+    p.services["payments"].script["charge"] = ["reject"]
+    patient = {"timeout_seconds": 300}  # the clock moves past our lease below: no step runs out of time meanwhile
+    wid = p.start(trip_definition(reserve_flight=patient, book_hotel=patient, charge_card=patient))
+    p.run_agent("flights")
+    p.run_scheduler()
+    # When our lease has lapsed and another instance holds the unit as the flight's cancellation comes
+    p.clock.advance(ours.lease_seconds + ours.guard_seconds)
+    other = CallLimiter("flights", limits, store, p.clock, holder="other", rng=random.Random(1))
+    held = other.acquire(1.0, p.clock.now() + 3_600)
+    p.pump()
+
+    # Then the cancellation waits, counted as a limit deferral: not as the circuit's, not as trouble ("stuck")
+    snapshot = p.snapshot(wid)
+    record = snapshot.steps["reserve_flight"]
+    assert snapshot.workflow.status is WorkflowStatus.COMPENSATING
+    assert (record.status, record.comp_attempt, record.comp_deferrals) == (StepStatus.COMPENSATING, 1, 0)
+    assert record.limit_deferrals >= 1
+    assert snapshot.trouble == 0
+    # When the other instance stops, the cancellation runs on its first attempt
+    held.release()
+    p.clock.advance(other.lease_seconds + other.guard_seconds)
+    p.settle(wid)
+    final = p.snapshot(wid)
+    assert final.workflow.status is WorkflowStatus.COMPENSATED
+    assert final.steps["reserve_flight"].comp_attempt == 1

@@ -511,3 +511,23 @@ def test_triggers_list_shows_the_run_that_holds_the_slot_and_the_tick_waiting_fo
     [line] = [line for line in console.export_text().splitlines() if line.startswith("hourly-trip")]
     assert "wf-7 (waiting: tick 2026-12-06T10:00:00Z)" in line
     assert line.split()[-4:] == ["2", "0", "1", "0"]  # skipped, missed, buffered, held
+
+
+def test_get_says_how_often_a_step_waited_for_its_agents_call_limits_beside_its_circuits_deferrals() -> None:
+    # Given a hotel step deferred once by an open circuit and 3 times by its agent's call limits (found by a trial:
+    # the table showed only the circuit's count, so a step waiting its turn looked like one that never waited)
+    from sasflow_cli.render import workflow_table
+
+    step = {"name": "book_hotel", "agent": "hotels", "action": "book", "status": "PROCESSING", "attempt": 1}
+    view = {"workflow_id": "w", "status": "RUNNING", "steps": [{**step, "deferrals": 1, "limit_deferrals": 3}]}
+    plain = {"workflow_id": "w", "status": "RUNNING", "steps": [{**step, "deferrals": 2}]}
+
+    # When `get --wide` renders them
+    def row(shown: Mapping[str, Any]) -> list[str]:
+        console = Console(width=160, record=True)
+        console.print(workflow_table(shown, wide=True))
+        return next(line for line in console.export_text().splitlines() if line.startswith("book_hotel")).split()
+
+    # Then the defer column gives both counts, the limits' marked, and a step without limit waits stays a number
+    assert row(view)[2:7] == ["PROCESSING", "1", "0", "1+3", "lim"]
+    assert row(plain)[2:6] == ["PROCESSING", "1", "0", "2"]

@@ -136,8 +136,9 @@ class StepRecord:
     ``may_have_happened`` is true once an attempt may have reached the service without a definitive answer
     (timeouts, transient errors, a probe of a half-open circuit that failed), so the step must be compensated if the
     workflow unwinds (Rule 6). ``deferrals`` and ``comp_deferrals`` count the dispatches an open circuit deferred
-    without using an attempt, of the action and of its compensation; ``limit_deferrals`` those of the action the
-    agent's call limits deferred (a busy service: they count in no budget, and not as trouble). ``error`` is the
+    without using an attempt, of the action and of its compensation; ``limit_deferrals`` those the agent's
+    call limits deferred, of the action and of its compensation (a busy service: they count in no budget, and not as
+    trouble). ``error`` is the
     action's last error, ``comp_error`` the compensation's. The times of a step are in the workflow's history. A step
     with no record is PENDING.
 

@@ -253,7 +253,7 @@ class SchedulerService:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
         if tenant is not None:
-            repeat = self._take_tenant_slot(definition, tenant, workflow_id, now, request_hash)
+            repeat = self._take_tenant_slot(definition, tenant, workflow_id, now, request_hash, idempotency_key)
             if repeat is not None:
                 return repeat
         if pending is not None and self.claims is not None:
@@ -287,7 +287,13 @@ class SchedulerService:
         return StartResult(stored, created=True, messages=messages)
 
     def _take_tenant_slot(
-        self, definition: WorkflowDefinition, tenant: str, workflow_id: str, now: int, request_hash: str
+        self,
+        definition: WorkflowDefinition,
+        tenant: str,
+        workflow_id: str,
+        now: int,
+        request_hash: str,
+        idempotency_key: str | None,
     ) -> StartResult | None:
         """Take a slot of ``tenant`` for the workflow (`tenancy.TenantGate.take`); a start refused for its tenant's
         limit that repeats one already made (the same Idempotency-Key) gets that workflow instead (None: go on)."""
@@ -298,7 +304,7 @@ class SchedulerService:
         try:
             self.tenants.take(definition, tenant, workflow_id, now)
         except TenantLimitError:
-            existing = self.store.load(workflow_id)
+            existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: nothing to find
             if existing is None:
                 raise
             if existing.workflow.request_hash != request_hash:

@@ -34,6 +34,11 @@ from ..records import Snapshot, StepRecord
 from ..settings import EngineConfig
 from ..states import DONE_STEP, TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
 
+#: The history's code of a deferred reply (no call made, no attempt used): the agent's call limits (a busy service),
+#: or an open circuit (a failing one).
+CALLS_LIMITED = "CALLS_LIMITED"
+CIRCUIT_OPEN = "CIRCUIT_OPEN"
+
 logger = logging.getLogger("sasflow.scheduler")
 
 _MAX_SQS_DELAY = 900
@@ -280,14 +285,11 @@ class TransitionBase:
             self._wait_timer(record)  # a wait step's own timer (forward.ForwardTransitions)
             self.advance()
             return
-        self.history.reply(
-            reply.step,
-            reply.phase,
-            reply.attempt,
-            reply.outcome,
-            reply.calls,
-            reply.error.code if reply.error is not None else None,
-        )
+        code = reply.error.code if reply.error is not None else None
+        if code is None and reply.outcome is Outcome.DEFERRED:
+            # which wait it was, for the person reading the history: a busy service or a failing one
+            code = CALLS_LIMITED if reply.deferred_by == "limit" else CIRCUIT_OPEN
+        self.history.reply(reply.step, reply.phase, reply.attempt, reply.outcome, reply.calls, code)
         if reply.phase is Phase.ACTION:
             self._forward_outcome(record, reply)
         else:

@@ -38,7 +38,11 @@ class CompensationTransitions(TransitionBase):
         # compensation's attempts, nor give up before the budget does.
         if _no_call_made(reply) and left > 0:
             delay = min(_retry_delay(reply, self.now), left)
-            base = record.evolve(comp_deferrals=record.comp_deferrals + 1)
+            if reply.deferred_by == "limit":
+                # A busy service (the agent's call limits): counted apart, as for the action, and not as trouble.
+                base = record.evolve(limit_deferrals=record.limit_deferrals + 1)
+            else:
+                base = record.evolve(comp_deferrals=record.comp_deferrals + 1)
             self._dispatch_compensation(base, record.comp_attempt, self.now + delay, delay=delay)
             return
         # A compensation makes one call per attempt, so every failure that is not a definitive refusal uses one
