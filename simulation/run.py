@@ -653,10 +653,12 @@ class Simulation:
     def _check_tenants(self) -> None:
         """Invariant 22, as it goes: the workflows of each tenant that have not ended are never more than the run's
         max_running (after every start of a limited definition, and at every supervisor tick)."""
+        ended = {status.value for status in ENDED_RUN}
+        # the raw items' few attributes, not whole snapshots: this runs after every such start and at every tick
         running: Counter[tuple[str, str]] = Counter(
-            (s.workflow.definition.name, s.workflow.tenant)
-            for s in self.stored_workflows()
-            if s.workflow.tenant is not None and s.workflow.status not in ENDED_RUN
+            (item["dname"]["S"], item["tenant"]["S"])
+            for item in self._state_items()
+            if item["sk"]["S"] == WORKFLOW_SORT_KEY and "tenant" in item and item["status"]["S"] not in ended
         )
         for (name, tenant), count in sorted(running.items()):
             if count > self.tenant_limit:

@@ -12,6 +12,7 @@ import pytest
 from devstack.events import envelope
 from sasflow.adapters.memory import InMemoryTriggerStore
 from sasflow.definition import parse_definition
+from sasflow.errors import TenantLimitError
 from sasflow.history import decode
 from sasflow.registry import DefinitionRegistry
 from sasflow.states import WorkflowStatus
@@ -413,3 +414,31 @@ def test_a_trigger_with_a_slot_reads_its_item_strongly_for_every_occurrence_even
         trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z")))
         trigger.handle(occurrence_of(trigger.config, tick("2026-12-06T09:01:00Z")))
     assert items.reads[:2] == [True, True] and False not in items.reads
+
+
+def test_a_tick_over_its_tenants_limit_starts_nothing_gives_its_slot_back_and_starts_when_delivered_later() -> None:
+    # Given a definition allowing 1 running trip per customer, and acme's trip started through the API
+    p = Pipeline()
+    limited = {**trip_definition(), "name": "trip", "version": 1}
+    limited["tenancy"] = {"max_running": 1, "tenant_key": "customer"}
+    DefinitionRegistry(p.store).publish("trip", 1, parse_definition(limited), owner=OWNER, now=0)
+    acme = {"traveller": "Scheduled", "route": "LHR-JFK", "amount": 100, "customer": "acme"}
+    by_api = p.start(limited, acme)
+    items = InMemoryTriggerStore()
+    trigger = service(p, items, overlap="skip", input={**acme, "booked_for.$": "scheduled_time"})
+
+    # When a tick for acme comes while that trip runs
+    occurrence = occurrence_of(trigger.config, tick("2026-12-06T09:00:00Z"))
+    with pytest.raises(TenantLimitError, match="tenant key#acme"):
+        trigger.handle(occurrence)
+
+    # Then it wrote no workflow, and the trigger's slot it took is free again (its queue delivers it again later)
+    assert set(p.store.workflows) == {by_api}
+    assert items.state("every-minute-trip").running is None
+    # When acme's trip ends and the tick is delivered again
+    p.settle(by_api)
+    again = trigger.handle(occurrence)
+    # Then it starts its workflow, which holds both slots
+    assert again.created
+    assert items.state("every-minute-trip").running == again.workflow_id
+    assert set(p.tenancy.slots("trip", "key#acme").holders) == {again.workflow_id}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..breaker import BreakerRecord, BreakerState
+from . import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -85,7 +86,7 @@ class DynamoDBBreakerStore:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True

@@ -52,6 +52,7 @@ from ..records import (
 )
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import StepStatus, WorkflowStatus
+from . import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -436,10 +437,6 @@ def _name_record(item: dict[str, Any]) -> NameRecord:
     )
 
 
-def _is_condition_failure(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code", "") == "ConditionalCheckFailedException"
-
-
 #: Definitions one store instance remembers as stored (by content id); they never change.
 _MAX_KNOWN_DEFINITIONS = 256
 
@@ -494,7 +491,7 @@ class DynamoDBStateStore:
         try:
             self.client.put_item(TableName=self.table, Item=_ser(item), ConditionExpression="attribute_not_exists(pk)")
         except ClientError as exc:
-            if _is_condition_failure(exc):
+            if condition_failed(exc):
                 return False
             raise
         return True
@@ -527,7 +524,7 @@ class DynamoDBStateStore:
                 ExpressionAttributeValues=_ser({":owner": owner, ":now": now}),
             )
         except ClientError as exc:
-            if _is_condition_failure(exc):
+            if condition_failed(exc):
                 raise DefinitionNameTakenError(name) from None
             raise
         self._ensure_definition(definition)
@@ -553,7 +550,7 @@ class DynamoDBStateStore:
                 ExpressionAttributeValues=_ser({":v": version}),
             )
         except ClientError as exc:
-            if not _is_condition_failure(exc):
+            if not condition_failed(exc):
                 raise  # a later version is the latest already: nothing to move
         return created, _version_record(item)
 
@@ -721,7 +718,7 @@ class DynamoDBStateStore:
         except ClientError as exc:
             # a failed condition is billed too: the next write of this workflow carries it
             ledger().give_back(workflow_id, owed)
-            if _is_condition_failure(exc):
+            if condition_failed(exc):
                 raise ConditionFailedError(f"workflow {workflow_id} changed since version {expect.version}") from exc
             raise
         return replace(snapshot, version=version, cost=expect.cost + owed)
@@ -905,7 +902,7 @@ class DynamoDBStateStore:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if _is_condition_failure(exc):
+            if condition_failed(exc):
                 raise LeaseNotAcquiredError(name) from exc
             raise
         return int(_de(response["Attributes"])["fencing"])
@@ -922,5 +919,5 @@ class DynamoDBStateStore:
                 ExpressionAttributeValues=_ser({":owner": owner, ":now": now - 1}),
             )
         except ClientError as exc:
-            if not _is_condition_failure(exc):
+            if not condition_failed(exc):
                 raise

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..call_limits import Lease, LimitsRecord
+from . import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -89,7 +90,7 @@ class DynamoDBLimitsStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+            if not condition_failed(exc):
                 raise
             item: dict[str, Any] | None = exc.response.get("Item")  # type: ignore[assignment] # ALL_OLD returns it
             return _record(item) if item is not None else self.read(agent)

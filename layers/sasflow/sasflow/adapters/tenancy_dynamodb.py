@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..tenancy import TenantSlots
+from . import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -27,10 +28,6 @@ HOLDER_PREFIX = "h#"
 def tenancy_key(definition: str, tenant: str) -> dict[str, Any]:
     """The key of a tenant's item for one definition name."""
     return {"pk": {"S": f"{TENANCY_PREFIX}{definition}#{tenant}"}, "sk": {"S": TENANCY_SORT_KEY}}
-
-
-def _condition_failed(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
 class DynamoDBTenantSlotStore:
@@ -65,7 +62,7 @@ class DynamoDBTenantSlotStore:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             current: dict[str, Any] = dict(exc.response.get("Item") or {})  # type: ignore[call-overload]
             return f"{HOLDER_PREFIX}{workflow_id}" in current
@@ -98,7 +95,7 @@ class DynamoDBTenantSlotStore:
                 ExpressionAttributeValues={":minus": {"N": "-1"}},
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return False
         return True
@@ -114,7 +111,7 @@ class DynamoDBTenantSlotStore:
                 ExpressionAttributeValues={":now": {"N": str(now)}, ":before": {"N": str(now - every)}},
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return False
         return True

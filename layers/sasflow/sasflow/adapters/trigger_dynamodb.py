@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from ..ports import Outgoing
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
+from . import condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -56,10 +57,6 @@ def _state(name: str, item: dict[str, Any] | None) -> TriggerState:
         waiting=text("waiting"),
         waiting_queue=text("waiting_queue"),
     )
-
-
-def _condition_failed(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
 class DynamoDBTriggerStore:
@@ -117,7 +114,7 @@ class DynamoDBTriggerStore:
                 ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             raise already_paused(self.state(name, consistent=True)) from None
         return _state(name, response.get("Attributes"))
@@ -169,7 +166,7 @@ class DynamoDBTriggerStore:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             raise SlotTakenError(f"trigger {name}: its slot changed since it was read") from None
 
@@ -184,7 +181,7 @@ class DynamoDBTriggerStore:
                 ExpressionAttributeValues={":body": {"S": body}, ":queue": {"S": queue_url}, ":one": {"N": "1"}},
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return False
         return True
@@ -202,7 +199,7 @@ class DynamoDBTriggerStore:
                 ReturnValues="ALL_OLD",
             )
         except ClientError as exc:
-            if not _condition_failed(exc):
+            if not condition_failed(exc):
                 raise
             return None
         state = _state(name, response.get("Attributes"))
