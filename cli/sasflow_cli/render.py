@@ -137,6 +137,8 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
         notes.append(f"owner: {view['owner']}")
     if view.get("trigger"):
         notes.append(f"started by trigger {view['trigger']['name']}: {view['trigger']['occurrence']}")
+    if view.get("tenant"):
+        notes.append(f"tenant: {view['tenant']}")  # whose tenancy.max_running it counts in
     if view.get("paused"):
         notes.append("PAUSED by an operator")
     if view.get("hold_until"):

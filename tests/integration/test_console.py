@@ -197,6 +197,16 @@ def test_a_client_sees_its_own_workflow_and_is_told_why_not_the_rest(deployed: D
     assert "you see only the workflows you started" in other
 
 
+def test_a_workflow_page_names_the_tenant_whose_limit_it_counts_in(deployed: Deployed) -> None:
+    body = trip()
+    body["definition"]["tenancy"] = {"max_running": 2, "tenant_key": "traveller"}
+    status, started = deployed.api("POST", "/workflows", body, caller="client-a")
+    assert status == 201
+    mine = signed_in(console_of(deployed, "client-a"))
+    shown = text_of(page(mine, f"/workflows/{quote(started['workflow_id'], safe='')}"))
+    assert f"Tenant key#{body['input']['traveller']} (a slot of its definition's tenancy.max_running)" in shown
+
+
 def test_the_find_form_filters_by_status_definition_and_start_and_opens_an_id(deployed: Deployed) -> None:
     wid = held_at_payment(deployed)
     browser = signed_in(console_of(deployed))

@@ -531,3 +531,15 @@ def test_get_says_how_often_a_step_waited_for_its_agents_call_limits_beside_its_
     # Then the defer column gives both counts, the limits' marked, and a step without limit waits stays a number
     assert row(view)[2:7] == ["PROCESSING", "1", "0", "1+3", "lim"]
     assert row(plain)[2:6] == ["PROCESSING", "1", "0", "2"]
+
+
+def test_get_names_the_tenant_whose_limit_the_workflow_counts_in() -> None:
+    from sasflow_cli.render import workflow_table
+
+    view = {"workflow_id": "w", "status": "RUNNING", "tenant": "key#acme", "steps": []}
+    console = Console(width=160, record=True)
+    console.print(workflow_table(view))
+    assert "tenant: key#acme" in console.export_text()
+    console = Console(width=160, record=True)
+    console.print(workflow_table({**view, "tenant": None}))
+    assert "tenant" not in console.export_text()

@@ -248,6 +248,27 @@ def test_a_tick_delivered_again_while_paused_finds_the_run_it_started_which_keep
     assert (run_now.created, run_now.skipped) == (False, f"{first.workflow_id} runs (skip)")
 
 
+def test_a_delivery_that_took_an_ended_runs_slot_again_and_crashed_leaves_it_to_the_next_delivery_while_paused(
+    pipeline: Pipeline,
+) -> None:
+    """Found by the simulation (seed 46): a tick's run started and ended at once, giving the slot back; a duplicate
+    delivery of the tick took the slot again for that run and crashed before its start found the run ended; the
+    next delivery came while the trigger was paused, found the run, and returned, leaving the slot held by a run
+    that had ended: no later tick could start."""
+    trigger = service(pipeline, "skip")
+    first = tick(trigger, 0)
+    pipeline.settle(first.workflow_id)
+    assert item(pipeline).running is None  # its end gave the slot back
+    # the duplicate's claim, then its crash (nothing else of it happened)
+    pipeline.triggers.claim(NAME, first.workflow_id, int(pipeline.clock.now()), expect=None, buffered=None)
+    pipeline.triggers.pause(NAME, principal="ops", reason="maintenance", now=int(pipeline.clock.now()))
+    again = tick(trigger, 0)
+    assert (again.workflow_id, again.created) == (first.workflow_id, False)
+    assert item(pipeline).running is None
+    pipeline.triggers.resume(NAME)
+    assert tick(trigger, 2).created  # the next tick starts
+
+
 def test_a_tick_that_took_the_slot_and_crashed_then_met_a_pause_gives_the_slot_back_once_its_claim_settled(
     pipeline: Pipeline,
 ) -> None:

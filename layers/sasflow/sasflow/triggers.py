@@ -785,10 +785,15 @@ class TriggerService:
         if scheduled and state is not None and state.paused and config.kind.holds:
             return self._hold(occurrence, state)
         if scheduled and state is not None and state.paused:
-            if claimed and self.scheduler.store.load(workflow_id, consistent=True) is not None:
+            run = self.scheduler.store.load(workflow_id, consistent=True) if claimed else None
+            if run is not None:
                 # Another delivery of the tick whose run holds the slot (that run started before the pause): it
                 # found its workflow, which keeps the slot until it ends (found by the simulation, seed 22: this
-                # delivery gave it back, and a run-now started a second run beside it).
+                # delivery gave it back, and a run-now started a second run beside it). A run that has ended gave
+                # the slot back already; a delivery that took it again and crashed left it held: it goes back
+                # (found by the simulation, seed 46 of session 57's make sim).
+                if run.workflow.status in ENDED_RUN:
+                    self.give_back(workflow_id)
                 return TriggerOutcome(workflow_id, created=False)
             self.triggers.count(config.name, "skipped")
             self.metrics("TriggerTicksSkipped")
