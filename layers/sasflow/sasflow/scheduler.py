@@ -268,11 +268,7 @@ class SchedulerService:
             # A repeat of a start whose workflow has ended: the slot this call took (or one never given back) goes.
             self._give_back_tenant_slot(existing)
             self._reclaim_input(existing, transition.claimed)
-            if existing.workflow.request_hash != request_hash:
-                raise IdempotencyKeyConflictError(
-                    "Idempotency-Key was already used with a different request body"
-                ) from None
-            return StartResult(existing, created=False)
+            return _repeated(existing, request_hash)
         except PayloadTooLargeError:
             # Refused before the write: no workflow will hold the slot this call took. (After any other failure the
             # write may have happened; a slot whose workflow never came is given back by a start that needs it.)
@@ -307,11 +303,7 @@ class SchedulerService:
             existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: nothing to find
             if existing is None:
                 raise
-            if existing.workflow.request_hash != request_hash:
-                raise IdempotencyKeyConflictError(
-                    "Idempotency-Key was already used with a different request body"
-                ) from None
-            return StartResult(existing, created=False)
+            return _repeated(existing, request_hash)
         return None
 
     def _status_of(self, workflow_id: str) -> WorkflowStatus | None:
@@ -329,7 +321,7 @@ class SchedulerService:
                 f"workflow {workflow.workflow_id} holds a slot of tenant {workflow.tenant}, but this function has no "
                 "tenant store to give it back"
             )
-        self.tenants.give_back(workflow.definition.name, workflow.tenant, workflow.workflow_id, workflow.status)
+        self.tenants.slots.release(workflow.definition.name, workflow.tenant, workflow.workflow_id)
 
     def workflow_id(self, owner: str, idempotency_key: str) -> str:
         """The id a start of ``owner`` with ``idempotency_key`` gets (`workflow_id_for`), known before it starts."""
@@ -970,6 +962,19 @@ class SchedulerService:
         previous = base.stored_key if base is not None else None
         grace = self.config.deadline_grace_seconds
         return snapshot.with_index_key(index_key_for(previous, snapshot.due_key(grace), now, grace))
+
+
+def _repeated(existing: Snapshot, request_hash: str) -> StartResult:
+    """A start whose workflow exists (its Idempotency-Key was used): that workflow, if the body is the same.
+
+    Raises
+    ------
+    IdempotencyKeyConflictError
+        When the key was used with a different request body.
+    """
+    if existing.workflow.request_hash != request_hash:
+        raise IdempotencyKeyConflictError("Idempotency-Key was already used with a different request body") from None
+    return StartResult(existing, created=False)
 
 
 def retention_state(snapshot: Snapshot) -> str:

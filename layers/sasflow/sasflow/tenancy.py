@@ -161,9 +161,3 @@ class TenantGate:
             if (status is None and since <= now - HOLDER_GRACE_SECONDS) or (status is not None and status in ENDED_RUN):
                 ended.append(holder)
         return ended
-
-    def give_back(self, definition: str, tenant: str | None, workflow_id: str, status: Any) -> None:
-        """Give back the slot of a workflow that has ended (``ENDED_RUN``); nothing for one that runs or has none."""
-        if tenant is None or status not in ENDED_RUN:
-            return
-        self.slots.release(definition, tenant, workflow_id)
