@@ -104,7 +104,8 @@ def _print_tables(reports: list[RunReport]) -> None:
         f"call limits (the hotels agent): {sum(r.limited_calls for r in reports)} calls, "
         f"{sum(r.limit_deferrals for r in reports)} dispatches deferred for the limits; tenants: "
         f"{sum(r.tenant_workflows for r in reports)} workflows of definitions with tenancy, "
-        f"{sum(r.tenant_refused for r in reports)} starts refused over max_running (429)"
+        f"{sum(r.tenant_refused for r in reports)} starts refused over max_running (429), "
+        f"{sum(r.tenant_queued for r in reports)} queued (started in ticket order)"
     )
     actions: Counter[str] = Counter()
     answers: Counter[str] = Counter()

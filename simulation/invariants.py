@@ -95,6 +95,10 @@
     count: the stored workflows are the starts less the refused ones); and no slot leaks:
     at the end every such workflow holds a slot of its tenant, and, once a holder's grace and the pruning period
     have passed, a start of a tenant below its limit takes a slot (slots whose give-back was lost are found).
+    Half the runs queue the starts over the limit (``over_limit: queue``, ``Simulation.tenant_queue``): a QUEUED
+    workflow counts as not running; a tenant's queue starts its workflows in ticket order (no ticket started while
+    a lower one still waits) and each once (one ``dequeued`` event), checked as it goes; at the end no workflow is
+    still QUEUED and no queue entry is left.
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ from sasflow.errors import TenantLimitError
 from sasflow.fanout import child_id
 from sasflow.messages import remote_token
 from sasflow.records import Snapshot, StepRecord
-from sasflow.states import ENDED_RUN
+from sasflow.states import ENDED_RUN, WorkflowStatus
 from sasflow.tenancy import HOLDER_GRACE_SECONDS, PRUNE_SECONDS, TenantGate
 from sasflow.transitions.base import HOLD_TIMEOUT_SUFFIX
 from sasflow.triggers import Message, TriggerRefusedError, trigger_input
@@ -386,9 +390,20 @@ def _tenant_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[
             tenants.setdefault((snapshot.workflow.definition.name, snapshot.workflow.tenant), []).append(snapshot)
     gate = TenantGate(slots, lambda wid: snapshots[wid].workflow.status if wid in snapshots else None)
     later = int(sim.clock.now()) + HOLDER_GRACE_SECONDS + PRUNE_SECONDS + 1
+    for snapshot in snapshots.values():
+        if snapshot.workflow.status is WorkflowStatus.QUEUED:
+            violations.append(
+                Violation(
+                    "a queued workflow never started", snapshot.workflow.workflow_id, f"{snapshot.workflow.tenant}"
+                )
+            )
+    for item in sim.state_items():
+        if item["pk"]["S"].startswith("TENANCY#") and item["sk"]["S"].startswith("Q#"):
+            detail = f"{item['pk']['S']} {item['sk']['S']} ({item['wid']['S']})"
+            violations.append(Violation("a tenant's queue entry left behind", "-", detail))
     for (name, tenant), members in sorted(tenants.items()):
         holders = slots.slots(name, tenant).holders
-        running = [s for s in members if s.workflow.status not in ENDED_RUN]
+        running = [s for s in members if s.workflow.status not in ENDED_RUN | {WorkflowStatus.QUEUED}]
         for snapshot in running:
             if snapshot.workflow.workflow_id not in holders:
                 violations.append(

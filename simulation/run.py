@@ -192,6 +192,8 @@ class RunReport:
     #: Starts refused because their tenant ran max_running workflows (429), and workflows of limited definitions.
     tenant_refused: int = 0
     tenant_workflows: int = 0
+    #: Workflows that waited QUEUED in their tenant's queue (runs with ``over_limit: queue``).
+    tenant_queued: int = 0
     #: The workflows the schedule's ticks started, by final state (``statuses`` counts the API's starts), and the
     #: messages sent to the trigger's queue (ticks with their duplicates, and bad ones).
     triggered: Counter[str] = field(default_factory=Counter)
@@ -281,6 +283,8 @@ class Simulation:
         #: max_running, the starts refused with 429 (their Idempotency-Keys) and what was seen over the limit.
         self.tenancy_rng = random.Random(seed * 15_485_863 + 37)
         self.tenant_limit = 1 + seed % 2
+        #: Half the runs queue their tenants' starts over the limit (``over_limit: queue``), the others refuse them.
+        self.tenant_queue = (seed // 2) % 2 == 1
         self.tenant_refused: set[str] = set()
         self.tenant_violations: list[Violation] = []
         #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
@@ -602,9 +606,9 @@ class Simulation:
     def stored_workflows(self) -> list[Snapshot]:
         """Every workflow in the state table, as the store reads it."""
         store = self.state_store()
-        return [store.from_item(item) for item in self._state_items() if item["sk"]["S"] == WORKFLOW_SORT_KEY]
+        return [store.from_item(item) for item in self.state_items() if item["sk"]["S"] == WORKFLOW_SORT_KEY]
 
-    def _state_items(self) -> list[dict[str, Any]]:
+    def state_items(self) -> list[dict[str, Any]]:
         """Every item of the state table (DynamoDB JSON), strongly consistent: a Scan on moto; in the fast world read
         straight from moto's table, the same items without the Scan's per-item accounting."""
         table = self.physical["StateTable"]
@@ -651,19 +655,39 @@ class Simulation:
         return services
 
     def _check_tenants(self) -> None:
-        """Invariant 22, as it goes: the workflows of each tenant that have not ended are never more than the run's
-        max_running (after every start of a limited definition, and at every supervisor tick)."""
-        ended = {status.value for status in ENDED_RUN}
+        """Invariant 22, as it goes: the workflows of each tenant that have not ended (nor wait QUEUED) are never more
+        than the run's max_running, and a tenant's queue starts its workflows in ticket order, each once (after every
+        start of a limited definition, and at every supervisor tick)."""
+        ended = {status.value for status in ENDED_RUN} | {"QUEUED"}
         # the raw items' few attributes, not whole snapshots: this runs after every such start and at every tick
+        items = [item for item in self.state_items() if item["sk"]["S"] == WORKFLOW_SORT_KEY and "tenant" in item]
         running: Counter[tuple[str, str]] = Counter(
-            (item["dname"]["S"], item["tenant"]["S"])
-            for item in self._state_items()
-            if item["sk"]["S"] == WORKFLOW_SORT_KEY and "tenant" in item and item["status"]["S"] not in ended
+            (item["dname"]["S"], item["tenant"]["S"]) for item in items if item["status"]["S"] not in ended
         )
         for (name, tenant), count in sorted(running.items()):
             if count > self.tenant_limit:
                 detail = f"{count} of {name} running for {tenant}; max_running is {self.tenant_limit}"
                 self.tenant_violations.append(Violation("tenant ran more than max_running", "-", detail))
+        waiting: dict[tuple[str, str], list[int]] = {}
+        started: dict[tuple[str, str], list[int]] = {}
+        for item in items:
+            if "ticket" not in item:
+                continue
+            queue = (item["dname"]["S"], item["tenant"]["S"])
+            ticket = int(item["ticket"]["N"])
+            dequeued = sum(1 for line in item.get("h", {}).get("S", "").split("\n") if line.split(" ")[1:2] == ["G"])
+            if dequeued > 1:
+                detail = f"{item['pk']['S']} (ticket {ticket}) started {dequeued} times"
+                self.tenant_violations.append(Violation("a queued workflow started twice", "-", detail))
+            if item["status"]["S"] == "QUEUED":
+                waiting.setdefault(queue, []).append(ticket)
+            elif dequeued:
+                started.setdefault(queue, []).append(ticket)
+        for queue, tickets in sorted(waiting.items()):
+            passed = [ticket for ticket in started.get(queue, []) if ticket > min(tickets)]
+            if passed:
+                detail = f"{queue[1]}: ticket {min(tickets)} still QUEUED, tickets {sorted(passed)} started"
+                self.tenant_violations.append(Violation("a tenant's queue started out of ticket order", "-", detail))
 
     def _check_units(self, agent: str) -> None:
         """Invariant 21, as a call starts: the units the agent's instances believe they hold, each by its own clock,
@@ -931,6 +955,8 @@ class Simulation:
         tenancy = self.tenancy_rng.random() < self.faults.tenancy
         if tenancy:
             definition["tenancy"] = {"max_running": self.tenant_limit, "tenant_key": "customer"}
+            if self.tenant_queue:
+                definition["tenancy"]["over_limit"] = "queue"
             trip_input["customer"] = f"c{self.tenancy_rng.randint(0, 4)}"
         body = {"definition": definition, "input": trip_input}
         key = f"sim-{self.seed}-{index}"
@@ -1374,6 +1400,7 @@ class Simulation:
         self.report.limited_calls = sum(len(self.remotes[agent].starts) for agent in self.limiters)
         self.report.tenant_refused = len(self.tenant_refused)
         self.report.tenant_workflows = sum(1 for s in stored if s.workflow.tenant is not None)
+        self.report.tenant_queued = sum(1 for s in stored if s.workflow.queue_ticket is not None)
         self.report.faults = self.log.counts
         self.report.operator_actions = self.operator_actions
         self.report.callback_answers = self.callback_answers
@@ -1386,7 +1413,7 @@ class Simulation:
         )
 
     def _state_digest(self) -> str:
-        items = self._state_items()
+        items = self.state_items()
         items.sort(key=lambda item: (item["pk"]["S"], item["sk"]["S"]))
         for item in items:
             if "lease_until" in item:

@@ -377,7 +377,7 @@ def history(
 def list_(
     ctx: typer.Context,
     status: Annotated[
-        str | None, typer.Option("--status", help="RUNNING, HELD, PAUSED, COMPENSATION_FAILED, COMPLETED, ...")
+        str | None, typer.Option("--status", help="RUNNING, HELD, PAUSED, QUEUED, COMPENSATION_FAILED, COMPLETED, ...")
     ] = None,
     in_flight: Annotated[
         bool, typer.Option("--in-flight", help="Every workflow in flight (RUNNING, COMPENSATING, CANCELLING).")

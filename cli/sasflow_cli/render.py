@@ -49,6 +49,7 @@ STATUS_STYLES = {
     "CANCELLING": "cyan",
     "PENDING": "dim",
     "SKIPPED": "dim",
+    "QUEUED": "blue",
 }
 
 
@@ -139,6 +140,9 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
         notes.append(f"started by trigger {view['trigger']['name']}: {view['trigger']['occurrence']}")
     if view.get("tenant"):
         notes.append(f"tenant: {view['tenant']}")  # whose tenancy.max_running it counts in
+    if view.get("queue_ticket") is not None:
+        place = f", place {view['queue_position']} when queued" if view.get("queue_position") else ""
+        notes.append(f"queue ticket: {view['queue_ticket']}{place}")  # it starts in ticket order (tenancy: queue)
     if view.get("paused"):
         notes.append("PAUSED by an operator")
     if view.get("hold_until"):

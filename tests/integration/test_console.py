@@ -207,6 +207,20 @@ def test_a_workflow_page_names_the_tenant_whose_limit_it_counts_in(deployed: Dep
     assert f"Tenant key#{body['input']['traveller']} (a slot of its definition's tenancy.max_running)" in shown
 
 
+def test_a_queued_workflow_page_says_it_waits_in_its_tenants_queue_with_its_ticket(deployed: Deployed) -> None:
+    body = trip()
+    body["definition"]["tenancy"] = {"max_running": 1, "tenant_key": "traveller", "over_limit": "queue"}
+    deployed.api("POST", "/workflows", body, caller="client-a")
+    status, queued = deployed.api("POST", "/workflows", body, caller="client-a")
+    assert (status, queued["status"]) == (201, "QUEUED")
+    mine = signed_in(console_of(deployed, "client-a"))
+    shown = text_of(page(mine, f"/workflows/{quote(queued['workflow_id'], safe='')}"))
+    tenant = f"key#{body['input']['traveller']}"
+    assert f"Tenant {tenant} (waiting in its tenant's queue for a slot of its definition's tenancy.max_running)" in shown
+    assert "Queue ticket 1 (the tenant's queue starts its workflows in ticket order)" in shown
+    assert "QUEUED" in shown
+
+
 def test_the_find_form_filters_by_status_definition_and_start_and_opens_an_id(deployed: Deployed) -> None:
     wid = held_at_payment(deployed)
     browser = signed_in(console_of(deployed))

@@ -160,6 +160,8 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         on_table = {action for action, resource in granted[logical_id] if resource == table}
         # UpdateItem on the triggers' items only (TriggerSlotsPolicy, below): a run's end gives its slot back
         expected = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+        # Query and DeleteItem on the tenants' items only (TenantSlotsPolicy, below): a tenant's queue
+        expected |= {"dynamodb:Query", "dynamodb:DeleteItem"}
         if logical_id in ("SchedulerFunction", "SupervisorFunction"):
             expected.add("dynamodb:BatchGetItem")  # a map step's children (collected, given their retention)
         if logical_id == "SupervisorFunction":
@@ -175,6 +177,9 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         slots = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TRIGGER#*"]}}
         assert json.dumps(slots, sort_keys=True) in conditions, logical_id
         assert "null" not in conditions or logical_id == "SupervisorFunction", logical_id  # its lease: its own item
+        deletes = [s for s in statements(role, resources) if "dynamodb:DeleteItem" in as_list(s["Action"])]
+        tenants = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANCY#*"]}}
+        assert [s.get("Condition") for s in deletes] == [tenants], logical_id
     api = roles["ApiFunctionRole"]
     [registry] = [s for s in statements(api, resources) if s.get("Sid") == "RegisteredDefinitions"]
     assert registry["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"] == ["DEFNAMES", "DEFNAME#*"]
@@ -190,6 +195,8 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         ("dynamodb:PutItem", table),
         ("dynamodb:BatchGetItem", table),  # a listing's page re-read from the items
         ("dynamodb:UpdateItem", table),  # the triggers' items only (below)
+        ("dynamodb:Query", table),  # a tenant's queue (TenantSlotsPolicy): a cancel's give-back starts its head
+        ("dynamodb:DeleteItem", table),  # a queued workflow's entry, when it is cancelled or started
         ("dynamodb:Query", index),
         ("dynamodb:Query", attention),
         ("dynamodb:Query", by_trigger),
@@ -203,7 +210,13 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
     for trigger in load_triggers(ROOT / "triggers.yaml"):
         function = f"{trigger.pascal}TriggerFunction"
         on_table = {action for action, resource in granted[function] if resource == table}
-        assert on_table == {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"}
+        assert on_table == {
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",  # a tenant's queue (TenantSlotsPolicy)
+        }
         role = roles[f"{function}Role"]
         by_sid = {s.get("Sid"): s for s in statements(role, resources)}
         assert by_sid["OwnTriggerItem"]["Condition"] == {
@@ -216,7 +229,14 @@ def test_each_function_may_do_exactly_what_it_needs_and_no_wildcard_resource(cas
         assert not any(action == "dynamodb:BatchWriteItem" for action, _ in pairs), logical_id
         if logical_id != "OpsFunction":
             assert not any(action == "dynamodb:Scan" for action, _ in pairs), logical_id
-        assert ("dynamodb:DeleteItem", table) not in pairs, logical_id
+        # DeleteItem on the state table only on the tenants' queues (TenantSlotsPolicy): never a workflow
+        deletes = [
+            s
+            for s in statements(roles[f"{logical_id}Role"], resources)
+            if "dynamodb:DeleteItem" in as_list(s["Action"]) and table in json.dumps(s["Resource"])
+        ]
+        tenants = {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["TENANCY#*"]}}
+        assert all(s.get("Condition") == tenants for s in deletes), logical_id
         if logical_id.endswith("AgentFunction"):
             assert not any("StateTable" in resource for _, resource in pairs), logical_id
     # an agent's idempotency rights stop at its own records and its own breaker

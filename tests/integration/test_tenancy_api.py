@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sasflow.tenancy import QUEUE_CHECK_SECONDS
 from tests.integration.conftest import Deployed
 from tests.support.lambdas import load_event
 
@@ -80,3 +81,51 @@ def test_a_cancel_gives_the_slot_back_through_the_api_function(deployed: Deploye
     assert status in (200, 202)
     deployed.pump()
     assert tenant_items(deployed) == {f"TENANCY#trip-booking#principal#{first['owner']}": set()}
+
+
+def queue_entries(deployed: Deployed) -> list[tuple[str, str]]:
+    """The tenants' queues: each entry's key and its workflow, in ticket order."""
+    found = [(item["sk"]["S"], item["wid"]["S"]) for item in deployed.items() if item["sk"]["S"].startswith("Q#")]
+    return sorted(found)
+
+
+def test_a_start_over_the_limit_is_queued_listed_cancellable_and_started_in_order_each_within_its_role(
+    deployed: Deployed,
+) -> None:
+    # Given a trip limited to one running per tenant that queues the rest, and three started
+    body = limited(1, over_limit="queue")
+    answers = [deployed.api("POST", "/workflows", body) for _ in range(3)]
+    (_, first), (_, second), (_, third) = answers
+
+    # Then the first runs and the others are 201 QUEUED, with their places and tickets, in the queue
+    assert [status for status, _ in answers] == [201, 201, 201]
+    assert [view["status"] for _, view in answers] == ["RUNNING", "QUEUED", "QUEUED"]
+    assert [view.get("queue_position") for _, view in answers] == [None, 1, 2]
+    assert [view.get("queue_ticket") for _, view in answers] == [None, 1, 2]
+    assert queue_entries(deployed) == [
+        ("Q#000000000001", second["workflow_id"]),
+        ("Q#000000000002", third["workflow_id"]),
+    ]
+
+    # And an operator lists the queued ones
+    status, page = deployed.ops("GET", "/ops/workflows", query="status=QUEUED")
+    assert status == 200
+    assert sorted(w["workflow_id"] for w in page["workflows"]) == sorted([second["workflow_id"], third["workflow_id"]])
+
+    # When the client cancels the second (it never ran), and the first runs to its end
+    status, cancelled = deployed.api("POST", f"/workflows/{second['workflow_id']}/cancel")
+    assert (status, cancelled["status"]) == (202, "CANCELLED")  # done at once: it had started nothing
+    deployed.pump()
+
+    # Then the third started when the first ended, and completed; the queue is empty and no slot is held
+    _, view = deployed.api("GET", f"/workflows/{third['workflow_id']}")
+    assert view["status"] == "COMPLETED"
+    assert queue_entries(deployed) == []
+    assert tenant_items(deployed) == {f"TENANCY#trip-booking#principal#{first['owner']}": set()}
+
+    # And the supervisor's look at the queue, once due, finds it empty and takes it out of the deadline index
+    deployed.clock.advance(QUEUE_CHECK_SECONDS + 1)
+    report = deployed.fn("SupervisorFunction").invoke(load_event("supervisor_scheduled.json"))
+    assert report["queues"] == 1
+    tenant = next(item for item in deployed.items() if item["sk"]["S"] == "#TENANCY")
+    assert "complete_by" not in tenant and "dl_shard" not in tenant

@@ -757,7 +757,7 @@ def test_call_limit_leases_that_never_lapse_are_caught(monkeypatch: pytest.Monke
 
 
 # --------------------------------------------------------------------------------------------- tenants (invariant 22)
-@pytest.mark.parametrize("seed", [11, 12])
+@pytest.mark.parametrize("seed", [12, 13])
 def test_tenants_never_run_more_than_max_running_and_no_slot_leaks(seed: int) -> None:
     """Invariant 22 under every fault: every workflow's definition limits its tenants; starts over the limit are
     refused (429) and write nothing, the others run, and no slot is left held at the end."""
@@ -765,6 +765,63 @@ def test_tenants_never_run_more_than_max_running_and_no_slot_leaks(seed: int) ->
     assert report.violations == [], report.replay_command()
     assert report.tenant_refused > 0
     assert report.tenant_workflows == 60 - report.tenant_refused
+    assert report.tenant_queued == 0  # these seeds' runs refuse (Simulation.tenant_queue)
+
+
+@pytest.mark.parametrize("seed", [10, 11])
+def test_a_tenants_queue_starts_its_workflows_once_in_ticket_order_and_leaves_nothing(seed: int) -> None:
+    """Invariant 22 with ``over_limit: queue`` under every fault: starts over the limit wait QUEUED (none refused),
+    start in ticket order, each once, never more running than max_running; none is left queued."""
+    report = run_one(seed, 60, TENANTS)
+    assert report.violations == [], report.replay_command()
+    assert report.tenant_refused == 0
+    assert report.tenant_queued > 10
+    assert report.tenant_workflows == 60
+
+
+def test_a_queue_that_starts_its_newest_first_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22 (queue): a head read newest first starts tickets out of order."""
+    store = sasflow.adapters.tenancy_dynamodb.DynamoDBTenantSlotStore
+    real = store.head
+
+    def newest(self: Any, definition: str, tenant: str) -> Any:
+        query = self.client.query
+
+        def backwards(**kwargs: Any) -> Any:
+            return query(**kwargs, ScanIndexForward=False)
+
+        self.client.query = backwards
+        try:
+            return real(self, definition, tenant)
+        finally:
+            del self.client.query
+
+    monkeypatch.setattr(store, "head", newest)
+    report = run_one(10, 60, TENANTS)
+    assert "a tenant's queue started out of ticket order" in {v.kind for v in report.violations}
+
+
+def test_a_queued_start_that_takes_no_slot_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22 (queue): a promoter that starts the head without taking a slot for it runs
+    more than max_running."""
+    real = sasflow.tenancy.TenantGate.take
+
+    def lenient(self: Any, definition: WorkflowDefinition, tenant: str, workflow_id: str, now: int) -> None:
+        if self.status_of(workflow_id) is WorkflowStatus.QUEUED:
+            return  # the mutant: no slot for a queued workflow
+        real(self, definition, tenant, workflow_id, now)
+
+    monkeypatch.setattr(sasflow.tenancy.TenantGate, "take", lenient)
+    report = run_one(10, 60, TENANTS)
+    assert "tenant ran more than max_running" in {v.kind for v in report.violations}
+
+
+def test_queues_the_supervisor_never_looks_at_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 22 (queue): with no supervisor look at the tenants' queues, a give-back lost to a
+    crash leaves its queue's workflows QUEUED for good."""
+    monkeypatch.setattr(sasflow.adapters.tenancy_dynamodb.DynamoDBTenantSlotStore, "due_queues", lambda *a: [])
+    report = run_one(10, 60, TENANTS)
+    assert "a queued workflow never started" in {v.kind for v in report.violations}
 
 
 def test_a_tenant_limit_not_enforced_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

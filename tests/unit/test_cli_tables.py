@@ -543,3 +543,15 @@ def test_get_names_the_tenant_whose_limit_the_workflow_counts_in() -> None:
     console = Console(width=160, record=True)
     console.print(workflow_table({**view, "tenant": None}))
     assert "tenant" not in console.export_text()
+
+
+def test_get_gives_a_queued_workflows_ticket_and_its_place_when_it_was_queued() -> None:
+    from sasflow_cli.render import workflow_table
+
+    view = {"workflow_id": "w", "status": "QUEUED", "tenant": "key#acme", "queue_ticket": 7, "queue_position": 3}
+    console = Console(width=160, record=True)
+    console.print(workflow_table({**view, "steps": []}))
+    assert "queue ticket: 7, place 3 when queued" in console.export_text()
+    console = Console(width=160, record=True)
+    console.print(workflow_table({**view, "queue_position": None, "steps": []}))
+    assert "queue ticket: 7" in console.export_text() and "place" not in console.export_text()

@@ -398,7 +398,7 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
         summary="Start a workflow",
         responses={
             200: doc(WorkflowView, "Already started with this Idempotency-Key"),
-            201: doc(WorkflowView, "Started"),
+            201: doc(WorkflowView, "Started (or QUEUED behind its tenant's running workflows: queue_position)"),
             **ERROR_RESPONSES,
         },
     )
@@ -426,6 +426,8 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
                 logger.warning("start messages not sent", extra={"workflow_id": result.workflow.workflow_id})
         # Read nothing we already hold: a start shows what it wrote, a repeat what the conflicting write found.
         view = WorkflowView.from_snapshot(result.snapshot)
+        if result.queue_position is not None:
+            view = view.model_copy(update={"queue_position": result.queue_position})
         return Response(
             status_code=201 if result.created else 200,
             content_type=content_types.APPLICATION_JSON,

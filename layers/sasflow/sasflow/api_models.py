@@ -214,6 +214,15 @@ class WorkflowView(BaseModel):
         description="The tenant whose slot it holds until it ends (its definition's tenancy): principal#<owner> or "
         "key#<tenant_key's value>.",
     )
+    queue_ticket: int | None = Field(
+        default=None,
+        description="Started QUEUED behind its tenant's running workflows (tenancy.over_limit: queue): its ticket; "
+        "the queue starts its workflows in ticket order.",
+    )
+    queue_position: int | None = Field(
+        default=None,
+        description="Only in the answer to a start that queued it: its place in the queue then (1: it starts next).",
+    )
     paused: bool = Field(default=False, description="An operator paused it: nothing new is dispatched.")
     hold_until: int | None = Field(
         default=None, description="HELD under a hold timeout: when it is compensated (epoch seconds)."
@@ -277,6 +286,7 @@ class WorkflowView(BaseModel):
             if workflow.trigger is not None
             else None,
             tenant=workflow.tenant,
+            queue_ticket=workflow.queue_ticket,
             paused=workflow.paused,
             hold_until=workflow.hold_until,
             events=len(snapshot.history),

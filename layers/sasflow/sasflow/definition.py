@@ -318,7 +318,8 @@ class TenancyPolicy(BaseModel):
 
     The tenant is the principal that starts the workflow, or, with ``tenant_key``, what that JMESPath gives on the
     workflow's input (a customer's id, say: every principal starting workflows for that customer shares its limit).
-    A start over ``max_running`` is refused with 429 and Retry-After (``over_limit: refuse``).
+    A start over ``max_running`` is refused with 429 and Retry-After (``over_limit: refuse``), or accepted ``QUEUED``
+    and started in order as slots free (``over_limit: queue``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -336,8 +337,10 @@ class TenancyPolicy(BaseModel):
         description="JMESPath on the workflow's input that names its tenant (a string or an integer); null: the "
         "principal that starts it.",
     )
-    over_limit: Literal["refuse"] = Field(
-        default="refuse", description="A start over max_running is refused: 429 with Retry-After, nothing written."
+    over_limit: Literal["refuse", "queue"] = Field(
+        default="refuse",
+        description="A start over max_running: refuse (429 with Retry-After, nothing written) or queue (201, QUEUED: "
+        "it starts in order as the tenant's workflows end; it may be cancelled meanwhile).",
     )
 
     @model_validator(mode="after")

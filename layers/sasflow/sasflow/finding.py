@@ -7,8 +7,9 @@ Each question is answered from the cheapest place that holds the answer at any t
 - in flight (``RUNNING``, ``COMPENSATING``, ``CANCELLING``): the sparse *deadline index*, which holds every workflow
   that is not terminal and projects its status, definition, start and trouble (resends and deferrals); projecting
   them costs no write on the happy path, where they do not change while the entry exists;
-- finished (``COMPLETED``, ``COMPENSATED``, ``CANCELLED``): a scan of the table, whose cost grows with the table.
-  That listing is for occasional use; a finished workflow is found by its id, and the metrics count them;
+- finished (``COMPLETED``, ``COMPENSATED``, ``CANCELLED``) and ``QUEUED`` (waiting for its tenant's slot, in no
+  index): a scan of the table, whose cost grows with the table. That listing is for occasional use; a finished
+  workflow is found by its id, and the metrics count them;
 - started by a trigger (``--trigger``), in any status: the sparse *trigger index*, which holds the keys of exactly
   those workflows, newest first (written once, by the start).
 
@@ -31,8 +32,10 @@ from .states import ENDED_RUN, NEEDS_A_PERSON, TERMINAL_WORKFLOW, WorkflowStatus
 
 #: What the attention index holds: the statuses that wait for a person, and PAUSED.
 ATTENTION_KINDS = tuple(sorted({s.value for s in NEEDS_A_PERSON} | {"PAUSED"}))
-IN_FLIGHT = tuple(sorted(s.value for s in WorkflowStatus if s not in TERMINAL_WORKFLOW))
+IN_FLIGHT = tuple(sorted(s.value for s in WorkflowStatus if s not in TERMINAL_WORKFLOW | {WorkflowStatus.QUEUED}))
 FINISHED = tuple(sorted(s.value for s in ENDED_RUN))
+#: Listed by a scan of the table: the finished, and QUEUED (in no index: a queued workflow has no deadline).
+SCANNED = (*FINISHED, WorkflowStatus.QUEUED.value)
 MAX_PAGE = 200
 
 
@@ -151,8 +154,8 @@ class WorkflowFinder:
         """
         limit = max(1, min(MAX_PAGE, limit))
         state = _decode(cursor) if cursor else {}
-        if status is not None and status not in ATTENTION_KINDS + IN_FLIGHT + FINISHED:
-            raise ValueError(f"unknown status {status!r}; one of {sorted(ATTENTION_KINDS + IN_FLIGHT + FINISHED)}")
+        if status is not None and status not in ATTENTION_KINDS + IN_FLIGHT + SCANNED:
+            raise ValueError(f"unknown status {status!r}; one of {sorted(ATTENTION_KINDS + IN_FLIGHT + SCANNED)}")
 
         def wanted(summary: WorkflowSummary) -> bool:
             return (
@@ -183,11 +186,12 @@ class WorkflowFinder:
             found, next_key = self.index.attention(str(status), limit, _resume_key(state))
             page = self._current(found, matches, source="attention index", filtered=filtering)
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
-        elif status in FINISHED:
+        elif status in SCANNED:
             found, next_key = self.index.finished(str(status), limit, _resume_key(state))
             page = Page([s for s in found if matches(s)], None, source="table scan")
             page.cursor = _encode({"k": next_key}) if next_key is not None else None
-            page.notes.append("finished workflows are listed by a scan of the table: its cost grows with the table")
+            what = "queued" if status == WorkflowStatus.QUEUED.value else "finished"
+            page.notes.append(f"{what} workflows are listed by a scan of the table: its cost grows with the table")
         else:
             page = self._in_flight(state, limit, wanted, matches, filtered=filtering)
             if status is None:

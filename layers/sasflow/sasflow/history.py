@@ -73,6 +73,8 @@ KINDS = {
     "H": "held",
     "E": "finished",
     "P": "operator_action",
+    "Q": "queued",
+    "G": "dequeued",
 }
 
 
@@ -98,7 +100,7 @@ class HistoryEvent:
         For ``finished``: the terminal status.
     detail:
         For an operator action: ``action``, ``principal``, ``reason`` and ``id``; for a start by a trigger:
-        ``trigger`` and ``occurrence``; for others, empty.
+        ``trigger`` and ``occurrence``; for ``queued``: its ``ticket``; for others, empty.
     """
 
     seq: int
@@ -188,6 +190,14 @@ class HistoryWriter:
         """The workflow waits for a person."""
         self._add("H", _code(code))
 
+    def queued(self, ticket: int) -> None:
+        """The workflow waits in its tenant's queue with ``ticket`` (``tenancy.py``)."""
+        self._add("Q", ticket)
+
+    def dequeued(self) -> None:
+        """The workflow left its tenant's queue: it holds a slot and starts."""
+        self._add("G")
+
     def finished(self, status: str) -> None:
         """The workflow reached a terminal status."""
         self._add("E", status)
@@ -248,6 +258,12 @@ def decode(lines: tuple[str, ...] | list[str], created_at: int, steps: list[str]
             continue
         if code == "E":
             events.append(HistoryEvent(seq, time, kind, status=fields[0]))
+            continue
+        if code == "Q":
+            events.append(HistoryEvent(seq, time, kind, detail={"ticket": int(fields[0])}))
+            continue
+        if code == "G":
+            events.append(HistoryEvent(seq, time, kind))
             continue
         step = steps[int(fields[0])]
         if code == "K":

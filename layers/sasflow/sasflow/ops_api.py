@@ -94,6 +94,7 @@ StatusFilter = Literal[
     "COMPLETED",
     "HELD",
     "PAUSED",
+    "QUEUED",
     "RUNNING",
 ]
 #: The operator actions (``scheduler.OPERATOR_ACTIONS``).

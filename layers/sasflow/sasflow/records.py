@@ -90,6 +90,9 @@ class WorkflowRecord:
     tenant:
         The tenant whose slot it holds when its definition limits its tenants (``tenancy.py``): given back when it
         ends; None otherwise.
+    queue_ticket:
+        Its ticket in its tenant's queue when it was started QUEUED (``over_limit: queue``): the queue starts its
+        workflows in ticket order. Kept after it starts; None for a workflow that never queued.
     """
 
     workflow_id: str
@@ -111,6 +114,7 @@ class WorkflowRecord:
     claim_checked: bool = False
     trigger: TriggerRef | None = None
     tenant: str | None = None
+    queue_ticket: int | None = None
 
     @property
     def needs_attention(self) -> str | None:
@@ -314,8 +318,8 @@ class Snapshot:
         by itself (no reply will come): it is indexed at its last update, so the supervisor advances it once the
         grace has passed. A terminal workflow is not in the index.
         """
-        if self.workflow.status in TERMINAL_WORKFLOW:
-            return None
+        if self.workflow.status in TERMINAL_WORKFLOW or self.workflow.status is WorkflowStatus.QUEUED:
+            return None  # a queued workflow has no deadline: its tenant's queue is supervised (tenancy.py)
         in_flight = [r.complete_by for r in self.steps.values() if r.in_flight and r.complete_by is not None]
         if in_flight:
             return min(in_flight)

@@ -20,7 +20,7 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .callbacks import CallbackNotFoundError, CallbackRequest, CallbackResult, parse_token
@@ -53,7 +53,14 @@ from .ports import Counter, Outgoing, StateStore, TriggerStore, no_metrics
 from .records import Snapshot, StepRecord, TriggerRef, WorkflowRecord, index_key_for
 from .settings import EngineConfig
 from .states import ENDED_RUN, TERMINAL_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
-from .tenancy import TenantGate, TenantSlotStore, tenant_of
+from .tenancy import (
+    HOLDER_GRACE_SECONDS,
+    MAX_PROMOTIONS,
+    QUEUE_CHECK_SECONDS,
+    TenantGate,
+    TenantSlotStore,
+    tenant_of,
+)
 from .transitions import MIN_DEFERRAL_SECONDS, NO_OUTPUT, Transition, backoff_seconds
 from .transitions.base import child_report
 from .transitions.mapping import MAP_CHILD_ID_TAKEN
@@ -89,6 +96,9 @@ class StartResult:
     snapshot: Snapshot
     created: bool
     messages: list[Outgoing] = field(default_factory=list)
+    #: A start QUEUED behind its tenant's running workflows: its place in the queue when it was queued (1: next;
+    #: workflows cancelled ahead of it since make it start sooner). None for a start that runs.
+    queue_position: int | None = None
 
     @property
     def workflow(self) -> WorkflowRecord:
@@ -215,7 +225,8 @@ class SchedulerService:
         TenantKeyError
             When the definition's ``tenancy.tenant_key`` gives no tenant on this input.
         TenantLimitError
-            When the tenant runs ``tenancy.max_running`` workflows of the definition already (nothing is written).
+            When the tenant runs ``tenancy.max_running`` workflows of the definition already (nothing is written),
+            under ``over_limit: refuse``; under ``queue`` the workflow is written QUEUED instead (``queue_position``).
         """
         self.check_agents(definition)
         tenant = None if definition.tenancy is None else tenant_of(definition.tenancy, owner, workflow_input)
@@ -252,10 +263,20 @@ class SchedulerService:
         if transition.refusals:
             # Bad input is refused at the edge (DESIGN Rule 9): a first step that cannot be sent writes nothing.
             raise transition.refusals[0]
+        position: int | None = None
         if tenant is not None:
-            repeat = self._take_tenant_slot(definition, tenant, workflow_id, now, request_hash, idempotency_key)
-            if repeat is not None:
-                return repeat
+            taken = self._take_tenant_slot(definition, tenant, workflow_id, now, request_hash, idempotency_key)
+            if isinstance(taken, StartResult):
+                return taken
+            if taken is not None:  # queued behind the tenant's running workflows: nothing is dispatched
+                ticket, position = taken
+                workflow = workflow.evolve(status=WorkflowStatus.QUEUED, queue_ticket=ticket)
+                transition = Transition(
+                    self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims
+                )
+                transition.history.started(trigger)
+                transition.history.queued(ticket)
+                transition.count("WorkflowsQueued")
         if pending is not None and self.claims is not None:
             self.claims.upload([pending], state=PENDING)
             transition.claimed.append(pending.key)  # made live by _settle_payloads once the workflow exists
@@ -266,21 +287,25 @@ class SchedulerService:
             if existing is None:  # pragma: no cover - the condition failed, so it exists (TTL aside)
                 raise
             # A repeat of a start whose workflow has ended: the slot this call took (or one never given back) goes.
-            self._give_back_tenant_slot(existing)
+            given_back = self._give_back_tenant_slot(existing)
             self._reclaim_input(existing, transition.claimed)
-            return _repeated(existing, request_hash)
+            return replace(_repeated(existing, request_hash), messages=given_back)
         except PayloadTooLargeError:
-            # Refused before the write: no workflow will hold the slot this call took. (After any other failure the
-            # write may have happened; a slot whose workflow never came is given back by a start that needs it.)
+            # Refused before the write: no workflow will hold the slot (or the queue entry) this call took. (After any
+            # other failure the write may have happened; a slot whose workflow never came is given back by a start
+            # that needs it, an entry whose workflow never came is dropped by the queue's promoter.)
             if tenant is not None and self.tenants is not None:
-                self.tenants.slots.release(definition.name, tenant, workflow_id)
+                if workflow.queue_ticket is not None:
+                    self.tenants.slots.dequeue(definition.name, tenant, workflow.queue_ticket)
+                else:
+                    self.tenants.slots.release(definition.name, tenant, workflow_id)
             raise
         self._settle_payloads(None, stored, transition)
         self.metrics("WorkflowsStarted")
         transition.emit_metrics()
         log_moves(None, stored)
         messages = transition.messages + self._run_children(stored, transition.children)
-        return StartResult(stored, created=True, messages=messages)
+        return StartResult(stored, created=True, messages=messages, queue_position=position)
 
     def _take_tenant_slot(
         self,
@@ -290,38 +315,128 @@ class SchedulerService:
         now: int,
         request_hash: str,
         idempotency_key: str | None,
-    ) -> StartResult | None:
-        """Take a slot of ``tenant`` for the workflow (`tenancy.TenantGate.take`); a start refused for its tenant's
-        limit that repeats one already made (the same Idempotency-Key) gets that workflow instead (None: go on)."""
-        if self.tenants is None:
+    ) -> StartResult | tuple[int, int] | None:
+        """Take a slot of ``tenant`` for the workflow (`tenancy.TenantGate.take`): None when it holds one (go on).
+
+        A start over its tenant's limit that repeats one already made (the same Idempotency-Key) gets that workflow
+        (a `StartResult`). Otherwise, under ``over_limit: queue``, it gets a ticket in the tenant's queue (also when
+        others wait there, slot free or not: they start first): (ticket, position); under ``refuse`` it is refused.
+        """
+        if self.tenants is None or definition.tenancy is None:
             raise ConfigurationError(
                 f"definition {definition.name} limits its tenants, but this function has no tenant store"
             )
+        queueing = definition.tenancy.over_limit == "queue"
+        head = self.tenants.slots.head(definition.name, tenant) if queueing else None
         try:
-            self.tenants.take(definition, tenant, workflow_id, now)
+            if head is None:
+                self.tenants.take(definition, tenant, workflow_id, now)
+                return None
         except TenantLimitError:
-            existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: nothing to find
-            if existing is None:
-                raise
+            if not queueing:
+                existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: none to find
+                if existing is None:
+                    raise
+                return _repeated(existing, request_hash)
+        existing = None if idempotency_key is None else self.store.load(workflow_id)
+        if existing is not None:
             return _repeated(existing, request_hash)
-        return None
+        ticket = self.tenants.slots.enqueue(definition.name, tenant, workflow_id, now, now + QUEUE_CHECK_SECONDS)
+        return ticket, ticket - (head.ticket if head is not None else ticket) + 1
 
     def _status_of(self, workflow_id: str) -> WorkflowStatus | None:
         # Strongly consistent: a stale read could show a running holder as not yet written, and free its slot.
         snapshot = self.store.load(workflow_id, consistent=True)
         return None if snapshot is None else snapshot.workflow.status
 
-    def _give_back_tenant_slot(self, snapshot: Snapshot) -> None:
-        """Give back the tenant's slot the workflow holds once it has ended (``tenancy.py``); a repeat is harmless."""
+    def _give_back_tenant_slot(self, snapshot: Snapshot) -> list[Outgoing]:
+        """Give back the tenant's slot the workflow holds once it has ended (``tenancy.py``); a repeat is harmless.
+        A slot given back starts the head of the tenant's queue (``over_limit: queue``): its messages."""
         workflow = snapshot.workflow
         if workflow.tenant is None or workflow.status not in ENDED_RUN:
-            return
+            return []
         if self.tenants is None:
             raise ConfigurationError(
                 f"workflow {workflow.workflow_id} holds a slot of tenant {workflow.tenant}, but this function has no "
                 "tenant store to give it back"
             )
-        self.tenants.slots.release(workflow.definition.name, workflow.tenant, workflow.workflow_id)
+        name = workflow.definition.name
+        released = self.tenants.slots.release(name, workflow.tenant, workflow.workflow_id)
+        policy = workflow.definition.tenancy
+        if not released or policy is None or policy.over_limit != "queue":
+            return []
+        try:
+            return self.promote(name, workflow.tenant)
+        except Exception:  # its write is stored: the supervisor's look at the queue starts the head (tenancy.py)
+            logger.exception("queue promotion failed", extra={"tenant": workflow.tenant, "definition": name})
+            self.metrics("QueuePromotionsFailed")
+            return []
+
+    def promote(self, definition: str, tenant: str) -> list[Outgoing]:
+        """Start the head of ``tenant``'s queue of ``definition`` while a slot is free: take the slot for it, move it
+        ``QUEUED → RUNNING`` with its first dispatches by one conditional write, then delete its entry (each safe to
+        repeat: a call that crashed midway is finished by the next). Returns the messages to send.
+
+        An entry whose workflow does not exist is dropped once `HOLDER_GRACE_SECONDS` have passed (its start
+        crashed before writing it), and waits before then (it may be written yet). An entry whose workflow is not
+        QUEUED any more (started, or cancelled), or QUEUED under another ticket, is dropped; a slot taken for one
+        that has ended goes back.
+        """
+        if self.tenants is None:
+            raise ConfigurationError(f"a queue of tenant {tenant} is looked at, but this function has no tenant store")
+        slots = self.tenants.slots
+        messages: list[Outgoing] = []
+        for _ in range(MAX_PROMOTIONS):
+            head = slots.head(definition, tenant)
+            if head is None:
+                break
+            now = epoch_seconds(self.clock)
+            self.correlate(head.workflow_id)
+            queued = self.store.load(head.workflow_id, consistent=True)
+            if queued is None:
+                if head.since > now - HOLDER_GRACE_SECONDS:
+                    break  # its start may still write it: the supervisor looks again
+                slots.dequeue(definition, tenant, head.ticket)
+                continue
+            workflow = queued.workflow
+            if workflow.status is not WorkflowStatus.QUEUED or workflow.queue_ticket != head.ticket:
+                # Started or cancelled already; or an entry of an earlier try of its start (a client's retry after
+                # a crash between the entry and the workflow's write): the workflow waits under its own ticket.
+                if workflow.status in ENDED_RUN:
+                    slots.release(definition, tenant, workflow.workflow_id)  # a slot a promoter took for it
+                slots.dequeue(definition, tenant, head.ticket)
+                continue
+            try:
+                self.tenants.take(workflow.definition, tenant, workflow.workflow_id, now)
+            except TenantLimitError:
+                break  # every slot is held by a running workflow: the next give-back starts it
+            transition = Transition(self.config, self.rng, self.metrics, queued, now, claims=self.claims)
+            transition.dequeue()
+            try:
+                stored = self.store.save(self._keyed(queued, transition.snapshot, now), expect=queued)
+            except ConditionFailedError:
+                continue  # another call started (or a person cancelled) it since our read: read the head again
+            self._settle_payloads(queued, stored, transition)
+            transition.emit_metrics()
+            log_moves(queued, stored)
+            messages += transition.messages + self._run_children(stored, transition.children)
+            if stored.workflow.status in ENDED_RUN:  # it ended in its first write (no step to run): its slot goes
+                slots.release(definition, tenant, workflow.workflow_id)
+            slots.dequeue(definition, tenant, head.ticket)
+        return messages
+
+    def check_queue(self, definition: str, tenant: str) -> list[Outgoing]:
+        """The supervisor's look at a tenant's queue whose time has come (``tenancy.py``): start its heads while
+        slots are free (freeing those of holders that ended without giving theirs back), then look again in
+        `QUEUE_CHECK_SECONDS`, or take the queue out of the deadline index when it is empty. Returns the messages."""
+        if self.tenants is None:
+            raise ConfigurationError(f"a queue of tenant {tenant} is looked at, but this function has no tenant store")
+        seen = self.tenants.slots.slots(definition, tenant).next_ticket
+        messages = self.promote(definition, tenant)
+        empty = self.tenants.slots.head(definition, tenant) is None
+        due = None if empty else epoch_seconds(self.clock) + QUEUE_CHECK_SECONDS
+        self.tenants.slots.queue_checked(definition, tenant, due, seen)
+        return messages
 
     def workflow_id(self, owner: str, idempotency_key: str) -> str:
         """The id a start of ``owner`` with ``idempotency_key`` gets (`workflow_id_for`), known before it starts."""
@@ -438,14 +553,21 @@ class SchedulerService:
             When the workflow is neither RUNNING nor HELD, nor cancelled already (the caller maps this to 409).
         """
 
+        queued: list[bool] = [False]
+
         def cancel(transition: Transition) -> None:
             if owner is not None and transition.snapshot.workflow.owner != owner:
                 raise WorkflowNotFoundError(workflow_id)
+            queued[0] = transition.snapshot.workflow.status is WorkflowStatus.QUEUED
             transition.cancel(principal or owner or "operator", reason=reason, action_id=action_id)
 
         stored, messages = self._update(workflow_id, cancel)
         if stored is None:
             raise WorkflowNotFoundError(workflow_id)
+        workflow = stored.workflow
+        if queued[0] and workflow.tenant is not None and workflow.queue_ticket is not None and self.tenants is not None:
+            # Cancelled while queued: its entry goes (if this crashes first, the queue's promoter drops it).
+            self.tenants.slots.dequeue(workflow.definition.name, workflow.tenant, workflow.queue_ticket)
         return stored, messages
 
     # ------------------------------------------------------------------ callbacks
@@ -615,8 +737,7 @@ class SchedulerService:
                 self._settle_payloads(base, base, transition)  # a late claim-checked output of an ended workflow
                 self._settle_retention(base, base)
                 transition.emit_metrics()  # nothing to write (a stale or repeated message)
-                self._give_back_tenant_slot(base)
-                return base, self._give_back_slot(base)
+                return base, self._give_back_slot(base) + self._give_back_tenant_slot(base)
             try:
                 stored = self.store.save(self._keyed(base, transition.snapshot, transition.now), expect=base)
             except ConditionFailedError:
@@ -639,8 +760,8 @@ class SchedulerService:
             transition.emit_metrics()
             log_moves(base, stored)
             children = self._run_children(stored, transition.children)
-            self._give_back_tenant_slot(stored)
-            return stored, transition.messages + children + self._give_back_slot(stored)
+            started = self._give_back_tenant_slot(stored)
+            return stored, transition.messages + children + self._give_back_slot(stored) + started
         raise ContentionError(workflow_id, MAX_ATTEMPTS)
 
     def _give_back_slot(self, snapshot: Snapshot) -> list[Outgoing]:

@@ -8,6 +8,8 @@ whose ``when`` condition is false is ``SKIPPED`` instead of dispatched, and coun
 Workflow: ``RUNNING → COMPLETED``, or ``→ COMPENSATING → COMPENSATED | COMPENSATION_FAILED``, or on cancel
 ``→ CANCELLING → CANCELLED`` (CANCELLING compensates like COMPENSATING). A step that runs out of attempts under the
 ``hold`` failure policy puts the workflow ``HELD`` instead of unwinding: it waits for a person (or its hold timeout).
+A start over its tenant's limit under ``over_limit: queue`` is ``QUEUED`` (nothing dispatched, in no deadline) until
+a slot frees: ``QUEUED → RUNNING``, or ``→ CANCELLED`` when cancelled before it starts.
 Terminal states never change again, except through an audited operator action (``OPERATOR_*_TRANSITIONS``: a write
 that makes one carries the operator's event in the workflow's history, which the store checks).
 """
@@ -42,6 +44,7 @@ class WorkflowStatus(StrEnum):
     CANCELLING = "CANCELLING"
     CANCELLED = "CANCELLED"
     HELD = "HELD"
+    QUEUED = "QUEUED"
 
 
 class Phase(StrEnum):
@@ -103,6 +106,8 @@ STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
 }
 
 WORKFLOW_TRANSITIONS: dict[WorkflowStatus, frozenset[WorkflowStatus]] = {
+    # Waiting for a slot of its tenant (``tenancy.py``, ``over_limit: queue``): it starts, or is cancelled unstarted.
+    WorkflowStatus.QUEUED: frozenset({WorkflowStatus.RUNNING, WorkflowStatus.CANCELLED}),
     WorkflowStatus.RUNNING: frozenset(
         {WorkflowStatus.COMPLETED, WorkflowStatus.COMPENSATING, WorkflowStatus.CANCELLING, WorkflowStatus.HELD}
     ),

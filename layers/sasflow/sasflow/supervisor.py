@@ -4,7 +4,8 @@ Each run takes the supervisor lease (Leader Election pattern), reads the overdue
 sparse deadline index (``complete_by < now - grace``, so only overdue items are read: DESIGN Rule 3), and hands
 each one to the scheduler. An entry is a workflow keyed by the earliest complete-by of its steps in flight, so it is
 overdue exactly when one of its steps is; the scheduler resends those steps or gives up and unwinds the workflow,
-all in one write. The lease only avoids
+all in one write. Then it looks at the tenants' queues that are due (``tenancy.py``: their own shard of the index),
+so a queued workflow starts even when the give-back that should have started it was lost. The lease only avoids
 wasted work: safety comes from the scheduler's conditional writes, so a supervisor that lost its lease mid-sweep,
 or two that overlap, still resend a step exactly once.
 """
@@ -50,6 +51,8 @@ class SweepReport:
     send_failures: int = 0
     errors: int = 0
     pages: int = 0
+    #: Tenants' queues looked at (``tenancy.py``).
+    queues: int = 0
     complete: bool = True
     workflows: list[str] = field(default_factory=list)
 
@@ -154,3 +157,22 @@ class SupervisorService:
                     report.send_failures += len(failed)
                 if start is None:
                     break
+        self._sweep_queues(report, now, budget)
+
+    def _sweep_queues(self, report: SweepReport, now: int, budget: int) -> None:
+        """Look at the tenants' queues that are due: start their heads while slots are free (``tenancy.py``)."""
+        tenants = self.scheduler.tenants
+        if tenants is None:
+            return
+        outgoing: list[Outgoing] = []
+        for definition, tenant in tenants.slots.due_queues(now, min(_PAGE, budget)):
+            report.queues += 1
+            try:
+                outgoing += self.scheduler.check_queue(definition, tenant)
+            except Exception:  # one tenant's queue must not stop the others'
+                report.errors += 1
+                logger.exception("tenant queue check failed", extra={"tenant": tenant, "definition": definition})
+        if outgoing:
+            failed = self.bus.send(outgoing)
+            report.messages += len(outgoing) - len(failed)
+            report.send_failures += len(failed)

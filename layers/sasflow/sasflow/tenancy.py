@@ -17,6 +17,17 @@ table, ``TENANCY#<definition>#<tenant>``, which lists the workflows holding its 
 
 So the workflows of a tenant that are running never outnumber ``max_running`` (the simulation checks it), and a slot
 whose give-back was lost is found by the next start that needs it: none leaks.
+
+**The queue** (``over_limit: queue``). A start that finds every slot taken, or others queued before it, takes the
+next ticket of its tenant's queue and writes an entry for it (``Q#<ticket>`` in the tenant's partition) before it
+writes its workflow ``QUEUED`` (nothing dispatched, in no deadline); it answers 201 with its position. A give-back
+that frees a slot starts the queue's head (`promote`): it takes the slot for it, moves it ``QUEUED → RUNNING`` with
+its first dispatches by one conditional write, then deletes its entry, and goes on while slots are free. Each of
+those is safe to repeat, so a promoter that crashed midway is finished by the next one: the head is started
+exactly once, and in ticket order (a later entry is looked at only once the head's is gone). While its queue is not
+empty, the tenant's item is in the deadline index (its own shard, `QUEUE_SHARD`, keyed by when the queue is next
+looked at): the supervisor promotes what a lost give-back left queued, and frees the slots of holders that ended
+without giving theirs back. A start that finds others queued queues behind them, even when a slot is free.
 """
 
 from __future__ import annotations
@@ -43,6 +54,13 @@ PRUNE_SECONDS = 30
 RETRY_AFTER_SECONDS = 10
 #: The longest tenant name (characters): it is part of a DynamoDB key.
 MAX_TENANT_CHARS = 256
+#: How often the supervisor looks at a tenant's queue while it is not empty (seconds): the queue's heads start when
+#: slots are given back; this look finds what a lost give-back, or a holder that ended without one, left waiting.
+QUEUE_CHECK_SECONDS = 60
+#: The deadline index's shard of the tenants' queues (the workflows' shards are ``00``, ``01``, ...).
+QUEUE_SHARD = "TQ"
+#: Most queued workflows one call starts (a give-back frees one slot; the supervisor's look may find several).
+MAX_PROMOTIONS = 25
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,19 @@ class TenantSlots:
 
     holders: Mapping[str, int] = field(default_factory=dict)
     pruned_at: int = 0
+    #: Tickets the tenant's queue has given (the last one's number); 0 when none.
+    next_ticket: int = 0
+    #: When the supervisor looks at the queue next (epoch seconds); None when the queue was seen empty.
+    queue_due: int | None = None
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One workflow waiting in its tenant's queue: its ticket, its id and since when (epoch seconds)."""
+
+    ticket: int
+    workflow_id: str
+    since: int
 
 
 class TenantSlotStore(Protocol):
@@ -73,6 +104,29 @@ class TenantSlotStore(Protocol):
     def claim_pruning(self, definition: str, tenant: str, now: int, every: int) -> bool:
         """Record that the holders are looked at ``now`` unless they were within ``every`` seconds; True when this
         caller may look (one caller per period)."""
+        ...
+
+    def enqueue(self, definition: str, tenant: str, workflow_id: str, now: int, due: int) -> int:
+        """Give ``workflow_id`` the queue's next ticket and write its entry; the queue is looked at by ``due`` at the
+        latest (the tenant's item enters the deadline index). Returns the ticket."""
+        ...
+
+    def head(self, definition: str, tenant: str) -> QueueEntry | None:
+        """The entry of the lowest ticket (strongly consistent); None when the queue is empty."""
+        ...
+
+    def dequeue(self, definition: str, tenant: str, ticket: int) -> None:
+        """Delete the entry of ``ticket`` (nothing when it is gone already)."""
+        ...
+
+    def queue_checked(self, definition: str, tenant: str, due: int | None, seen_ticket: int) -> None:
+        """Look at the queue again by ``due``; with None, take the tenant's item out of the deadline index unless a
+        ticket was given after ``seen_ticket`` (a start queued since the queue was seen empty)."""
+        ...
+
+    def due_queues(self, before: int, limit: int) -> list[tuple[str, str]]:
+        """(definition, tenant) of the queues due to be looked at before ``before`` (the deadline index's
+        `QUEUE_SHARD`), at most ``limit``."""
         ...
 
 

@@ -346,6 +346,8 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "trg": workflow.trigger.name if workflow.trigger is not None else None,
         # The tenant whose slot it holds (sasflow.tenancy), given back when it ends.
         "tenant": workflow.tenant,
+        # Its ticket in its tenant's queue, when it was started QUEUED (sasflow.tenancy).
+        "ticket": workflow.queue_ticket,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -394,6 +396,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         parent=ParentRef.from_doc(_plain(item.get("parent"))),
         trigger=TriggerRef.from_doc(_plain(item.get("trigger"))),
         tenant=item.get("tenant"),
+        queue_ticket=item.get("ticket"),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()

@@ -17,8 +17,7 @@ from ..errors import ClaimCheckMissingError, ConditionFailedError, LeaseNotAcqui
 from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
-from ..states import TERMINAL_WORKFLOW
-from ..tenancy import TenantSlots
+from ..tenancy import QueueEntry, TenantSlots
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 
@@ -225,12 +224,12 @@ class InMemoryStateStore:
         return counts
 
     def finished(self, status: str, limit: int, start: Any | None) -> tuple[list[WorkflowSummary], Any | None]:
-        """See ``ports.WorkflowIndex.finished``: every workflow of a terminal ``status``, in id order."""
+        """See ``ports.WorkflowIndex.finished``: every workflow of a terminal ``status`` (or QUEUED), in id order."""
         with self._lock:
             rows = [
                 ([s.workflow.workflow_id], self._summary(s))
                 for s in self.workflows.values()
-                if s.workflow.status in TERMINAL_WORKFLOW and s.workflow.status.value == status
+                if s.workflow.status.value == status
             ]
         return self._page(rows, limit, start)
 
@@ -420,12 +419,17 @@ class InMemoryTriggerStore:
 
 class InMemoryTenantSlotStore:
     """A ``tenancy.TenantSlotStore`` in memory (``adapters.tenancy_dynamodb`` on DynamoDB): ``items`` maps
-    (definition, tenant) to its holders (workflow id -> since) and ``pruned`` to when they were last looked at."""
+    (definition, tenant) to its holders (workflow id -> since), ``pruned`` to when they were last looked at, and
+    ``queues`` to its queue (ticket -> workflow id, since), ``tickets`` to the last ticket given and ``due`` to when the
+    supervisor looks at the queue next."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.items: dict[tuple[str, str], dict[str, int]] = {}
         self.pruned: dict[tuple[str, str], int] = {}
+        self.queues: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}
+        self.tickets: dict[tuple[str, str], int] = {}
+        self.due: dict[tuple[str, str], int] = {}
 
     def take(self, definition: str, tenant: str, workflow_id: str, max_running: int, now: int) -> bool:
         """See ``TenantSlotStore.take``."""
@@ -444,6 +448,8 @@ class InMemoryTenantSlotStore:
             return TenantSlots(
                 holders=dict(self.items.get((definition, tenant), {})),
                 pruned_at=self.pruned.get((definition, tenant), 0),
+                next_ticket=self.tickets.get((definition, tenant), 0),
+                queue_due=self.due.get((definition, tenant)),
             )
 
     def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
@@ -458,3 +464,42 @@ class InMemoryTenantSlotStore:
                 return False
             self.pruned[(definition, tenant)] = now
             return True
+
+    def enqueue(self, definition: str, tenant: str, workflow_id: str, now: int, due: int) -> int:
+        """See ``TenantSlotStore.enqueue``."""
+        key = (definition, tenant)
+        with self._lock:
+            ticket = self.tickets.get(key, 0) + 1
+            self.tickets[key] = ticket
+            self.due.setdefault(key, due)
+            self.queues.setdefault(key, {})[ticket] = (workflow_id, now)
+            return ticket
+
+    def head(self, definition: str, tenant: str) -> QueueEntry | None:
+        """See ``TenantSlotStore.head``."""
+        with self._lock:
+            queue = self.queues.get((definition, tenant), {})
+            if not queue:
+                return None
+            ticket = min(queue)
+            workflow_id, since = queue[ticket]
+            return QueueEntry(ticket, workflow_id, since)
+
+    def dequeue(self, definition: str, tenant: str, ticket: int) -> None:
+        """See ``TenantSlotStore.dequeue``."""
+        with self._lock:
+            self.queues.get((definition, tenant), {}).pop(ticket, None)
+
+    def queue_checked(self, definition: str, tenant: str, due: int | None, seen_ticket: int) -> None:
+        """See ``TenantSlotStore.queue_checked``."""
+        key = (definition, tenant)
+        with self._lock:
+            if due is not None:
+                self.due[key] = due
+            elif self.tickets.get(key, 0) == seen_ticket:
+                self.due.pop(key, None)
+
+    def due_queues(self, before: int, limit: int) -> list[tuple[str, str]]:
+        """See ``TenantSlotStore.due_queues``."""
+        with self._lock:
+            return sorted((key for key, due in self.due.items() if due < before), key=lambda k: self.due[k])[:limit]

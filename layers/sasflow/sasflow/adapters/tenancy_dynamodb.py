@@ -6,6 +6,12 @@ A slot is taken and given back by conditional writes on the holder's own attribu
 never take the last slot both, and a give-back repeated changes nothing. A failed take gets the item back in the
 same request (``ReturnValuesOnConditionCheckFailure``): a start that holds its slot already (a repeat) is told so
 without a read. The engine's functions may touch these items only (template.yaml ``TenantSlotsPolicy``).
+
+A tenant's queue (``over_limit: queue``) lives in the same partition: one item per queued workflow,
+``sk = "Q#<ticket, 12 digits>"`` (``wid``, ``since``), so a Query of one item reads its head. The tenant's item
+counts the tickets (``next_ticket``) and, while the queue is not empty, carries ``dl_shard = "TQ"`` and
+``complete_by`` (when the supervisor looks at it next) and ``dname`` (the definition's name, projected by the
+deadline index): the supervisor reads the due queues from that shard of the index.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ..tenancy import TenantSlots
+from ..tenancy import QUEUE_SHARD, QueueEntry, TenantSlots
 from . import condition_failed
 
 if TYPE_CHECKING:
@@ -23,11 +29,18 @@ if TYPE_CHECKING:
 TENANCY_PREFIX = "TENANCY#"
 TENANCY_SORT_KEY = "#TENANCY"
 HOLDER_PREFIX = "h#"
+QUEUE_PREFIX = "Q#"
+DEADLINE_INDEX = "deadline-index"
 
 
 def tenancy_key(definition: str, tenant: str) -> dict[str, Any]:
     """The key of a tenant's item for one definition name."""
     return {"pk": {"S": f"{TENANCY_PREFIX}{definition}#{tenant}"}, "sk": {"S": TENANCY_SORT_KEY}}
+
+
+def queue_key(definition: str, tenant: str, ticket: int) -> dict[str, Any]:
+    """The key of a queued workflow's entry in its tenant's queue."""
+    return {"pk": {"S": f"{TENANCY_PREFIX}{definition}#{tenant}"}, "sk": {"S": f"{QUEUE_PREFIX}{ticket:012d}"}}
 
 
 class DynamoDBTenantSlotStore:
@@ -81,7 +94,13 @@ class DynamoDBTenantSlotStore:
             for name, value in item.items()
             if name.startswith(HOLDER_PREFIX)
         }
-        return TenantSlots(holders=holders, pruned_at=int(item.get("pruned_at", {}).get("N", "0")))
+        due = item.get("complete_by")
+        return TenantSlots(
+            holders=holders,
+            pruned_at=int(item.get("pruned_at", {}).get("N", "0")),
+            next_ticket=int(item.get("next_ticket", {}).get("N", "0")),
+            queue_due=None if due is None else int(due["N"]),
+        )
 
     def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
         """See ``TenantSlotStore.release``."""
@@ -115,3 +134,99 @@ class DynamoDBTenantSlotStore:
                 raise
             return False
         return True
+
+    def enqueue(self, definition: str, tenant: str, workflow_id: str, now: int, due: int) -> int:
+        """See ``TenantSlotStore.enqueue``: the ticket first, then the entry (a start that crashed in between leaves
+        a ticket unused; one that crashed after leaves an entry whose workflow never comes, dropped by `promote`)."""
+        response = self.client.update_item(
+            TableName=self.table,
+            Key=tenancy_key(definition, tenant),
+            UpdateExpression="SET dname = :name, dl_shard = :shard, complete_by = if_not_exists(complete_by, :due) "
+            "ADD next_ticket :one",
+            ExpressionAttributeValues={
+                ":name": {"S": definition},
+                ":shard": {"S": QUEUE_SHARD},
+                ":due": {"N": str(due)},
+                ":one": {"N": "1"},
+            },
+            ReturnValues="UPDATED_NEW",
+        )
+        ticket = int(response["Attributes"]["next_ticket"]["N"])
+        self.client.put_item(
+            TableName=self.table,
+            Item={
+                **queue_key(definition, tenant, ticket),
+                "wid": {"S": workflow_id},
+                "since": {"N": str(now)},
+            },
+        )
+        return ticket
+
+    def head(self, definition: str, tenant: str) -> QueueEntry | None:
+        """See ``TenantSlotStore.head``."""
+        response = self.client.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :queue)",
+            ExpressionAttributeValues={
+                ":pk": tenancy_key(definition, tenant)["pk"],
+                ":queue": {"S": QUEUE_PREFIX},
+            },
+            ConsistentRead=True,
+            Limit=1,
+        )
+        items = response.get("Items", [])
+        if not items:
+            return None
+        item = items[0]
+        return QueueEntry(
+            ticket=int(item["sk"]["S"].removeprefix(QUEUE_PREFIX)),
+            workflow_id=item["wid"]["S"],
+            since=int(item["since"]["N"]),
+        )
+
+    def dequeue(self, definition: str, tenant: str, ticket: int) -> None:
+        """See ``TenantSlotStore.dequeue``."""
+        self.client.delete_item(TableName=self.table, Key=queue_key(definition, tenant, ticket))
+
+    def queue_checked(self, definition: str, tenant: str, due: int | None, seen_ticket: int) -> None:
+        """See ``TenantSlotStore.queue_checked``."""
+        if due is not None:
+            self.client.update_item(
+                TableName=self.table,
+                Key=tenancy_key(definition, tenant),
+                UpdateExpression="SET complete_by = :due, dl_shard = :shard, dname = :name",
+                ExpressionAttributeValues={
+                    ":due": {"N": str(due)},
+                    ":shard": {"S": QUEUE_SHARD},
+                    ":name": {"S": definition},
+                },
+            )
+            return
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key=tenancy_key(definition, tenant),
+                UpdateExpression="REMOVE complete_by, dl_shard",
+                ConditionExpression="attribute_not_exists(next_ticket) OR next_ticket = :seen",
+                ExpressionAttributeValues={":seen": {"N": str(seen_ticket)}},
+            )
+        except ClientError as exc:
+            if not condition_failed(exc):
+                raise  # a start queued since: the queue stays in the index
+
+    def due_queues(self, before: int, limit: int) -> list[tuple[str, str]]:
+        """See ``TenantSlotStore.due_queues``."""
+        response = self.client.query(
+            TableName=self.table,
+            IndexName=DEADLINE_INDEX,
+            KeyConditionExpression="dl_shard = :shard AND complete_by < :before",
+            ExpressionAttributeValues={":shard": {"S": QUEUE_SHARD}, ":before": {"N": str(before)}},
+            Limit=limit,
+        )
+        due = []
+        for item in response.get("Items", []):
+            name = item.get("dname", {}).get("S")
+            prefix = f"{TENANCY_PREFIX}{name}#"
+            if name is not None and item["pk"]["S"].startswith(prefix):
+                due.append((name, item["pk"]["S"].removeprefix(prefix)))
+        return due

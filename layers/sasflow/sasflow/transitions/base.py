@@ -344,6 +344,17 @@ class TransitionBase:
                 self._compensation_timed_out(record, step)
         self.advance()
 
+    # ------------------------------------------------------------------ a tenant's queue (tenancy.py)
+    def dequeue(self) -> None:
+        """Start a QUEUED workflow that now holds a slot of its tenant: RUNNING, its first steps dispatched in the
+        same write. Changes nothing when it is not QUEUED any more (started by another call, or cancelled)."""
+        if self.snapshot.workflow.status is not WorkflowStatus.QUEUED:
+            return
+        self.set_status(WorkflowStatus.RUNNING)
+        self.history.dequeued()
+        self.count("WorkflowsDequeued")
+        self.advance()
+
     # ------------------------------------------------------------------ advance
     def advance(self) -> None:
         """Make every transition the snapshot allows: dispatch ready steps, finish the workflow, or unwind it.

@@ -121,15 +121,21 @@ class OperatorTransitions(TransitionBase):
         """Stop a workflow: CANCELLING, which compensates what may have happened (audited: who asked).
 
         A cancel of a workflow that is CANCELLING or CANCELLED already changes nothing (a client retrying its
-        cancel gets the same answer).
+        cancel gets the same answer). A QUEUED workflow has done nothing: it is CANCELLED at once (the scheduler
+        then deletes its entry in its tenant's queue).
 
         Raises
         ------
         ConditionFailedError
-            When the workflow is neither RUNNING nor HELD (a COMPLETED one compensates nothing).
+            When the workflow is neither RUNNING, HELD nor QUEUED (a COMPLETED one compensates nothing).
         """
         status = self._status()
         if status in (WorkflowStatus.CANCELLING, WorkflowStatus.CANCELLED) or self.already_done(action_id, "cancel"):
+            return
+        if status is WorkflowStatus.QUEUED:
+            self._audit("cancel", principal, reason, action_id)
+            self.set_status(WorkflowStatus.CANCELLED, reason="cancelled by request while queued")
+            self.count("WorkflowsCancelled")
             return
         self._refuse_unless(
             status in (WorkflowStatus.RUNNING, WorkflowStatus.HELD), f"workflow is {status.value}: nothing to cancel"
