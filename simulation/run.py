@@ -773,6 +773,7 @@ class Simulation:
         self._running.append((logical_id, tags))
         self._successes.append(_success_tags(event))
         self.log.context.append(tags)
+        self.log.unsent.append([])
         try:
             with environment(function_environment(spec)):
                 return True, module.handler(event, context)
@@ -784,6 +785,7 @@ class Simulation:
         finally:
             self.crashes.armed, self.bus.armed, self.stale.armed = armed
             self.log.context.pop()
+            self.log.unsent.pop()
             self._running.pop()
             self._successes.pop()
 

@@ -151,12 +151,17 @@ class FaultLog:
         self.counts: Counter[str] = Counter()
         self.touched: defaultdict[Tag, set[str]] = defaultdict(set)
         self.context: list[list[Tag]] = []
+        #: Per running invocation (a stack, as ``context``): the attempts its writes put in flight whose messages it
+        #: has not sent yet. A crash anywhere in it loses them: a give-back that starts a tenant's queued workflow
+        #: writes it RUNNING, then deletes its queue entry, then starts the next, and sends at the end.
+        self.unsent: list[list[Tag]] = []
 
     def __call__(self, kind: str, tags: Iterable[Tag | None] = (), *, attribute: bool = True) -> None:
         self.counts[kind] += 1
         if not attribute:
             return
-        for tag in [*tags, *(self.context[-1] if self.context else ())]:
+        unsent = self.unsent[-1] if self.unsent else ()
+        for tag in [*tags, *(self.context[-1] if self.context else ()), *unsent]:
             if tag is not None:
                 self.touched[tag].add(kind)
 
@@ -298,6 +303,9 @@ class SimBus:
             if self.armed and self.rng.random() < self.faults.duplicate:
                 self.log("duplicate delivery", [tag])
                 self.queues.send(message.queue_url, message.body, delay + self.rng.uniform(0, 5))
+        if self.log.unsent:
+            sent = set(tags)
+            self.log.unsent[-1][:] = [tag for tag in self.log.unsent[-1] if tag not in sent]
         if self.armed and self.rng.random() < self.faults.crash_after_send:
             self.log("crash after send", tags)
             raise SimCrash("crash after SendMessageBatch")
@@ -359,6 +367,10 @@ class CrashInjector:
             item = (context or {}).get("sim_params", {}).get("Item", {}) if model.name == "PutItem" else {}
             self.log("crash after DynamoDB call", in_flight_tags(item) if "version" in item else ())
             raise SimCrash(f"crash after {model.name}")
+        if self.armed and self.log.unsent and model.name == "PutItem":
+            item = (context or {}).get("sim_params", {}).get("Item", {})
+            if "version" in item:
+                self.log.unsent[-1].extend(in_flight_tags(item))
 
 
 # ---------------------------------------------------------------------------------------------------- stale reads

@@ -198,6 +198,23 @@ def test_a_write_dynamodb_accepted_just_before_a_crash_is_still_recorded() -> No
     assert recorded == ["PutItem"]
 
 
+def test_a_crash_is_charged_to_the_attempts_its_invocation_wrote_and_has_not_sent_yet() -> None:
+    """A give-back that starts a tenant's queued workflow writes it RUNNING, then makes more calls before the
+    invocation sends: a crash in between loses the first dispatches (found by make sim, seeds 3 and 6: their attempt
+    1 timed out with no fault charged to it)."""
+    log = FaultLog()
+    log.context.append([])
+    log.unsent.append([("w1", "a", "action", 1), ("w2", "b", "action", 1)])
+    log("crash after DynamoDB call")
+    assert set(log.touched) == {("w1", "a", "action", 1), ("w2", "b", "action", 1)}
+    log.unsent[-1].remove(("w1", "a", "action", 1))  # sent: SimBus.send takes it off
+    log("crash before DynamoDB call")
+    assert log.touched[("w1", "a", "action", 1)] == {"crash after DynamoDB call"}
+    assert log.touched[("w2", "b", "action", 1)] == {"crash after DynamoDB call", "crash before DynamoDB call"}
+    log("second supervisor interleaved", attribute=False)
+    assert log.touched[("w2", "b", "action", 1)] == {"crash after DynamoDB call", "crash before DynamoDB call"}
+
+
 def random_always() -> Any:
     """A random source whose draws are always 0.0 (every fault with a rate above 0 strikes)."""
 
