@@ -216,7 +216,8 @@ def test_a_queued_workflow_page_says_it_waits_in_its_tenants_queue_with_its_tick
     mine = signed_in(console_of(deployed, "client-a"))
     shown = text_of(page(mine, f"/workflows/{quote(queued['workflow_id'], safe='')}"))
     tenant = f"key#{body['input']['traveller']}"
-    assert f"Tenant {tenant} (waiting in its tenant's queue for a slot of its definition's tenancy.max_running)" in shown
+    waiting = "waiting in its tenant's queue for a slot of its definition's tenancy.max_running"
+    assert f"Tenant {tenant} ({waiting})" in shown
     assert "Queue ticket 1 (the tenant's queue starts its workflows in ticket order)" in shown
     assert "QUEUED" in shown
 
