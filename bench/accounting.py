@@ -67,6 +67,11 @@ class Usage:
     call_limit_requests: int = 0
     call_limit_wru: int = 0
     call_limit_rru: float = 0.0
+    #: The tenants' items (``TENANCY#``: slots, queue entries, the supervisor's looks at the queues): requests and
+    #: their capacity, also in the totals.
+    tenancy_requests: int = 0
+    tenancy_wru: int = 0
+    tenancy_rru: float = 0.0
 
     def requests(self, service: str | None = None) -> int:
         """AWS requests made (of one service, or all), each call counted once."""
@@ -91,6 +96,9 @@ class Usage:
         self.call_limit_requests += other.call_limit_requests
         self.call_limit_wru += other.call_limit_wru
         self.call_limit_rru += other.call_limit_rru
+        self.tenancy_requests += other.tenancy_requests
+        self.tenancy_wru += other.tenancy_wru
+        self.tenancy_rru += other.tenancy_rru
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +119,11 @@ class Usage:
                 "requests": self.call_limit_requests,
                 "wru": self.call_limit_wru,
                 "rru": self.call_limit_rru,
+            },
+            "tenancy": {
+                "requests": self.tenancy_requests,
+                "wru": self.tenancy_wru,
+                "rru": self.tenancy_rru,
             },
         }
 
@@ -365,17 +378,22 @@ class Meter:
     def _dynamodb(self, operation: str, params: dict[str, Any], parsed: dict[str, Any], before: list[Any]) -> None:
         limits = str(params.get("Key", {}).get("id", {}).get("S", "")).startswith("call-limits#")
         self.usage.call_limit_requests += limits
+        tenancy = _of_tenancy(params)
+        self.usage.tenancy_requests += tenancy
         if operation in ("GetItem",):
             item = parsed.get("Item")
             units = _read_units(item_size(item) if item else 0, bool(params.get("ConsistentRead")))
             self.usage.rru[operation] += units
             self.usage.call_limit_rru += units if limits else 0.0
+            self.usage.tenancy_rru += units if tenancy else 0.0
             self.usage.items_read[operation] += 1 if item else 0
             return
         if operation in ("Query", "Scan"):
             items = parsed.get("Items", [])
             consistent = bool(params.get("ConsistentRead")) and "IndexName" not in params
-            self.usage.rru[operation] += _read_units(sum(item_size(i) for i in items), consistent)
+            units = _read_units(sum(item_size(i) for i in items), consistent)
+            self.usage.rru[operation] += units
+            self.usage.tenancy_rru += units if tenancy else 0.0
             where = f"{operation}:{params.get('IndexName', 'table')}"
             self.usage.items_read[where] += int(parsed.get("ScannedCount", len(items)))
             return
@@ -398,6 +416,7 @@ class Meter:
             size = max(item_size(old) if old else 0, item_size(new) if new else 0, item_size(tried) if tried else 0)
             self.usage.wru[operation] += factor * _write_units(size)
             self.usage.call_limit_wru += factor * _write_units(size) if limits else 0
+            self.usage.tenancy_wru += factor * _write_units(size) if tenancy else 0
             self.usage.wru[f"{operation}:index"] += factor * _index_writes(self.tables, table, old, new)
 
 
@@ -465,3 +484,13 @@ def _index_writes(tables: _Tables, table: str, old: dict[str, Any] | None, new: 
         if index in after:
             units += _write_units(item_size(after[index][1]))
     return units
+
+
+def _of_tenancy(params: dict[str, Any]) -> bool:
+    """Whether a DynamoDB request is about the tenants' items (``sasflow.tenancy``): their key, a queue's head (a
+    Query of the tenant's partition), or the supervisor's read of the due queues (the deadline index's ``TQ``)."""
+    values = params.get("ExpressionAttributeValues", {})
+    keys = [params.get("Key", {}).get("pk", {}), params.get("Item", {}).get("pk", {}), values.get(":pk", {})]
+    if any(str(key.get("S", "")).startswith("TENANCY#") for key in keys if isinstance(key, dict)):
+        return True
+    return values.get(":shard", {}).get("S") == "TQ" if isinstance(values.get(":shard"), dict) else False

@@ -112,7 +112,10 @@ def run_cost(
         result = run_scenario(scenario)
         data = cost.figures(result)
         raw[scenario.name] = data
-        all_rows += cost.rows(result, data)
+        if scenario.name != "S7-alone":  # S7's baseline: its times only, in S7's fairness row
+            all_rows += cost.rows(result, data)
+        if scenario.name == "S7" and "S7-alone" in raw:
+            all_rows.append(cost.fairness_row(data, raw["S7-alone"]))
         transitions = data.get("step_functions_transitions", data.get("child_transitions"))
         console.print(
             f"  {dict(result.statuses)}, {result.steps_run} steps, {transitions} Step Functions "
@@ -143,7 +146,9 @@ def bench(
     only: Annotated[
         str, typer.Option(help="Run only these parts: cost,sweep,throughput,windows,cold (comma-separated).")
     ] = "",
-    scenarios: Annotated[str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5).")] = "",
+    scenarios: Annotated[
+        str, typer.Option(help="Only these scenarios (S1,S2,S3,S4,S5,S6,S1-tenancy,S7-alone,S7).")
+    ] = "",
     parameter_overrides: Annotated[
         str,
         typer.Option(
@@ -205,7 +210,7 @@ def bench(
     header = f"Measured {when} on {machine()}{_load()}; prices of {prices.PRICES_READ_ON} ({prices.REGION})."
     if "cost" in parts:
         deployed = " ".join(f"{k}={v}" for k, v in sorted(raw["scenarios_deployed_with"].items()))
-        header += f" The S1-S6 rows deploy the template with {deployed}."
+        header += f" The S1-S7 rows deploy the template with {deployed}."
     console.print()
     if "cost" in parts:
         console.print((cost.__doc__ or "").strip(), markup=False, highlight=False)

@@ -73,6 +73,8 @@ DURABLE_TARGETS = {"S1": 0.50}
 WHOLE_STANDARD_TARGETS = {"S1": 0.25}
 WHOLE_DURABLE_TARGETS = {"S1": 0.50}
 REQUEST_TARGET = 1.25
+#: S7: the quiet tenant's p95 from start to end beside the bursting tenant, over its p95 alone, at most (issue 39).
+FAIRNESS_TARGET = 1.5
 #: The remote service's latency per Task attempt an Express workflow is billed for (seconds, stated in the row).
 EXPRESS_REMOTE_LATENCY_SECONDS = 0.1
 _GIB = 1024**3
@@ -532,6 +534,16 @@ def figures(result: ScenarioResult) -> dict[str, Any]:
             )
             / steps,
         },
+        "tenancy": {
+            "max_running": result.scenario.max_running,
+            "queued": result.queued,
+            "requests_per_step": usage.tenancy_requests / steps,
+            "dollars_per_step": (
+                usage.tenancy_wru * prices.DYNAMODB_PER_WRU + usage.tenancy_rru * prices.DYNAMODB_PER_RRU
+            )
+            / steps,
+            "durations": result.durations,
+        },
         "ours_per_step": ours / steps,
         "anchor_per_step": anchor / steps,
         "ours_per_workflow": ours / result.workflows,
@@ -685,6 +697,7 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
             f"{data['call_limits']['requests_per_step']:.3f} requests, "
             f"${data['call_limits']['dollars_per_step'] * per_million:.3f} per 1M steps",
         ),
+        *_tenancy_rows(name, data, result),
         Row.with_ratio(
             f"{name} AWS requests per step (anchor: minimal)",
             data["actual_requests_per_step"],
@@ -694,3 +707,40 @@ def rows(result: ScenarioResult, data: dict[str, Any]) -> list[Row]:
         ),
     ]
     return table
+
+
+def _tenancy_rows(name: str, data: dict[str, Any], result: ScenarioResult) -> list[Row]:
+    """What the tenants' limits cost, included in the scenario's figures (a scenario whose definition has them)."""
+    if not result.scenario.max_running:
+        return []
+    tenancy = data["tenancy"]
+    return [
+        Row(
+            f"{name} the tenants' limits (their TENANCY# items: slots, queue entries, the queues' looks), included "
+            "above, per step",
+            f"{tenancy['requests_per_step']:.3f} requests, ${tenancy['dollars_per_step'] * 1_000_000:.3f} per 1M "
+            f"steps; {tenancy['queued']:,} of {result.workflows:,} workflows queued",
+        )
+    ]
+
+
+def p95(values: list[float]) -> float:
+    """The 95th percentile by nearest rank (of 20 values: the 19th smallest)."""
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)])
+
+
+def fairness_row(together: dict[str, Any], alone: dict[str, Any]) -> Row:
+    """S7: the quiet tenant's p95 from start to end beside the bursting tenant's burst, over its p95 alone."""
+    beside = p95(together["tenancy"]["durations"]["quiet"])
+    baseline = p95(alone["tenancy"]["durations"]["quiet"])
+    burst = together["tenancy"]["durations"].get("burst", [])
+    return Row.with_ratio(
+        f"S7 the quiet tenant's p95 start to end, s ({len(together['tenancy']['durations']['quiet'])} workflows beside "
+        f"{len(burst):,} the other tenant started at once, whose last ended after {max(burst, default=0):,.0f} s; "
+        "anchor: the same alone, S7-alone)",
+        beside,
+        baseline,
+        beside / baseline if baseline else math.inf,
+        at_most=FAIRNESS_TARGET,
+    )

@@ -1,4 +1,4 @@
-"""The bench scenarios (S1 to S6), run through the real handlers on moto with every AWS call metered.
+"""The bench scenarios (S1 to S7), run through the real handlers on moto with every AWS call metered.
 
 One run: the tables and queues from template.yaml inside ``moto.mock_aws``; the real Lambda handlers (API,
 scheduler, three agents, supervisor) loaded in process, each building its own boto3 clients exactly as on Lambda, so
@@ -35,6 +35,10 @@ How AWS is emulated, and why the counts are what AWS would bill:
   messages a producer sends to the sqs trigger's queue (S6-sqs: the send counted), and S3's notifications of
   uploads (S6-s3: the notification's SendMessage counted; the upload is the user's on either side). The trigger's
   function runs under its own mapping (receives and deletes counted, and its Lambda time, as the engine's).
+- **Tenants (S1-tenancy, S7).** The definition limits each tenant (``tenancy``, the input's ``customer``): S1-tenancy
+  is S1 with a limit nobody reaches (what the slots cost on the happy path); in S7 one tenant starts 2,000
+  workflows at once and another 20, one a second, under ``max_running`` 20 with a queue: the quiet tenant's time
+  from start to end is compared with its time alone (S7-alone, the same 20 with nobody else).
 - **Lambda time** is the wall time of each handler call on this machine (moto answers in process, in about the time
   DynamoDB and SQS take), rounded up to 1 ms and billed at the template's ``MemorySize``.
 
@@ -131,6 +135,13 @@ class Scenario:
     map_items: int = 0
     parameters: tuple[tuple[str, str], ...] = ()
     trigger: str = ""
+    #: When above 0, the definition limits each tenant (the input's ``customer``) to this many running, the rest
+    #: queued (``tenancy``, ``over_limit: queue``).
+    max_running: int = 0
+    #: The last ``quiet`` workflows are a quiet tenant's, started ``arrivals_per_second`` apart from the start; the
+    #: others are a bursting tenant's, all started at once (S7; all of them quiet: its baseline, alone). 0: every
+    #: workflow at the steady pace, of five tenants.
+    quiet: int = 0
 
 
 #: What the cost scenarios deploy with, unless ``parameters`` say otherwise: the template's ``cost`` profile (the
@@ -187,6 +198,32 @@ def _scenarios(scale: float) -> list[Scenario]:
         ),
         Scenario("S6-sqs", "3-step workflows started by messages to the sqs trigger's queue", 3, n(200), trigger="sqs"),
         Scenario(
+            "S1-tenancy",
+            "S1 with a limit per tenant nobody reaches (tenancy: max_running 50 per customer, queued over it)",
+            3,
+            n(200),
+            max_running=50,
+        ),
+        Scenario(
+            "S7-alone",
+            f"a quiet tenant's {QUIET} workflows, one a second, alone (S7's baseline)",
+            3,
+            QUIET,
+            max_running=S7_MAX_RUNNING,
+            quiet=QUIET,
+            arrivals_per_second=1.0,
+        ),
+        Scenario(
+            "S7",
+            f"one tenant starts {n(2000):,} workflows at once beside a quiet one starting {QUIET}, one a second "
+            f"(tenancy: max_running {S7_MAX_RUNNING} per tenant, queued over it)",
+            3,
+            n(2000) + QUIET,
+            max_running=S7_MAX_RUNNING,
+            quiet=QUIET,
+            arrivals_per_second=1.0,
+        ),
+        Scenario(
             "S6-s3",
             "3-step workflows started by uploads (S3's notifications to the s3 trigger)",
             3,
@@ -194,6 +231,11 @@ def _scenarios(scale: float) -> list[Scenario]:
             trigger="s3",
         ),
     ]
+
+
+#: S7: the quiet tenant's workflows, and each tenant's max_running.
+QUIET = 20
+S7_MAX_RUNNING = 20
 
 
 def chain_definition(steps: int) -> dict[str, Any]:
@@ -304,6 +346,10 @@ class ScenarioResult:
     lost_invocations: dict[str, int] = field(default_factory=dict)
     #: What the product tallied on each workflow's item (`sasflow.cost`), by workflow id (map children included).
     tallies: dict[str, Tally] = field(default_factory=dict)
+    #: Each tenant's workflows' times from start to end (simulated seconds, sorted), by the input's ``customer``.
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    #: Workflows that waited QUEUED for their tenant's slot.
+    queued: int = 0
 
     @property
     def workflows(self) -> int:
@@ -381,7 +427,16 @@ class ScenarioRun:
             self.definition = callback_definition(scenario.steps)
         else:
             self.definition = chain_definition(scenario.steps)
+        if scenario.max_running:
+            self.definition["tenancy"] = {
+                "max_running": scenario.max_running,
+                "tenant_key": "customer",
+                "over_limit": "queue",
+            }
         self.answered: set[str] = set()
+        #: When each workflow was started and first seen ended (simulated seconds), by its input's traveller.
+        self.started_at: dict[str, float] = {}
+        self.ended_at: dict[str, float] = {}
         self.receive_batches: list[int] = []
         self.idle_queue_seconds = 0.0
 
@@ -574,6 +629,10 @@ class ScenarioRun:
             "nights": 1 + index % 4,
             "amount": 100 + index,
         }
+        self.started_at[workflow_input["traveller"]] = self.clock.now()
+        if self.scenario.max_running:
+            quiet = index >= self.scenario.workflows - self.scenario.quiet if self.scenario.quiet else False
+            workflow_input["customer"] = "quiet" if quiet else ("burst" if self.scenario.quiet else f"c{index % 5}")
         if self.scenario.map_items:
             workflow_input["orders"] = [100 + i for i in range(self.scenario.map_items)]
         if self.scenario.trigger:
@@ -650,17 +709,30 @@ class ScenarioRun:
         return min(times) if times else None
 
     # ------------------------------------------------------------------ the loop
-    def _loop(self) -> None:
+    def _arrivals(self) -> list[tuple[float, int]]:
+        """(when, index) of each start, in time order: a steady pace; or (S7) the bursting tenant's all at once and
+        the quiet tenant's at the pace."""
         interval = 1.0 / self.scenario.arrivals_per_second
-        arrivals = [START + index * interval for index in range(self.scenario.workflows)]
+        quiet = self.scenario.quiet
+        if not quiet:
+            return [(START + index * interval, index) for index in range(self.scenario.workflows)]
+        first_quiet = self.scenario.workflows - quiet
+        burst = [(START, index) for index in range(first_quiet)]
+        return burst + [(START + k * interval, first_quiet + k) for k in range(quiet)]
+
+    def _loop(self) -> None:
+        schedule = self._arrivals()
+        arrivals = [at for at, _ in schedule]
         started = 0
         next_tick = START + TICK_SECONDS
         ticks = 0
         while True:
             while started < len(arrivals) and arrivals[started] <= self.clock.now():
-                self._start(started)
+                self._start(schedule[started][1])
                 started += 1
             self._deliver_due()
+            if self.scenario.quiet:
+                self._note_ended()
             if self.scenario.callback:
                 self._approve()
             if self.clock.now() >= next_tick:
@@ -742,6 +814,13 @@ class ScenarioRun:
                 times.append(max(visible_at, window_end))
         return [at for at in times if at > now]
 
+    def _note_ended(self) -> None:
+        """Note when each workflow is first seen ended (S7 times its quiet tenant's workflows)."""
+        for snapshot in self._stored():
+            traveller = snapshot.workflow.input.get("traveller")
+            if snapshot.workflow.status.value in TERMINAL and isinstance(traveller, str):
+                self.ended_at.setdefault(traveller, self.clock.now())
+
     def _all_terminal(self) -> bool:
         stored = self._stored()
         started = sum(1 for snapshot in stored if snapshot.workflow.parent is None)  # map children are workflows too
@@ -758,9 +837,16 @@ class ScenarioRun:
         children: Counter[str] = Counter()
         parent_bytes = 0
         tallies: dict[str, Tally] = {}
+        durations: dict[str, list[float]] = {}
+        queued = 0
         for snapshot in self._stored():
             workflow_id = snapshot.workflow.workflow_id
             tallies[workflow_id] = snapshot.cost
+            customer, traveller = snapshot.workflow.input.get("customer"), snapshot.workflow.input.get("traveller")
+            if isinstance(customer, str) and traveller in self.ended_at:
+                # from its start to the loop's first look that found it ended (simulated seconds)
+                durations.setdefault(customer, []).append(self.ended_at[traveller] - self.started_at[traveller])
+            queued += snapshot.workflow.queue_ticket is not None
             if snapshot.workflow.parent is not None:
                 children[snapshot.workflow.status.value] += 1
             else:
@@ -798,6 +884,8 @@ class ScenarioRun:
             remote_waits=dict(self.remote_waits),
             lost_invocations=dict(self.lost_invocations),
             tallies=tallies,
+            durations={customer: sorted(values) for customer, values in durations.items()},
+            queued=queued,
         )
 
 

@@ -1,0 +1,61 @@
+"""The tenants' limits in `make bench`: S1-tenancy (what the slots cost on S1's happy path) and S7 (a tenant's burst
+beside a quiet tenant, queued over max_running), at a tiny scale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bench import cli
+from bench.accounting import _of_tenancy
+from bench.cost import p95
+
+
+def test_s1_tenancy_and_s7_report_what_the_slots_cost_and_the_quiet_tenants_time_beside_the_burst(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "RESULTS_MD", tmp_path / "results.md")
+    monkeypatch.setattr(cli, "RESULTS_JSON", tmp_path / "results.json")
+    arguments = ["--only", "cost", "--scenarios", "S1-tenancy,S7-alone,S7", "--scale", "0.01"]
+    result = CliRunner().invoke(cli.app, arguments)
+    raw = json.loads((tmp_path / "results.json").read_text())
+
+    # S1-tenancy: per workflow, the start reads its tenant's queue's head (empty) and takes a slot, its end gives the
+    # slot back and reads the head again (nobody to start): 4 requests, 2 write and 2 read units
+    s1 = raw["scenarios"]["S1-tenancy"]
+    assert s1["workflows"] == 2 and s1["statuses"] == {"COMPLETED": 2}
+    assert s1["usage"]["tenancy"] == {"requests": 8, "wru": 4, "rru": 4.0}
+    rows = {row["metric"]: row for row in raw["rows"]}
+    limits = next(metric for metric in rows if metric.startswith("S1-tenancy the tenants' limits"))
+    assert rows[limits]["ours"].endswith("0 of 2 workflows queued")
+
+    # S7: the burst (20 at this scale) and the quiet tenant's 20, all COMPLETED; its times measured beside the burst
+    # and alone (S7-alone, whose own rows are not printed), compared against the 1.5 target
+    s7 = raw["scenarios"]["S7"]
+    assert s7["statuses"] == {"COMPLETED": 40}
+    assert [len(s7["tenancy"]["durations"][tenant]) for tenant in ("burst", "quiet")] == [20, 20]
+    assert not any(metric.startswith("S7-alone") for metric in rows)
+    [fairness] = [row for metric, row in rows.items() if metric.startswith("S7 the quiet tenant's p95")]
+    assert fairness["ours"] == p95(s7["tenancy"]["durations"]["quiet"])
+    assert fairness["anchor"] == p95(raw["scenarios"]["S7-alone"]["tenancy"]["durations"]["quiet"])
+    assert fairness["target"] == "<= 1.5"
+    assert result.exit_code == (0 if fairness["met"] else 1), result.output
+
+
+def test_p95_is_the_nearest_rank() -> None:
+    assert p95([float(n) for n in range(1, 21)]) == 19.0
+    assert p95([3.0]) == 3.0
+    assert p95([5.0, 1.0]) == 5.0
+
+
+def test_the_tenants_requests_are_told_by_their_keys_and_the_queues_shard() -> None:
+    assert _of_tenancy({"Key": {"pk": {"S": "TENANCY#trip#key#acme"}, "sk": {"S": "#TENANCY"}}})
+    assert _of_tenancy({"Item": {"pk": {"S": "TENANCY#trip#key#acme"}, "sk": {"S": "Q#000000000001"}}})
+    assert _of_tenancy({"ExpressionAttributeValues": {":pk": {"S": "TENANCY#trip#key#acme"}, ":queue": {"S": "Q#"}}})
+    assert _of_tenancy({"ExpressionAttributeValues": {":shard": {"S": "TQ"}, ":before": {"N": "1"}}})
+    assert not _of_tenancy({"ExpressionAttributeValues": {":shard": {"S": "03"}, ":before": {"N": "1"}}})
+    assert not _of_tenancy({"Key": {"pk": {"S": "WF#123"}, "sk": {"S": "#WF"}}})
+    assert not _of_tenancy({"Key": {"id": {"S": "call-limits#hotels"}}})
