@@ -141,7 +141,7 @@ def workflow_table(view: Mapping[str, Any], *, now: float | None = None, wide: b
     if view.get("tenant"):
         notes.append(f"tenant: {view['tenant']}")  # whose tenancy.max_running it counts in
     if view.get("queue_ticket") is not None:
-        place = f", place {view['queue_position']} when queued" if view.get("queue_position") else ""
+        place = f", place {view['queue_position']} in its tenant's queue" if view.get("queue_position") else ""
         notes.append(f"queue ticket: {view['queue_ticket']}{place}")  # it starts in ticket order (tenancy: queue)
     if view.get("paused"):
         notes.append("PAUSED by an operator")
@@ -268,6 +268,8 @@ def _event_detail(event: Mapping[str, Any], *, wide: bool = False) -> str:
     detail = event.get("detail")
     if detail and detail.get("trigger"):  # a start by a trigger: which, and for which occurrence
         parts.append(f"trigger {detail['trigger']}, {detail.get('occurrence')}")
+    elif detail and event.get("kind") == "queued":  # its ticket in its tenant's queue (found by a trial: shown as
+        parts.append(f"ticket {detail.get('ticket')} in its tenant's queue")  # an operator's action by None)
     elif detail:
         parts.append(
             f"{detail.get('action')} by "

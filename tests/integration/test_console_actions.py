@@ -384,3 +384,30 @@ def test_a_done_forms_key_is_not_reused_a_stale_form_is_flagged_and_a_huge_one_r
     huge = send(browser, act_path(wid, "retry"), {**stale_form, "value": "x" * (2 * 1024 * 1024 + 1)})
     assert huge.status_code == 413 and "Too large" in text_of(huge.get_data(as_text=True))
     assert "script-src 'self'" in huge.headers["Content-Security-Policy"]
+
+
+def test_a_queued_workflow_is_found_by_status_and_cancelled_from_its_page(deployed: Deployed) -> None:
+    # Given a trip limited to one running per tenant, queueing the rest, and a second queued (a trial found the page
+    # offered only Pause, and the find form refused QUEUED)
+    body = trip()
+    body["definition"]["tenancy"] = {"max_running": 1, "tenant_key": "traveller", "over_limit": "queue"}
+    deployed.api("POST", "/workflows", body, caller="client-a")
+    _, queued = deployed.api("POST", "/workflows", body, caller="client-a")
+    wid = queued["workflow_id"]
+    browser = signed_in(console_of(deployed))
+
+    # When the operator finds QUEUED workflows, opens it, and previews then confirms its cancel
+    found = page(browser, "/?status=QUEUED")
+    html = page(browser, f"/workflows/{quote(wid, safe='')}")
+    labels = re.findall(r'<a class="button act-[a-z-]+" href="[^"]+">([^<]+)</a>', html)
+    fields = {**form_of(page(browser, act_path(wid, "cancel"))), "reason": "customer withdrew"}
+    preview = send(browser, act_path(wid, "cancel"), {**fields, "intent": "preview"}).get_data(as_text=True)
+    send(browser, act_path(wid, "cancel"), previewed(browser, act_path(wid, "cancel"), fields))
+
+    # Then it was listed, offered Cancel (and Pause), told it ends at once, and ended CANCELLED, audited
+    assert wid in found and "table scan" in found
+    assert labels == ["Cancel", "Pause"]
+    assert "The workflow is cancelled at once (QUEUED → CANCELLED)" in text_of(preview)
+    _, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+    assert view["status"] == "CANCELLED"
+    assert [(a["action"], a["reason"]) for a in operator_actions(deployed, wid)] == [("cancel", "customer withdrew")]

@@ -46,7 +46,10 @@ def test_a_start_over_the_tenants_limit_is_429_with_retry_after_and_the_slot_com
     # starts; each tenant's item holds its one running workflow
     assert refused_status == 429
     assert refused["error"] == "TENANT_LIMIT"
-    assert f"tenant {client_a} has 1 workflow(s) of trip-booking running" in refused["message"]
+    assert (
+        f"tenant {client_a} runs 1 or more workflow(s) of trip-booking, at its tenancy.max_running (1)"
+        in (refused["message"])
+    )
     assert retry_after == "10"
     assert other_status == 201
     client_b = f"principal#{other['owner']}"
@@ -115,6 +118,8 @@ def test_a_start_over_the_limit_is_queued_listed_cancellable_and_started_in_orde
     # When the client cancels the second (it never ran), and the first runs to its end
     status, cancelled = deployed.api("POST", f"/workflows/{second['workflow_id']}/cancel")
     assert (status, cancelled["status"]) == (202, "CANCELLED")  # done at once: it had started nothing
+    _, waiting = deployed.api("GET", f"/workflows/{third['workflow_id']}")
+    assert (waiting["status"], waiting["queue_ticket"], waiting["queue_position"]) == ("QUEUED", 2, 1)  # moved up
     deployed.pump()
 
     # Then the third started when the first ended, and completed; the queue is empty and no slot is held

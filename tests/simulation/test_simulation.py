@@ -859,7 +859,7 @@ def test_a_tenant_slot_never_given_back_is_caught(monkeypatch: pytest.MonkeyPatc
     """Mutation check of invariant 22: a slot given back neither by its workflow's end nor by a start that needs it
     stays held: the tenant cannot start again."""
     store = sasflow.adapters.tenancy_dynamodb.DynamoDBTenantSlotStore
-    monkeypatch.setattr(store, "release", lambda self, definition, tenant, workflow_id: False)
+    monkeypatch.setattr(store, "release", lambda self, definition, tenant, workflow_id: sasflow.tenancy.Released(False))
     report = run_one(11, 60, TENANTS)
     assert "tenant slot leaked" in {v.kind for v in report.violations}
 

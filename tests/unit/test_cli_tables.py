@@ -545,13 +545,21 @@ def test_get_names_the_tenant_whose_limit_the_workflow_counts_in() -> None:
     assert "tenant" not in console.export_text()
 
 
-def test_get_gives_a_queued_workflows_ticket_and_its_place_when_it_was_queued() -> None:
+def test_get_gives_a_queued_workflows_ticket_and_its_place() -> None:
     from sasflow_cli.render import workflow_table
 
     view = {"workflow_id": "w", "status": "QUEUED", "tenant": "key#acme", "queue_ticket": 7, "queue_position": 3}
     console = Console(width=160, record=True)
     console.print(workflow_table({**view, "steps": []}))
-    assert "queue ticket: 7, place 3 when queued" in console.export_text()
+    assert "queue ticket: 7, place 3 in its tenant's queue" in console.export_text()
     console = Console(width=160, record=True)
     console.print(workflow_table({**view, "queue_position": None, "steps": []}))
     assert "queue ticket: 7" in console.export_text() and "place" not in console.export_text()
+
+
+def test_history_gives_a_queued_events_ticket_not_an_operators_action() -> None:
+    from sasflow_cli import render
+
+    queued = {"kind": "queued", "time": 0, "detail": {"ticket": 7}}
+    assert render._event_detail(queued) == "ticket 7 in its tenant's queue"
+    assert render._event_detail({"kind": "dequeued", "time": 3}) == ""

@@ -192,6 +192,11 @@ def test_an_empty_list_completes_at_once_and_a_non_list_fails_the_step() -> None
             },
             "one level",
         ),
+        (
+            # found by a trial: accepted, and every child ran at once whatever its max_running
+            {"definition": {**CHILD, "tenancy": {"max_running": 1, "tenant_key": "item.c", "over_limit": "queue"}}},
+            "a map step's definition cannot have tenancy: its children run under the map step's concurrency",
+        ),
     ],
 )
 def test_map_options_are_checked(options: dict[str, Any], message: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 from sasflow.definition import WorkflowDefinition, parse_definition
 from sasflow.errors import InvalidDefinitionError, TenantKeyError, TenantLimitError
 from sasflow.states import WorkflowStatus
-from sasflow.tenancy import HOLDER_GRACE_SECONDS, PRUNE_SECONDS, RETRY_AFTER_SECONDS
+from sasflow.tenancy import HOLDER_GRACE_SECONDS, PRUNE_SECONDS, RETRY_AFTER_SECONDS, Released
 from tests.support.pipeline import OWNER, TRIP_INPUT, Pipeline, trip_definition
 
 
@@ -73,7 +73,8 @@ def test_a_start_over_its_tenants_limit_is_refused_and_writes_nothing_while_anot
     # Then the third is refused naming the tenant, the limit and when to try again, and nothing of it was written
     assert refused.value.retry_after == RETRY_AFTER_SECONDS
     assert str(refused.value) == (
-        f"tenant principal#{OWNER} has 2 workflow(s) of trip-booking running, its tenancy.max_running: start again "
+        f"tenant principal#{OWNER} runs 2 or more workflow(s) of trip-booking, at its tenancy.max_running (2): start "
+        "again "
         f"after {RETRY_AFTER_SECONDS} s, when one has ended"
     )
     assert set(p.store.workflows) == workflows_before | {other}
@@ -192,7 +193,7 @@ def test_a_slot_whose_give_back_was_lost_is_given_back_by_the_next_start_that_ne
     p = Pipeline()
     first = p.start(limited(1))
     release = p.tenancy.release
-    p.tenancy.release = lambda *args: False  # type: ignore[method-assign]
+    p.tenancy.release = lambda *args: Released(False)  # type: ignore[method-assign]
     p.pump()
     p.tenancy.release = release  # type: ignore[method-assign]
     assert statuses(p, first) == [WorkflowStatus.COMPLETED]

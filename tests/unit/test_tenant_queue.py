@@ -23,12 +23,16 @@ def queued(max_running: int = 1, **tenancy: Any) -> dict[str, Any]:
     return {**trip_definition(), "tenancy": {"max_running": max_running, "over_limit": "queue", **tenancy}}
 
 
-def start(p: Pipeline, definition: dict[str, Any], *, key: str | None = None, owner: str = OWNER) -> StartResult:
+def start(
+    p: Pipeline, definition: dict[str, Any], *, key: str | None = None, owner: str = OWNER, send: bool = True
+) -> StartResult:
+    """Start a workflow; ``send=False``: its first messages are lost (it stays RUNNING, as if stuck)."""
     body = {"definition": definition, "input": TRIP_INPUT}
     result = p.scheduler.start_workflow(
         parse_definition(definition), TRIP_INPUT, request_hash=canonical_hash(body), owner=owner, idempotency_key=key
     )
-    p.bus.send(result.messages)
+    if send:
+        p.bus.send(result.messages)
     return result
 
 
@@ -226,3 +230,44 @@ def test_a_refusing_definition_still_refuses_and_queue_mode_is_parsed() -> None:
     definition = parse_definition(queued(2, tenant_key="customer.id"))
     assert definition.tenancy is not None
     assert definition.tenancy.over_limit == "queue"
+
+
+def test_a_version_that_refuses_shares_the_slots_and_its_end_starts_the_queues_head_at_once() -> None:
+    # Given v2 of the trip refusing over 5 running, v1 queueing over 2 (found by a trial: an end of the version that
+    # refuses did not start the queue's head, which waited for the supervisor's look): v2's one running, v1's one
+    # stuck running, and v1's next QUEUED (2 held)
+    p = Pipeline()
+    refusing = {**trip_definition(), "version": 2, "tenancy": {"max_running": 5}}
+    other = start(p, refusing).workflow.workflow_id
+    stuck = start(p, queued(2), send=False).workflow.workflow_id
+    waiting = start(p, queued(2)).workflow.workflow_id
+    assert status(p, waiting) == WorkflowStatus.QUEUED
+
+    # When v2's runs to its end, with no supervisor's look
+    p.pump()
+
+    # Then its give-back found the queue waiting and started the head (its slot within v1's 2), which completed
+    assert [status(p, w) for w in (other, stuck, waiting)] == [
+        WorkflowStatus.COMPLETED,
+        WorkflowStatus.RUNNING,
+        WorkflowStatus.COMPLETED,
+    ]
+
+
+def test_a_queued_start_counts_its_place_from_the_head_after_its_entry_is_written() -> None:
+    # Given one running, and a concurrent start whose entry lands between this start's look at the head and its
+    # ticket (a trial saw two concurrent starts both told place 1)
+    p = Pipeline()
+    start(p, queued(1))
+    enqueue = p.tenancy.enqueue
+
+    def concurrent(definition: str, tenant: str, workflow_id: str, now: int, due: int) -> int:
+        enqueue(definition, tenant, "the-other-start", now, due)
+        return enqueue(definition, tenant, workflow_id, now, due)
+
+    p.tenancy.enqueue = concurrent  # type: ignore[method-assign]
+    result = start(p, queued(1))
+
+    # Then its place counts the other: 2
+    assert (result.workflow.queue_ticket, result.queue_position) == (2, 2)
+    assert p.scheduler.queue_position(result.snapshot) == 2

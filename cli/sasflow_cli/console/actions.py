@@ -94,6 +94,8 @@ def offered(view: Mapping[str, Any]) -> list[Offer]:
             ]
     if status in ("RUNNING", "HELD"):
         offers += [Offer("compensate", None, "Compensate now"), Offer("cancel", None, "Cancel")]
+    if status == "QUEUED":  # waiting for its tenant's slot: it has done nothing, so it can only be cancelled
+        offers.append(Offer("cancel", None, "Cancel"))
     offers.append(Offer("resume", None, "Resume") if view.get("paused") else Offer("pause", None, "Pause"))
     return offers
 
@@ -172,6 +174,11 @@ def preview(
             f"What may have happened by then is compensated, the last started first and independent steps at once; "
             f"now that is {_names(undone)} (task and map steps; a wait or a callback has nothing to undo).",
             "It ends COMPENSATED, or COMPENSATION_FAILED if a compensation fails.",
+        ]
+    elif action == "cancel" and status == "QUEUED":
+        said = [
+            "The workflow is cancelled at once (QUEUED → CANCELLED): it never started, so nothing is compensated.",
+            "It leaves its tenant's queue; the workflows queued behind it move up.",
         ]
     elif action == "cancel":
         said = [

@@ -81,6 +81,7 @@ STATUSES = (
     "HELD",
     "COMPENSATION_FAILED",
     "PAUSED",
+    "QUEUED",
     "COMPLETED",
     "COMPENSATED",
     "CANCELLED",

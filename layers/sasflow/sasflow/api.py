@@ -425,9 +425,10 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
                 # The steps are durable as PROCESSING: the supervisor resends them after complete-by (Rule 1).
                 logger.warning("start messages not sent", extra={"workflow_id": result.workflow.workflow_id})
         # Read nothing we already hold: a start shows what it wrote, a repeat what the conflicting write found.
-        view = WorkflowView.from_snapshot(result.snapshot)
-        if result.queue_position is not None:
-            view = view.model_copy(update={"queue_position": result.queue_position})
+        position = result.queue_position
+        if position is None:  # a repeat of a queued start: its place now
+            position = scheduler.queue_position(result.snapshot)
+        view = WorkflowView.from_snapshot(result.snapshot, queue_position=position)
         return Response(
             status_code=201 if result.created else 200,
             content_type=content_types.APPLICATION_JSON,
@@ -443,7 +444,8 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
         principal = caller()
         scheduler, _ = services()
-        return WorkflowView.from_snapshot(owned(scheduler.store.load(workflow_id), workflow_id, principal))
+        snapshot = owned(scheduler.store.load(workflow_id), workflow_id, principal)
+        return WorkflowView.from_snapshot(snapshot, queue_position=scheduler.queue_position(snapshot))
 
     @app.get(
         "/workflows/<workflow_id>/history",

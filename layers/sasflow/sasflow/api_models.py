@@ -221,7 +221,8 @@ class WorkflowView(BaseModel):
     )
     queue_position: int | None = Field(
         default=None,
-        description="Only in the answer to a start that queued it: its place in the queue then (1: it starts next).",
+        description="A QUEUED workflow's place in its tenant's queue (1: it starts next), in a start's answer and in "
+        "GET /workflows/{id}.",
     )
     paused: bool = Field(default=False, description="An operator paused it: nothing new is dispatched.")
     hold_until: int | None = Field(
@@ -235,8 +236,9 @@ class WorkflowView(BaseModel):
     )
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot) -> WorkflowView:
-        """Build the view of a store snapshot; steps never dispatched show as PENDING."""
+    def from_snapshot(cls, snapshot: Snapshot, *, queue_position: int | None = None) -> WorkflowView:
+        """Build the view of a store snapshot; steps never dispatched show as PENDING. ``queue_position``: a QUEUED
+        workflow's place in its tenant's queue, when the caller read it."""
         workflow = snapshot.workflow
         times = step_times(events_of(snapshot))
         steps = []
@@ -287,6 +289,7 @@ class WorkflowView(BaseModel):
             else None,
             tenant=workflow.tenant,
             queue_ticket=workflow.queue_ticket,
+            queue_position=queue_position,
             paused=workflow.paused,
             hold_until=workflow.hold_until,
             events=len(snapshot.history),

@@ -272,6 +272,11 @@ class MapStep(_StepBase):
     def _one_level_and_tolerance(self) -> MapStep:
         if any(isinstance(step, MapStep) for step in self.definition.steps):
             raise ValueError("a map step's definition cannot hold a map step itself (one level of fan-out)")
+        if self.definition.tenancy is not None:
+            raise ValueError(
+                "a map step's definition cannot have tenancy: its children run under the map step's concurrency "
+                "(put tenancy on the definition the parent starts with)"
+            )
         tolerated = self.tolerated_failure
         if isinstance(tolerated, int) and tolerated < 0:
             raise ValueError("tolerated_failure is a count >= 0 or a percentage such as '10%'")

@@ -111,8 +111,8 @@ class TenantLimitError(RetryableError):
 
     def __init__(self, tenant: str, definition: str, max_running: int, retry_after: int) -> None:
         super().__init__(
-            f"tenant {tenant} has {max_running} workflow(s) of {definition} running, its tenancy.max_running: start "
-            f"again after {retry_after} s, when one has ended"
+            f"tenant {tenant} runs {max_running} or more workflow(s) of {definition}, at its tenancy.max_running "
+            f"({max_running}): start again after {retry_after} s, when one has ended"
         )
         self.tenant = tenant
         self.definition = definition

@@ -427,7 +427,8 @@ def build_ops_app(
     )
     def get_workflow(workflow_id: Annotated[WorkflowId, Path()]) -> WorkflowView:
         caller()
-        return WorkflowView.from_snapshot(load(workflow_id))
+        snapshot = load(workflow_id)
+        return WorkflowView.from_snapshot(snapshot, queue_position=services()[0].queue_position(snapshot))
 
     @app.get(
         "/ops/workflows/<workflow_id>/history",

@@ -57,6 +57,7 @@ from .tenancy import (
     HOLDER_GRACE_SECONDS,
     MAX_PROMOTIONS,
     QUEUE_CHECK_SECONDS,
+    QueueEntry,
     TenantGate,
     TenantSlotStore,
     tenant_of,
@@ -342,7 +343,20 @@ class SchedulerService:
         if existing is not None:
             return _repeated(existing, request_hash)
         ticket = self.tenants.slots.enqueue(definition.name, tenant, workflow_id, now, now + QUEUE_CHECK_SECONDS)
-        return ticket, ticket - (head.ticket if head is not None else ticket) + 1
+        # Its place from the head as it is now, its own entry written (concurrent starts each count the others)
+        first = self.tenants.slots.head(definition.name, tenant)
+        return ticket, _place(ticket, first)
+
+    def queue_position(self, snapshot: Snapshot) -> int | None:
+        """A QUEUED workflow's place in its tenant's queue now (1: it starts next; cancelled workflows ahead of it
+        make it start sooner), from one read of the queue's head; None for any other workflow."""
+        workflow = snapshot.workflow
+        if workflow.status is not WorkflowStatus.QUEUED or workflow.queue_ticket is None or workflow.tenant is None:
+            return None
+        if self.tenants is None:
+            return None
+        first = self.tenants.slots.head(workflow.definition.name, workflow.tenant)
+        return _place(workflow.queue_ticket, first)
 
     def _status_of(self, workflow_id: str) -> WorkflowStatus | None:
         # Strongly consistent: a stale read could show a running holder as not yet written, and free its slot.
@@ -351,7 +365,8 @@ class SchedulerService:
 
     def _give_back_tenant_slot(self, snapshot: Snapshot) -> list[Outgoing]:
         """Give back the tenant's slot the workflow holds once it has ended (``tenancy.py``); a repeat is harmless.
-        A slot given back starts the head of the tenant's queue (``over_limit: queue``): its messages."""
+        A slot given back while the tenant's queue waits (whatever the ending workflow's own ``over_limit``: a
+        version that refuses shares the slots of one that queues) starts the queue's head: its messages."""
         workflow = snapshot.workflow
         if workflow.tenant is None or workflow.status not in ENDED_RUN:
             return []
@@ -362,8 +377,7 @@ class SchedulerService:
             )
         name = workflow.definition.name
         released = self.tenants.slots.release(name, workflow.tenant, workflow.workflow_id)
-        policy = workflow.definition.tenancy
-        if not released or policy is None or policy.over_limit != "queue":
+        if not released.queue_waiting:
             return []
         try:
             return self.promote(name, workflow.tenant)
@@ -1083,6 +1097,11 @@ class SchedulerService:
         previous = base.stored_key if base is not None else None
         grace = self.config.deadline_grace_seconds
         return snapshot.with_index_key(index_key_for(previous, snapshot.due_key(grace), now, grace))
+
+
+def _place(ticket: int, head: QueueEntry | None) -> int:
+    """The place of ``ticket`` in a queue whose head is ``head`` (1: next)."""
+    return ticket - head.ticket + 1 if head is not None and head.ticket <= ticket else 1
 
 
 def _repeated(existing: Snapshot, request_hash: str) -> StartResult:

@@ -77,6 +77,18 @@ class TenantSlots:
 
 
 @dataclass(frozen=True)
+class Released:
+    """What a give-back found: whether the workflow held a slot (the object is true when it did), and whether its
+    tenant's queue may have workflows waiting (the tenant's item is in the deadline index: ``queue_due`` set)."""
+
+    released: bool
+    queue_waiting: bool = False
+
+    def __bool__(self) -> bool:
+        return self.released
+
+
+@dataclass(frozen=True)
 class QueueEntry:
     """One workflow waiting in its tenant's queue: its ticket, its id and since when (epoch seconds)."""
 
@@ -97,8 +109,9 @@ class TenantSlotStore(Protocol):
         """The tenant's item, strongly consistent (no item: no holder)."""
         ...
 
-    def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
-        """Give back ``workflow_id``'s slot; False when it holds none (given back already)."""
+    def release(self, definition: str, tenant: str, workflow_id: str) -> Released:
+        """Give back ``workflow_id``'s slot (false when it held none: given back already), and say whether the
+        tenant's queue may have workflows waiting, as the same write finds the tenant's item."""
         ...
 
     def claim_pruning(self, definition: str, tenant: str, now: int, every: int) -> bool:

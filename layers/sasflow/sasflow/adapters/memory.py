@@ -17,7 +17,7 @@ from ..errors import ClaimCheckMissingError, ConditionFailedError, LeaseNotAcqui
 from ..ports import Outgoing, Receipt, WorkflowSummary
 from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_transition, deadline_shard
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
-from ..tenancy import QueueEntry, TenantSlots
+from ..tenancy import QueueEntry, Released, TenantSlots
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
 
 
@@ -452,10 +452,11 @@ class InMemoryTenantSlotStore:
                 queue_due=self.due.get((definition, tenant)),
             )
 
-    def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
+    def release(self, definition: str, tenant: str, workflow_id: str) -> Released:
         """See ``TenantSlotStore.release``."""
         with self._lock:
-            return self.items.get((definition, tenant), {}).pop(workflow_id, None) is not None
+            held = self.items.get((definition, tenant), {}).pop(workflow_id, None) is not None
+            return Released(held, queue_waiting=held and (definition, tenant) in self.due)
 
     def claim_pruning(self, definition: str, tenant: str, now: int, every: int) -> bool:
         """See ``TenantSlotStore.claim_pruning``."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ..tenancy import QUEUE_SHARD, QueueEntry, TenantSlots
+from ..tenancy import QUEUE_SHARD, QueueEntry, Released, TenantSlots
 from . import condition_failed
 
 if TYPE_CHECKING:
@@ -102,22 +102,24 @@ class DynamoDBTenantSlotStore:
             queue_due=None if due is None else int(due["N"]),
         )
 
-    def release(self, definition: str, tenant: str, workflow_id: str) -> bool:
-        """See ``TenantSlotStore.release``."""
+    def release(self, definition: str, tenant: str, workflow_id: str) -> Released:
+        """See ``TenantSlotStore.release``: the write returns the item (no extra read units), whose ``dl_shard``
+        says whether its queue is in the deadline index."""
         try:
-            self.client.update_item(
+            response = self.client.update_item(
                 TableName=self.table,
                 Key=tenancy_key(definition, tenant),
                 UpdateExpression="REMOVE #h ADD n :minus",
                 ConditionExpression="attribute_exists(#h)",
                 ExpressionAttributeNames={"#h": f"{HOLDER_PREFIX}{workflow_id}"},
                 ExpressionAttributeValues={":minus": {"N": "-1"}},
+                ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
             if not condition_failed(exc):
                 raise
-            return False
-        return True
+            return Released(False)
+        return Released(True, queue_waiting="dl_shard" in response.get("Attributes", {}))
 
     def claim_pruning(self, definition: str, tenant: str, now: int, every: int) -> bool:
         """See ``TenantSlotStore.claim_pruning``."""
