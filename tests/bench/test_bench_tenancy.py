@@ -24,10 +24,10 @@ def test_s1_tenancy_and_s7_report_what_the_slots_cost_and_the_quiet_tenants_time
     raw = json.loads((tmp_path / "results.json").read_text())
 
     # S1-tenancy: per workflow, the start reads its tenant's queue's head (empty) and takes a slot, its end gives the
-    # slot back and reads the head again (nobody to start): 4 requests, 2 write and 2 read units
+    # slot back (whose write says no queue waits: no read): 3 requests, 2 write units and 1 read unit
     s1 = raw["scenarios"]["S1-tenancy"]
     assert s1["workflows"] == 2 and s1["statuses"] == {"COMPLETED": 2}
-    assert s1["usage"]["tenancy"] == {"requests": 8, "wru": 4, "rru": 4.0}
+    assert s1["usage"]["tenancy"] == {"requests": 6, "wru": 4, "rru": 2.0}
     rows = {row["metric"]: row for row in raw["rows"]}
     limits = next(metric for metric in rows if metric.startswith("S1-tenancy the tenants' limits"))
     assert rows[limits]["ours"].endswith("0 of 2 workflows queued")
