@@ -285,6 +285,9 @@ class Simulation:
         self.tenant_limit = 1 + seed % 2
         #: Half the runs queue their tenants' starts over the limit (``over_limit: queue``), the others refuse them.
         self.tenant_queue = (seed // 2) % 2 == 1
+        #: A start's priority (30 % of them, 1 to 5): the hotels agent orders its batches and spaces its deferrals by
+        #: it. Drawn from a generator of its own, so the other draws stay as they were.
+        self.priority_rng = random.Random(seed * 7_919 + 43)
         self.tenant_refused: set[str] = set()
         self.tenant_violations: list[Violation] = []
         #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
@@ -960,7 +963,9 @@ class Simulation:
             if self.tenant_queue:
                 definition["tenancy"]["over_limit"] = "queue"
             trip_input["customer"] = f"c{self.tenancy_rng.randint(0, 4)}"
-        body = {"definition": definition, "input": trip_input}
+        body: dict[str, Any] = {"definition": definition, "input": trip_input}
+        if self.priority_rng.random() < 0.3:
+            body["priority"] = self.priority_rng.randint(1, 5)
         key = f"sim-{self.seed}-{index}"
         event = start_event(body, key=key)
         # A client retries a start until it gets an answer (the Idempotency-Key makes that safe).

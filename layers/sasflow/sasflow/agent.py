@@ -47,7 +47,7 @@ from .errors import (
     RemoteRejectedError,
     RemoteTransientError,
 )
-from .messages import SQS_MAX_MESSAGE_BYTES, StepError, StepReply, StepRequest, decode_request, encode
+from .messages import DEFAULT_PRIORITY, SQS_MAX_MESSAGE_BYTES, StepError, StepReply, StepRequest, decode_request, encode
 from .ports import Counter, Outgoing, no_metrics
 from .settings import AgentConfig
 from .states import Outcome
@@ -320,7 +320,8 @@ class AgentRuntime:
                 )
             self.breaker.before_call()
             timeout = min(self.config.remote_timeout_seconds, left)
-            permit = None if self.limiter is None else self.limiter.acquire(timeout, deadline)
+            priority = request.priority or DEFAULT_PRIORITY
+            permit = None if self.limiter is None else self.limiter.acquire(timeout, deadline, priority=priority)
             calls += 1
             self.metrics("RemoteCalls")
             try:

@@ -6,8 +6,9 @@ processing with partial failures, ``register_lambda_context`` for idempotency, a
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -24,9 +25,10 @@ defer_package_init("aws_lambda_powertools.utilities.data_classes")
 from aws_lambda_powertools.utilities.batch import process_partial_response  # noqa: E402
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord  # noqa: E402
 
-from .batch import OutboxBatchProcessor, one_at_a_time  # noqa: E402
+from .batch import OutboxBatchProcessor, fair_order, one_at_a_time  # noqa: E402
 from .bootstrap import AgentServices, Lazy, build_agent  # noqa: E402
 from .cost import body_workflow, ledger, metered, sqs_records  # noqa: E402
+from .messages import DEFAULT_PRIORITY  # noqa: E402
 from .ports import Outgoing  # noqa: E402
 from .tracing import build_tracer, lean_log_keys  # noqa: E402
 
@@ -43,7 +45,9 @@ def agent_handler(services: Callable[[], AgentServices]) -> Callable[[dict[str, 
     metrics = Metrics()
     copy_config_to_registered_loggers(source_logger=logger, include={"sasflow"})
     # a batch's records run at once (AGENT_CONCURRENCY): one wait for the batch's calls, not one per record
-    processor = OutboxBatchProcessor(lambda: services().bus, runner=lambda: services().records or one_at_a_time)
+    processor = OutboxBatchProcessor(
+        lambda: services().bus, runner=lambda: services().records or one_at_a_time, order=service_order
+    )
 
     def handle_request(record: SQSRecord, lambda_context: LambdaContext) -> list[Outgoing]:
         """Do one step request and return its reply; a failure fails this record only. Its time and log lines are
@@ -100,3 +104,24 @@ def metric_counter(handler: Any) -> Callable[..., None]:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
 
     return count
+
+
+def service_order(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A batch's step requests in the order its service is called for them (its records start in this order, and
+    so wait for the agent's call limits in it): higher priority first, then round-robin between tenants (the
+    requests' ``priority`` and ``tenant``; a body that is not JSON counts as the default, and fails later)."""
+    return fair_order(records, _priority_and_group)
+
+
+def _priority_and_group(record: dict[str, Any]) -> tuple[int, str]:
+    try:
+        body = json.loads(record.get("body") or "{}")
+    except ValueError:
+        return DEFAULT_PRIORITY, ""
+    if not isinstance(body, dict):
+        return DEFAULT_PRIORITY, ""
+    priority, group = body.get("priority"), body.get("tenant")
+    return (
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else DEFAULT_PRIORITY,
+        group if isinstance(group, str) else "",
+    )

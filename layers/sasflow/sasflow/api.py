@@ -408,7 +408,10 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
     ) -> Response[WorkflowView]:
         principal = caller()
         scheduler, bus = services()
-        request_hash = canonical_hash(request.model_dump(mode="json"))
+        body = request.model_dump(mode="json")
+        if body.get("priority") is None:
+            del body["priority"]  # a start without one hashes as it did before priorities existed
+        request_hash = canonical_hash(body)
         definition = request.definition
         if isinstance(definition, DefinitionRef):
             definition = DefinitionRegistry(scheduler.store).resolve(definition)
@@ -418,6 +421,7 @@ def build_app(services: Callable[[], tuple[SchedulerService, MessageBus]]) -> AP
             request_hash=request_hash,
             owner=principal,
             idempotency_key=idempotency_key,
+            priority=request.priority,
         )
         if result.messages:
             failed = bus.send(result.messages)

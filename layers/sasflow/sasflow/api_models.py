@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import PydanticCustomError
 
 from .callbacks import task_token
 from .cost import Tally
 from .definition import WorkflowDefinition
 from .history import HistoryEvent, StepTimes, decode, step_times
+from .messages import DEFAULT_PRIORITY
 from .records import Snapshot, StepRecord
 from .registry import DefinitionRef
 from .states import Phase, StepStatus, WorkflowStatus
@@ -81,6 +82,13 @@ class StartWorkflowRequest(BaseModel):
         "the latest)."
     )
     input: dict[str, Any] = Field(default_factory=dict, description="Workflow input; steps refer to it as input.*")
+    priority: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=5,
+        description="1 (served first) to 5 (last); omitted: 3. Where an agent's calls are limited, its steps are "
+        "called before those of workflows of a lower priority (docs/tenants.md).",
+    )
 
 
 class MapView(BaseModel):
@@ -214,6 +222,7 @@ class WorkflowView(BaseModel):
         description="The tenant whose slot it holds until it ends (its definition's tenancy): principal#<owner> or "
         "key#<tenant_key's value>.",
     )
+    priority: int = Field(default=3, description="1 (served first) to 5 (last), as it was started.")
     queue_ticket: int | None = Field(
         default=None,
         description="Started QUEUED behind its tenant's running workflows (tenancy.over_limit: queue): its ticket; "
@@ -290,6 +299,7 @@ class WorkflowView(BaseModel):
             tenant=workflow.tenant,
             queue_ticket=workflow.queue_ticket,
             queue_position=queue_position,
+            priority=workflow.priority or DEFAULT_PRIORITY,
             paused=workflow.paused,
             hold_until=workflow.hold_until,
             events=len(snapshot.history),

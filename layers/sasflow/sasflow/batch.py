@@ -68,10 +68,12 @@ class OutboxBatchProcessor(BatchProcessor):
         *,
         reserve_seconds: float = 0.0,
         runner: Callable[[], RecordRunner] | None = None,
+        order: Callable[[Sequence[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     ) -> None:
         super().__init__(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
         self._bus = bus
         self._runner = runner
+        self._order = order
         self._outbox: list[tuple[dict[str, Any], Outgoing]] = []
         self._poison: list[Receipt] = []
         self._reserve_ms = reserve_seconds * 1000
@@ -89,7 +91,8 @@ class OutboxBatchProcessor(BatchProcessor):
         """Handle the batch's records, one after the other or at once (``runner``); results in the records' order."""
         if self._runner is None:
             return super().process()
-        results = self._runner()(self._process_record, self.records)
+        records = self.records if self._order is None else self._order(self.records)
+        results = self._runner()(self._process_record, records)
         # records finish in any order: their messages leave in the batch's order, as one at a time
         position = {id(record): index for index, record in enumerate(self.records)}
         self._outbox.sort(key=lambda entry: position.get(id(entry[0]), len(position)))
@@ -136,6 +139,22 @@ class OutboxBatchProcessor(BatchProcessor):
 
 _Record = TypeVar("_Record")
 _Result = TypeVar("_Result")
+
+
+def fair_order(
+    records: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[int, str]]
+) -> list[dict[str, Any]]:
+    """``records`` in the order a limited service should be called for them: by priority (``key``'s first item, 1
+    first), then round-robin between groups (its second: each group's first record, then each one's second, ...),
+    then as they came."""
+    taken: dict[tuple[int, str], int] = {}
+    ranked = []
+    for index, record in enumerate(records):
+        priority, group = key(record)
+        turn = taken.get((priority, group), 0)
+        taken[(priority, group)] = turn + 1
+        ranked.append(((priority, turn, index), record))
+    return [record for _, record in sorted(ranked, key=lambda item: item[0])]
 
 
 class RecordRunner(Protocol):

@@ -53,6 +53,9 @@ GUARD_SECONDS = 4.0
 _DEFER = -1.0
 #: Conditional writes an instance tries before it defers its record (each failure returns the item as it is).
 WRITE_TRIES = 3
+#: How much longer a deferred record of each priority waits before it is tried again than one of the default, 3:
+#: where the service is limited, the steps of higher priority come back sooner and take the units first.
+PRIORITY_WAIT = {1: 0.5, 2: 0.75, 3: 1.0, 4: 1.5, 5: 2.0}
 
 
 @dataclass(frozen=True)
@@ -333,14 +336,15 @@ class CallLimiter:
         with self._lock:
             return self._waiting
 
-    def acquire(self, call_seconds: float, deadline: float) -> Permit:
+    def acquire(self, call_seconds: float, deadline: float, *, priority: int = 3) -> Permit:
         """Wait for a unit and a token for one call of at most ``call_seconds``; give it back with the permit.
 
         Raises
         ------
         CallsLimitedError
             When none comes within ``max_wait_seconds`` (nor before ``deadline`` less the call's time): the
-            record is deferred, ``retry_at`` says when to try again.
+            record is deferred, ``retry_at`` says when to try again (sooner for a higher ``priority``, 1 to 5:
+            `PRIORITY_WAIT`).
         """
         give_up_at = min(self.clock.now() + self.max_wait_seconds, deadline - call_seconds)
         patience = time.monotonic() + self.max_wait_seconds  # for a call of this instance to end
@@ -357,14 +361,14 @@ class CallLimiter:
                     if wait == math.inf:  # every unit of this instance is calling: wait for one of them to end
                         left = min(patience - time.monotonic(), give_up_at - now)
                         if left <= 0:
-                            raise self._deferred(now, wait)
+                            raise self._deferred(now, wait, priority)
                         self._lock.wait(timeout=left)
                         continue
                     # a token comes at a known time (never less than a millisecond away: a float's rounding must
                     # not make a wait of nothing)
                     pause = max(wait, 0.001)
                     if wait == _DEFER or now + pause > give_up_at:
-                        raise self._deferred(now, wait)
+                        raise self._deferred(now, wait, priority)
                 self.clock.sleep(pause)
         finally:
             with self._lock:
@@ -452,11 +456,12 @@ class CallLimiter:
                 extra={"agent": self.agent, "holder": self.holder, "units": grant.units, "until": grant.until},
             )
 
-    def _deferred(self, now: float, wait: float) -> CallsLimitedError:
-        """The record's deferral: until a unit may be free (none here), or until this instance's token or unit."""
+    def _deferred(self, now: float, wait: float, priority: int = 3) -> CallsLimitedError:
+        """The record's deferral: until a unit may be free (none here), or until this instance's token or unit;
+        scaled by its priority (`PRIORITY_WAIT`), never under a second."""
         if wait in (_DEFER, math.inf):
             wait = max(1.0, self._retry_at - now) if self._units == 0 else 1.0
-        spread = max(1.0, wait) * self.rng.uniform(1.0, 1.5)
+        spread = max(1.0, max(1.0, wait) * PRIORITY_WAIT.get(priority, 1.0) * self.rng.uniform(1.0, 1.5))
         return CallsLimitedError(self.agent, math.ceil(now + spread), self.limits.describe())
 
 

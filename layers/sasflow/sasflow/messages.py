@@ -39,6 +39,10 @@ def remote_token(workflow_id: str, step: str, action: str) -> str:
     return str(uuid.uuid5(_TOKEN_NAMESPACE, f"{workflow_id}/{step}/{action}"))
 
 
+#: The priority of a workflow started without one: 1 is served first, 5 last (as Temporal's priority keys).
+DEFAULT_PRIORITY = 3
+
+
 class StepRequest(BaseModel):
     """Scheduler → agent: do ``action`` for ``step`` of ``workflow_id``, attempt ``attempt``, before ``complete_by``.
 
@@ -62,6 +66,10 @@ class StepRequest(BaseModel):
     backoff_cap_seconds: float = Field(default=20.0, gt=0, le=900)
     jitter: bool = True
     max_calls: int = Field(default=3, ge=1, le=10, description="Remote calls allowed within this attempt.")
+    priority: int | None = Field(
+        default=None, ge=1, le=5, description="Its workflow's priority, 1 (first) to 5; None: the default, 3."
+    )
+    tenant: str | None = Field(default=None, max_length=128, description="Its workflow's fair-share group.")
 
     @property
     def idempotency_identity(self) -> dict[str, str]:

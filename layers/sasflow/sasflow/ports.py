@@ -224,13 +224,16 @@ class TriggerStore(Protocol):
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One message to send: its queue URL, its body, an SQS delay in seconds (0..900), and the workflow it is for,
-    whose pending cost it carries (`sasflow.cost`; None: no workflow's)."""
+    """One message to send: its queue URL, its body, an SQS delay in seconds (0..900), the workflow it is for,
+    whose pending cost it carries (`sasflow.cost`; None: no workflow's), and its tenant as SQS's ``MessageGroupId``
+    (``group``: a step request to an agent's queue, so that SQS fair queues serve a quiet tenant before a noisy one's
+    backlog; None: none)."""
 
     queue_url: str
     body: str
     delay_seconds: int = 0
     workflow_id: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

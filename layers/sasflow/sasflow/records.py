@@ -93,6 +93,8 @@ class WorkflowRecord:
     queue_ticket:
         Its ticket in its tenant's queue when it was started QUEUED (``over_limit: queue``): the queue starts its
         workflows in ticket order. Kept after it starts; None for a workflow that never queued.
+    priority:
+        The priority it was started with, 1 (served first) to 5; None: the default (``messages.DEFAULT_PRIORITY``).
     """
 
     workflow_id: str
@@ -115,6 +117,7 @@ class WorkflowRecord:
     trigger: TriggerRef | None = None
     tenant: str | None = None
     queue_ticket: int | None = None
+    priority: int | None = None
 
     @property
     def needs_attention(self) -> str | None:

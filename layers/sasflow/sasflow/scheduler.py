@@ -48,7 +48,7 @@ from .errors import (
     WorkflowNotFoundError,
 )
 from .fanout import ChildCommand, child_id
-from .messages import StepError, StepReply, canonical_hash, encode
+from .messages import DEFAULT_PRIORITY, StepError, StepReply, canonical_hash, encode
 from .ports import Counter, Outgoing, StateStore, TriggerStore, no_metrics
 from .records import Snapshot, StepRecord, TriggerRef, WorkflowRecord, index_key_for
 from .settings import EngineConfig
@@ -200,8 +200,9 @@ class SchedulerService:
         owner: str,
         idempotency_key: str | None = None,
         trigger: TriggerRef | None = None,
+        priority: int | None = None,
     ) -> StartResult:
-        """Record a new workflow of ``owner`` and dispatch its first steps.
+        """Record a new workflow of ``owner`` and dispatch its first steps (``priority``: 1 to 5, None the default).
 
         The workflow and its first steps, PROCESSING with attempt 1 and their complete-by, are written with one
         conditional write before any message is sent (write-ahead). A repeated start with the same
@@ -256,6 +257,7 @@ class SchedulerService:
             owner=owner,
             trigger=trigger,
             tenant=tenant,
+            priority=None if priority == DEFAULT_PRIORITY else priority,
         )
         self.correlate(workflow.workflow_id)
         transition = Transition(self.config, self.rng, self.metrics, Snapshot(workflow), now, claims=self.claims)

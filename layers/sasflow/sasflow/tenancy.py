@@ -32,7 +32,9 @@ without giving theirs back. A start that finds others queued queues behind them,
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,6 +63,18 @@ QUEUE_CHECK_SECONDS = 60
 QUEUE_SHARD = "TQ"
 #: Most queued workflows one call starts (a give-back frees one slot; the supervisor's look may find several).
 MAX_PROMOTIONS = 25
+#: What SQS takes as a MessageGroupId: 1 to 128 letters, digits and punctuation.
+_MESSAGE_GROUP = re.compile(r"^[A-Za-z0-9!-/:-@\[-`{-~]{1,128}$")
+
+
+def fair_group(tenant: str | None, owner: str | None) -> str:
+    """The group a workflow's step requests are shared fairly by (SQS fair queues' ``MessageGroupId``, and the
+    round-robin of an agent's batch): its tenant, else the principal that started it; a name SQS would refuse (too
+    long, or other characters) is replaced by a digest of it."""
+    name = tenant or f"principal#{owner or ''}"
+    if _MESSAGE_GROUP.match(name):
+        return name
+    return "sha256#" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:40]
 
 
 @dataclass(frozen=True)

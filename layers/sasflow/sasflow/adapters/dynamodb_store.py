@@ -348,6 +348,8 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "tenant": workflow.tenant,
         # Its ticket in its tenant's queue, when it was started QUEUED (sasflow.tenancy).
         "ticket": workflow.queue_ticket,
+        # The priority it was started with, when not the default (sasflow.tenancy.DEFAULT_PRIORITY)
+        "prio": workflow.priority,
         "steps": {name: _step_doc(record) for name, record in snapshot.steps.items()},
         # The history, one event a line (history.py): written by the same conditional write as the state.
         "h": "\n".join(snapshot.history) or None,
@@ -397,6 +399,7 @@ def snapshot_from_item(item: dict[str, Any], definition: WorkflowDefinition) -> 
         trigger=TriggerRef.from_doc(_plain(item.get("trigger"))),
         tenant=item.get("tenant"),
         queue_ticket=item.get("ticket"),
+        priority=item.get("prio"),
     )
     steps = {name: _step_record(name, doc) for name, doc in (item.get("steps") or {}).items()}
     history = tuple(item["h"].split("\n")) if item.get("h") else ()

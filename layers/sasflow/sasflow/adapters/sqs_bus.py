@@ -132,6 +132,7 @@ class SqsMessageBus:
                         "Id": str(i),
                         "MessageBody": messages[i].body,
                         "DelaySeconds": messages[i].delay_seconds,
+                        **({"MessageGroupId": messages[i].group} if messages[i].group else {}),
                         **_cost_attribute(tally),
                     }
                     for i, tally in zip(chunk, carried, strict=True)

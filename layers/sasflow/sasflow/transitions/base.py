@@ -33,6 +33,7 @@ from ..ports import Counter, Outgoing
 from ..records import Snapshot, StepRecord
 from ..settings import EngineConfig
 from ..states import DONE_STEP, TERMINAL_WORKFLOW, UNWINDING_WORKFLOW, Outcome, Phase, StepStatus, WorkflowStatus
+from ..tenancy import fair_group
 
 #: The history's code of a deferred reply (no call made, no attempt used): the agent's call limits (a busy service),
 #: or an open circuit (a failing one).
@@ -463,6 +464,8 @@ class TransitionBase:
             backoff_cap_seconds=retry.backoff_cap_seconds,
             jitter=retry.jitter,
             max_calls=max_calls,
+            priority=self.snapshot.workflow.priority,
+            tenant=fair_group(self.snapshot.workflow.tenant, self.snapshot.workflow.owner),
         )
         return self._outgoing(agent, request, delay)
 
@@ -476,6 +479,7 @@ class TransitionBase:
             body=encode(request),
             delay_seconds=max(0, min(_MAX_SQS_DELAY, delay)),
             workflow_id=request.workflow_id,
+            group=request.tenant,
         )
 
     def _waits(self, name: str) -> bool:
