@@ -91,3 +91,42 @@ def test_a_compensation_deferred_by_the_call_limits_waits_its_turn_and_is_no_tro
     final = p.snapshot(wid)
     assert final.workflow.status is WorkflowStatus.COMPENSATED
     assert final.steps["reserve_flight"].comp_attempt == 1
+
+
+def test_a_step_deferred_while_its_workflow_is_held_waits_its_turn_and_finishes() -> None:
+    # Given a trip under the hold policy whose hotel is booked beside its flight, the hotels limited to one call in
+    # flight with another instance holding it, and the flight refused (found by make sim, seed 12: the hotel's
+    # deferral that came while the trip was held failed the step DEFERRED, which held the trip again after the
+    # operator's retry of the flight, until its hold timeout unwound it)
+    p = Pipeline(clock=ManualClock(START))
+    store = InMemoryLimitsStore()
+    limits = CallLimits(max_in_flight=1)
+    other = CallLimiter("hotels", limits, store, p.clock, holder="other", rng=random.Random(1))
+    held = other.acquire(1.0, START + 3_600)
+    ours = CallLimiter("hotels", limits, store, p.clock, holder="ours", rng=random.Random(2))
+    p.runtimes["hotels"] = p.runtime("hotels", limiter=ours)
+    p.services["flights"].script["reserve"] = ["reject"]
+    definition = trip_definition(book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}})
+    wid = p.start({**definition, "on_failure": "hold"})
+
+    # When the flight is refused (the trip is held) and the hotel's request is deferred by the limits
+    p.run_agent("flights")
+    p.run_scheduler()
+    assert p.snapshot(wid).workflow.status is WorkflowStatus.HELD
+    [reply] = p.run_agent("hotels")
+    assert (reply.outcome, reply.deferred_by) == (Outcome.DEFERRED, "limit")
+    p.run_scheduler()
+
+    # Then the hotel waits its turn, its attempt unused, and the held trip keeps it in flight
+    record = p.snapshot(wid).steps["book_hotel"]
+    assert (record.status, record.attempt, record.limit_deferrals) == (StepStatus.PROCESSING, 1, 1)
+    # and once the other instance gives its unit back, the hotel is booked while the trip stays held
+    held.release()
+    p.clock.advance(other.lease_seconds + other.guard_seconds)
+    p.clock.advance(reply.retry_after_seconds or 0)
+    p.pump()
+    snapshot = p.snapshot(wid)
+    assert (snapshot.workflow.status, snapshot.steps["book_hotel"].status) == (
+        WorkflowStatus.HELD,
+        StepStatus.COMPLETED,
+    )

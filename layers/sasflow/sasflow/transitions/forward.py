@@ -90,6 +90,10 @@ class ForwardTransitions(TransitionBase):
             return  # the notification went out: the step waits for its callback
         assert not isinstance(step, MapStep)  # nosec B101 # narrows the type: a map's replies go to transitions.mapping
         running = self.snapshot.workflow.status is WorkflowStatus.RUNNING
+        # A held workflow lets its steps in flight finish: one deferred (no call made, no attempt used) goes on
+        # waiting its turn (found by make sim, seed 12: a step deferred by the call limits while its workflow was
+        # held was failed DEFERRED, and held the workflow again after the operator's retry of the other step).
+        finishing = running or self.snapshot.workflow.status is WorkflowStatus.HELD
         claims = self.claims
         if reply.outcome is Outcome.SUCCEEDED and self.oversized and claims and not is_reference(reply.output):
             # The item is full: the output leaves it, written before the write that names it.
@@ -113,14 +117,14 @@ class ForwardTransitions(TransitionBase):
         # An attempt that made calls without a definitive answer (a failed probe of a half-open circuit, a read
         # timeout) may have had its effect: remembered on the step, so an unwind compensates it.
         reached = record.may_have_happened or reply.calls > 0 or reply.outcome_unknown
-        if reply.outcome is Outcome.DEFERRED and reply.deferred_by == "limit" and running:
+        if reply.outcome is Outcome.DEFERRED and reply.deferred_by == "limit" and finishing:
             # The service is busy, not failing: the step waits its turn as long as it takes, its complete-by
             # moved past the wait, and no attempt and no budget of deferrals is used (issue 38).
             delay = _retry_delay(reply, self.now)
             base = record.evolve(limit_deferrals=record.limit_deferrals + 1, may_have_happened=reached)
             self._dispatch_forward(step, record.attempt, self.now + delay, base=base, delay=delay)
             return
-        if _no_call_made(reply) and running and record.deferrals < self.config.max_deferrals:
+        if _no_call_made(reply) and finishing and record.deferrals < self.config.max_deferrals:
             delay = _retry_delay(reply, self.now)
             base = record.evolve(deferrals=record.deferrals + 1, may_have_happened=reached)
             self._dispatch_forward(step, record.attempt, self.now + delay, base=base, delay=delay)
