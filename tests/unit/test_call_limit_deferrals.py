@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
-from sasflow.call_limits import CallLimiter, CallLimits
+from sasflow.call_limits import CallLimiter, CallLimits, Permit
 from sasflow.clock import ManualClock
 from sasflow.states import Outcome, StepStatus, WorkflowStatus
 from tests.support.fakes import InMemoryLimitsStore
@@ -13,16 +14,23 @@ from tests.support.pipeline import Pipeline, trip_definition
 START = 1_800_000_000.0
 
 
+def one_call_held_elsewhere(p: Pipeline, agent: str, **ours: Any) -> tuple[CallLimiter, Permit]:
+    """``agent`` limited to one call in flight, that unit held by another instance (returned with its permit), and
+    ``p``'s agent on a limiter of its own (``ours``: its options)."""
+    store = InMemoryLimitsStore()
+    limits = CallLimits(max_in_flight=1)
+    other = CallLimiter(agent, limits, store, p.clock, holder="other", rng=random.Random(1))
+    held = other.acquire(1.0, START + 3_600)
+    limiter = CallLimiter(agent, limits, store, p.clock, holder="ours", rng=random.Random(2), **ours)
+    p.runtimes[agent] = p.runtime(agent, limiter=limiter)
+    return other, held
+
+
 def test_a_busy_service_defers_its_step_without_an_attempt_and_past_the_deferral_budget() -> None:
     # Given a flights agent limited to one call in flight, and another instance holding that unit for a while
     p = Pipeline(clock=ManualClock(START))
-    store = InMemoryLimitsStore()
-    limits = CallLimits(max_in_flight=1)
-    other = CallLimiter("flights", limits, store, p.clock, holder="other", rng=random.Random(1))
-    held = other.acquire(1.0, START + 3_600)
     # (the limiter counts to the agent's metrics, as build_agent wires it: a deferral is counted once)
-    ours = CallLimiter("flights", limits, store, p.clock, holder="ours", rng=random.Random(2), metrics=p.count)
-    p.runtimes["flights"] = p.runtime("flights", limiter=ours)
+    other, held = one_call_held_elsewhere(p, "flights", metrics=p.count)
     wid = p.start()
     deferrals = p.config.max_deferrals + 5
     for n in range(1, deferrals + 1):
@@ -99,12 +107,7 @@ def test_a_step_deferred_while_its_workflow_is_held_waits_its_turn_and_finishes(
     # deferral that came while the trip was held failed the step DEFERRED, which held the trip again after the
     # operator's retry of the flight, until its hold timeout unwound it)
     p = Pipeline(clock=ManualClock(START))
-    store = InMemoryLimitsStore()
-    limits = CallLimits(max_in_flight=1)
-    other = CallLimiter("hotels", limits, store, p.clock, holder="other", rng=random.Random(1))
-    held = other.acquire(1.0, START + 3_600)
-    ours = CallLimiter("hotels", limits, store, p.clock, holder="ours", rng=random.Random(2))
-    p.runtimes["hotels"] = p.runtime("hotels", limiter=ours)
+    other, held = one_call_held_elsewhere(p, "hotels")
     p.services["flights"].script["reserve"] = ["reject"]
     definition = trip_definition(book_hotel={"depends_on": [], "input": {"traveller.$": "input.traveller"}})
     wid = p.start({**definition, "on_failure": "hold"})

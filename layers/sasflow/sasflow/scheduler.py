@@ -331,19 +331,18 @@ class SchedulerService:
             )
         queueing = definition.tenancy.over_limit == "queue"
         head = self.tenants.slots.head(definition.name, tenant) if queueing else None
-        try:
-            if head is None:
+        refused: TenantLimitError | None = None
+        if head is None:
+            try:
                 self.tenants.take(definition, tenant, workflow_id, now)
                 return None
-        except TenantLimitError:
-            if not queueing:
-                existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: none to find
-                if existing is None:
-                    raise
-                return _repeated(existing, request_hash)
-        existing = None if idempotency_key is None else self.store.load(workflow_id)
+            except TenantLimitError as error:
+                refused = error
+        existing = None if idempotency_key is None else self.store.load(workflow_id)  # a new id: none to find
         if existing is not None:
             return _repeated(existing, request_hash)
+        if not queueing and refused is not None:
+            raise refused
         ticket = self.tenants.slots.enqueue(definition.name, tenant, workflow_id, now, now + QUEUE_CHECK_SECONDS)
         # Its place from the head as it is now, its own entry written (concurrent starts each count the others)
         first = self.tenants.slots.head(definition.name, tenant)

@@ -151,10 +151,7 @@ class SupervisorService:
                         report.errors += 1
                         logger.exception("overdue entry failed", extra={"workflow_id": entry.workflow_id})
                     report.workflows.append(entry.workflow_id)
-                if outgoing:
-                    failed = self.bus.send(outgoing)
-                    report.messages += len(outgoing) - len(failed)
-                    report.send_failures += len(failed)
+                self._send(report, outgoing)
                 if start is None:
                     break
         self._sweep_queues(report, now, budget)
@@ -172,6 +169,10 @@ class SupervisorService:
             except Exception:  # one tenant's queue must not stop the others'
                 report.errors += 1
                 logger.exception("tenant queue check failed", extra={"tenant": tenant, "definition": definition})
+        self._send(report, outgoing)
+
+    def _send(self, report: SweepReport, outgoing: list[Outgoing]) -> None:
+        """Send what a page of the sweep decided, counting what went and what could not."""
         if outgoing:
             failed = self.bus.send(outgoing)
             report.messages += len(outgoing) - len(failed)

@@ -408,8 +408,8 @@ class TransitionBase:
         self.set_status(WorkflowStatus.COMPENSATING, reason=reason)
         self._unwind()
 
-    def _finish(self, status: WorkflowStatus) -> None:
-        self.set_status(status)
+    def _finish(self, status: WorkflowStatus, *, reason: str | None = None) -> None:
+        self.set_status(status, reason=reason)
         # WorkflowsCompleted, WorkflowsCompensated, WorkflowsCancelled, WorkflowsCompensationFailed (alarmed)
         self.count("Workflows" + status.value.title().replace("_", ""))
 

@@ -134,8 +134,7 @@ class OperatorTransitions(TransitionBase):
             return
         if status is WorkflowStatus.QUEUED:
             self._audit("cancel", principal, reason, action_id)
-            self.set_status(WorkflowStatus.CANCELLED, reason="cancelled by request while queued")
-            self.count("WorkflowsCancelled")
+            self._finish(WorkflowStatus.CANCELLED, reason="cancelled by request while queued")
             return
         self._refuse_unless(
             status in (WorkflowStatus.RUNNING, WorkflowStatus.HELD), f"workflow is {status.value}: nothing to cancel"
