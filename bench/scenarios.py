@@ -23,6 +23,11 @@ How AWS is emulated, and why the counts are what AWS would bill:
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
   Amazon SQS": Lambda starts with five polling connections; ``ReceiveMessageWaitTimeSeconds`` 20 s), so an idle
   queue costs 5 requests per 20 s.
+- **Instances.** Each agent's function is one instance with its own time (`InstanceClock`): what its invocation
+  waits for (a call limit's token, a slow call) moves its time, not the world's, so the other functions run
+  meanwhile as Lambda runs them at once; what it sends then is visible from that time on. A batch's records start
+  in the agent's service order, one after the other, and the call limits see the batch's records at once
+  (`CallLimiter.expect`), as its threads do on AWS. The queues deliver as SQS fair queues (`devstack.fair_queues`).
 - **Schedule.** The supervisor runs every 60 simulated seconds (the template's ``rate(1 minute)``); EventBridge
   scheduled rules are free, the supervisor's Lambda time and calls are counted.
 - **API Gateway.** Each start is one HTTP API request to the API function.
@@ -57,7 +62,7 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,7 +78,7 @@ from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
 from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
 from sasflow.agent_lambda import metric_counter
-from sasflow.batch import AnyOrder
+from sasflow.batch import one_at_a_time
 from sasflow.bootstrap import Lazy, build_agent, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import ManualClock
@@ -83,6 +88,7 @@ from simulation.run import AGENT_FUNCTIONS, START, ClockContext, callback_event,
 from simulation.world import FaultLog, Faults, SimRemote, powertools_on_clock
 
 ROOT = Path(__file__).resolve().parents[1]
+_AGENT_OF = {logical_id: agent for agent, logical_id in AGENT_FUNCTIONS.items()}
 TICK_SECONDS = 60
 IDLE_POLLERS = 5
 LONG_POLL_SECONDS = 20
@@ -394,19 +400,53 @@ class _CountingRemote(SimRemote):
         return super().call(request, timeout_seconds)
 
 
+class InstanceClock:
+    """The time of one function's instance: the world's (`ManualClock`), or later while the instance is busy.
+
+    What the instance waits for (a call limit's token, a slow call) moves only its own time, never the world's:
+    other functions run meanwhile, as Lambda runs them at once. A message it sends then is sent at its own time
+    (`_moto_sqs_on` makes it wait until then), and its next invocation starts once it is free again.
+    """
+
+    def __init__(self, world: ManualClock) -> None:
+        self.world = world
+        self._busy_until = -math.inf
+
+    def now(self) -> float:
+        """The world's time, or the instance's when it is busy until later."""
+        return max(self.world.now(), self._busy_until)
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` on the instance's own time."""
+        if seconds < 0:
+            raise ValueError("time never goes backwards")
+        self._busy_until = self.now() + seconds
+
+    advance = sleep
+
+
 @contextlib.contextmanager
-def _moto_sqs_on(clock: ManualClock) -> Iterator[None]:
-    """Make moto's SQS (visibility timeouts, delays, timestamps) read ``clock``."""
+def _moto_sqs_on(clock: Callable[[], Any]) -> Iterator[None]:
+    """Make moto's SQS (visibility timeouts, delays, timestamps) read the clock ``clock()`` returns (the world's, or
+    an invoked instance's), and a message never visible before the time it was sent (an instance's time may be
+    ahead of the world's)."""
     import moto.sqs.models as sqs_models
 
     module: Any = sqs_models
-    saved = (module.unix_time, module.unix_time_millis)
-    module.unix_time = lambda dt=None: clock.now()
-    module.unix_time_millis = lambda dt=None: clock.now() * 1000.0
+    saved = (module.unix_time, module.unix_time_millis, module.Message.mark_sent)
+    module.unix_time = lambda dt=None: clock().now()
+    module.unix_time_millis = lambda dt=None: clock().now() * 1000.0
+    mark_sent = module.Message.mark_sent
+
+    def sent_then(message: Any, delay_seconds: int | None = None) -> None:
+        mark_sent(message, delay_seconds)
+        message.delayed_until = max(message.delayed_until, float(message.sent_timestamp))
+
+    module.Message.mark_sent = sent_then
     try:
         yield
     finally:
-        module.unix_time, module.unix_time_millis = saved
+        module.unix_time, module.unix_time_millis, module.Message.mark_sent = saved
 
 
 class ScenarioRun:
@@ -416,6 +456,9 @@ class ScenarioRun:
         self.scenario = scenario
         self.rng = random.Random(scenario.seed)
         self.clock = ManualClock(START)
+        #: Each agent's instance's time (`InstanceClock`), and the clock moto's SQS reads: the invoked agent's
+        self.lanes = {agent: InstanceClock(self.clock) for agent in AGENT_FUNCTIONS}
+        self.sqs_clock: ManualClock | InstanceClock = self.clock
         self.meter = Meter()
         self.step_calls: Counter[tuple[str, str, str]] = Counter()
         self.lost: Counter[tuple[str, str, str]] = Counter()
@@ -452,7 +495,7 @@ class ScenarioRun:
                 contextlib.redirect_stdout(_LOG_SINK),
                 offline_aws(),
                 powertools_on_clock(self.clock),
-                _moto_sqs_on(self.clock),
+                _moto_sqs_on(lambda: self.sqs_clock),
                 self.meter.installed(),
             ):
                 self._setup()
@@ -485,7 +528,7 @@ class ScenarioRun:
         self.remotes = {
             agent: _CountingRemote(
                 agent,
-                self.clock,
+                self.lanes[agent],
                 random.Random(self.rng.random()),
                 self.scenario.faults,
                 log,
@@ -514,11 +557,11 @@ class ScenarioRun:
                 functools.partial(
                     build_agent,
                     env,
-                    clock=self.clock,
+                    clock=self.lanes[agent],
                     remote=self.remotes[agent],
                     rng=rng,
                     metrics=metric_counter(module.handler),
-                    records=AnyOrder(random.Random(rng.random())),
+                    records=one_at_a_time,
                 )
             )
             self.modules[logical_id] = module
@@ -574,10 +617,13 @@ class ScenarioRun:
         agent = logical_id in AGENT_FUNCTIONS.values()
         keys = [_request_key(record) for record in event["Records"]] if agent else []
         before = {key: self.step_calls[key] for key in keys}
+        lane = self.lanes[_AGENT_OF[logical_id]] if agent else self.clock
+        self.sqs_clock = lane
         try:
             with environment(deployed), self.meter.lambda_invocation(logical_id):
-                return self.modules[logical_id].handler(event, ClockContext(spec, self.clock))
+                return self.modules[logical_id].handler(event, ClockContext(spec, lane))
         finally:
+            self.sqs_clock = self.clock
             if agent:
                 chains = []
                 for key in keys:

@@ -44,9 +44,10 @@ def offline_aws() -> Iterator[None]:
     exactly afterwards. The simulation and the bench run inside it."""
     from moto import mock_aws
 
-    from devstack import moto_sqs
+    from devstack import fair_queues, moto_sqs
 
     moto_sqs.install()  # DLQ redrive (StartMessageMoveTask...), which moto lacks
+    fair_queues.install()  # a quiet tenant's messages before a noisy one's backlog, as SQS fair queues
     with environment(FAKE_AWS_ENV):
         for name in list(os.environ):
             if name in _REAL_ACCOUNT_ENV or name.startswith("AWS_ENDPOINT_URL"):

@@ -265,9 +265,10 @@ class LocalStack:
     def _start(self) -> None:
         from moto.server import ThreadedMotoServer
 
-        from devstack import moto_sqs
+        from devstack import fair_queues, moto_sqs
 
         moto_sqs.install()  # DLQ redrive (StartMessageMoveTask...), which moto lacks, before the server serves
+        fair_queues.install()  # a quiet tenant's messages before a noisy one's backlog, as SQS fair queues
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per AWS call otherwise
         self._moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._moto.start()

@@ -48,7 +48,7 @@ from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore, trigger_key
 from sasflow.batch import AnyOrder
 from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
 from sasflow.callbacks import task_token
-from sasflow.clock import ManualClock, OffsetClock
+from sasflow.clock import Clock, ManualClock, OffsetClock
 from sasflow.definition import parse_definition
 from sasflow.errors import ClaimCheckMissingError
 from sasflow.records import Snapshot
@@ -1447,7 +1447,7 @@ _TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 class ClockContext(FakeLambdaContext):
     """A context whose deadline runs on the simulated clock (retries that sleep use up the invocation)."""
 
-    def __init__(self, spec: FunctionSpec, clock: ManualClock) -> None:
+    def __init__(self, spec: FunctionSpec, clock: Clock) -> None:
         super().__init__(spec.logical_id, spec.timeout_seconds, spec.memory_mb)
         self._clock = clock
         self._deadline = clock.now() + spec.timeout_seconds

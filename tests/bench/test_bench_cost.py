@@ -208,9 +208,10 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     wru = data["usage"]["dynamodb_wru"]
     assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
-    # the agents' idempotency completions, and the hotels agent's call limits: one lease for the run's four calls
-    assert wru["UpdateItem"] == 3 * 4 + 1
-    assert data["call_limits"]["requests_per_step"] == pytest.approx(2 / 12)  # its first read, and the write
+    # the agents' idempotency completions, and the hotels agent's call limits: a lease of one unit for the first
+    # batch (one record), grown to three for the next (three records, asking at once as on AWS: `expect`)
+    assert wru["UpdateItem"] == 3 * 4 + 2
+    assert data["call_limits"]["requests_per_step"] == pytest.approx(3 / 12)  # its first read, and the two writes
     assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 12
     # a start through the API: its HTTP API request, the API function's invocation and its requests
     assert data["start"]["through"] == "api" and data["start"]["invocations_per_start"] == 1.0

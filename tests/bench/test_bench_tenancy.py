@@ -59,3 +59,30 @@ def test_the_tenants_requests_are_told_by_their_keys_and_the_queues_shard() -> N
     assert not _of_tenancy({"ExpressionAttributeValues": {":shard": {"S": "03"}, ":before": {"N": "1"}}})
     assert not _of_tenancy({"Key": {"pk": {"S": "WF#123"}, "sk": {"S": "#WF"}}})
     assert not _of_tenancy({"Key": {"id": {"S": "call-limits#hotels"}}})
+
+
+def test_an_instances_wait_moves_its_own_time_and_what_it_sends_waits_for_that_time() -> None:
+    import boto3
+
+    from bench.scenarios import InstanceClock, _moto_sqs_on
+    from devstack.inprocess import offline_aws
+    from sasflow.clock import ManualClock
+
+    world = ManualClock(1_800_000_000.0)
+    instance = InstanceClock(world)
+    instance.sleep(2.5)  # a call limit's token 2.5 s away: the instance waits, the world does not
+    assert (instance.now() - world.now(), world.now()) == (2.5, 1_800_000_000.0)
+    reading = [instance]
+    with offline_aws(), _moto_sqs_on(lambda: reading[0]):
+        sqs = boto3.client("sqs")
+        url = sqs.create_queue(QueueName="replies")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="sent by the instance at +2.5 s")
+        reading[0] = world
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)  # at +0 s: not sent yet
+        world.advance(2.0)
+        assert instance.now() == world.now() + 0.5  # still busy
+        assert "Messages" not in sqs.receive_message(QueueUrl=url)
+        world.advance(0.5)
+        assert instance.now() == world.now()  # free: the instance's time is the world's again
+        [message] = sqs.receive_message(QueueUrl=url)["Messages"]
+        assert message["Body"] == "sent by the instance at +2.5 s"

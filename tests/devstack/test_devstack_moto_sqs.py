@@ -295,11 +295,23 @@ def test_cancelling_with_a_bad_handle_is_refused(sqs: Any, unique: str) -> None:
 def test_install_is_idempotent() -> None:
     from moto.sqs.models import Queue, SQSBackend
 
+    from devstack import fair_queues
+
+    def wrappers(method: Any) -> list[str]:
+        """The modules whose wrappers are around moto's own method, outermost first."""
+        names = []
+        while hasattr(method, "__wrapped__"):
+            names.append(method.__code__.co_filename.rsplit("/", 1)[-1])
+            method = method.__wrapped__
+        return names
+
     moto_sqs.install()
     moto_sqs.install()
-    # one wrapper each, around moto's own methods
-    assert not hasattr(SQSBackend.receive_message.__wrapped__, "__wrapped__")
-    assert not hasattr(Queue.add_message.__wrapped__, "__wrapped__")
+    fair_queues.install()  # the local stack installs both (fair queues wrap ReceiveMessage too)
+    fair_queues.install()
+    # one wrapper of each, around moto's own methods
+    assert sorted(wrappers(SQSBackend.receive_message)) == ["fair_queues.py", "moto_sqs.py"]
+    assert wrappers(Queue.add_message) == ["moto_sqs.py"]
 
 
 # ----------------------------------------------------------------------------------------------- moto server

@@ -109,6 +109,7 @@ def test_two_instances_never_hold_more_than_max_in_flight() -> None:
     for permit in permits:
         permit.release()
     clock.advance(10)
+    a.expect(1)  # its next batch has one record
     a.acquire(1.0, T0 + 40).release()  # a renews: b waits for 10, a's peak was 6, so a keeps floor(5 x 6 / 16)
     assert a.units == 1
     clock.advance(1)
@@ -225,3 +226,23 @@ def test_a_batchs_threads_share_their_instances_units_and_wait_for_each_others_c
         thread.join(timeout=30)
     # Then five call at once, the other five wait for their units (no deferral), and the batch cost one write
     assert (errors, peak, store.writes, limiter.calls_in_flight) == ([], 5, 1, 0)
+
+
+def test_a_batch_of_records_handled_one_after_the_other_grows_to_the_batchs_units_at_once() -> None:
+    # Given an instance that took one unit for a batch of one record, rate 10/s over 5 units (2/s each)
+    store, clock = InMemoryLimitsStore(), ManualClock(T0)
+    limiter = _limiter(store, clock, CallLimits(max_in_flight=5, rate=10), "a", want_at_once=10)
+    limiter.expect(1)
+    limiter.acquire(0.1, T0 + 60).release()
+    assert (limiter.units, store.writes) == (1, 1)
+    # When a batch of 10 starts and its records ask one at a time (none waits beside another: a runner that handles
+    # them in turn, or calls that end at once)
+    limiter.expect(10)
+    started = []
+    for _ in range(10):
+        limiter.acquire(0.1, T0 + 60).release()
+        started.append(clock.now() - T0)
+    # Then the first record's write grows the lease to all 5 units (the batch's demand), once, and the ten calls
+    # start within 0.1 s (the tokens of 5 units, 10/s), not over 4.5 s (one unit's 2/s)
+    assert (limiter.units, store.writes) == (5, 2)
+    assert started[:9] == [0.0] * 9 and started[9] == pytest.approx(0.1, abs=0.002)

@@ -320,7 +320,9 @@ class CallLimiter:
 
     def expect(self, records: int) -> None:
         """A batch of ``records`` is starting: grow to that many units at once (never more than ``want_at_once``),
-        so its threads, arriving one by one, cost one write, and an instance with one record takes one unit."""
+        so its threads, arriving one by one, cost one write, and an instance with one record takes one unit. The
+        batch counts as demand until the next one starts, also where its records ask one after the other (a
+        runner that handles them in turn, calls that end before the next record asks)."""
         with self._lock:
             self._expected = max(1, min(records, self.want_at_once))
 
@@ -386,7 +388,7 @@ class CallLimiter:
     def _try_take(self, now: float, call_seconds: float) -> float:
         """Take a unit and a token (0.0), or say how long to wait for them (``math.inf``: until one of this
         instance's calls ends; `_DEFER`: this instance has no unit to wait for)."""
-        demand = self._in_flight + self._waiting
+        demand = max(self._in_flight + self._waiting, self._expected)  # the batch's records, at once or in turn
         renew = now - self._written_at >= self.refresh_seconds
         grow = demand > self._units and now >= self._ask_after
         if (renew or grow or not self._covers(now, call_seconds)) and (now >= self._ask_after or self._units > 0):
