@@ -13,11 +13,14 @@ How AWS is emulated, and why the counts are what AWS would bill:
   told otherwise (`COST_PARAMETERS`), or ``SchedulerBatchingWindowSeconds`` and ``AgentBatchingWindowSeconds`` when
   they are set): ``ReceiveMessage`` up to 10, invoke the handler with the batch,
   ``DeleteMessageBatch`` for the records that did not fail. These requests are made against moto and counted. A
-  mapping with a window of W > 0 s drains its queue at most once per W simulated seconds (so a batch holds what
-  arrived in up to W seconds; AWS gathers for W seconds from the first message, so it never invokes with smaller
-  batches than this); a mapping with a 0 s window drains its queue at the instant a message becomes visible, so its
-  batches hold only what arrived together (one ``SendMessageBatch``), the smallest batches and the most requests
-  per step; Lambda's five pollers may split such a batch further, so at 0 s this count is a lower bound.
+  mapping invokes as Lambda's does (Lambda developer guide, "Using Lambda with Amazon SQS": records are gathered
+  until the batching window expires or the batch size is reached): with a window of W > 0 s, once W seconds have
+  passed since the first message visible now became visible (then all that is visible, 10 at a time), and at once
+  for each full batch of 10 (the rest goes on gathering); a mapping with a 0 s window drains its queue at the
+  instant a message becomes visible, so its batches hold only what arrived together (one ``SendMessageBatch``),
+  the smallest batches and the most requests per step; Lambda's five pollers may split such a batch further, so
+  at 0 s this count is a lower bound. (Before 2026-12-07 a mapping with a window drained at most once per W
+  seconds since its last drain: an idle queue's message went at once, a busy queue's waited for the window.)
   `check_mappings` refuses windows AWS does not take (not whole seconds in 0..300).
 - **Empty long polls** are not made against moto (the emulation knows when a queue is empty); they are added as a
   modelled fixed cost: an idle mapping keeps 5 long polls of 20 s open (Lambda developer guide, "Using Lambda with
@@ -76,7 +79,7 @@ from devstack.event_sources import build_sqs_record
 from devstack.inprocess import environment, function_environment, load_function_module, offline_aws
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
-from sasflow.adapters.dynamodb_store import DynamoDBStateStore, item_size, workflow_item
+from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStore, item_size, workflow_item
 from sasflow.agent_lambda import metric_counter
 from sasflow.batch import one_at_a_time
 from sasflow.bootstrap import Lazy, build_agent, build_engine
@@ -480,6 +483,7 @@ class ScenarioRun:
         #: When each workflow was started and first seen ended (simulated seconds), by its input's traveller.
         self.started_at: dict[str, float] = {}
         self.ended_at: dict[str, float] = {}
+        self._travellers: dict[str, str | None] = {}  # by workflow item key (`_looks`)
         self.receive_batches: list[int] = []
         self.idle_queue_seconds = 0.0
 
@@ -576,7 +580,6 @@ class ScenarioRun:
                 (self.trigger_id, e) for e in self.specs[self.trigger_id].events if isinstance(e, SqsEventSpec)
             ]
         check_mappings(self.consumers)
-        self.last_drain: dict[str, float] = {}
         # The SQS client of the event source mappings (Lambda's pollers): counted.
         self.poller = boto3.client("sqs")
 
@@ -700,7 +703,14 @@ class ScenarioRun:
             self._drain(logical_id, event_spec)
 
     def _drain(self, logical_id: str, event_spec: SqsEventSpec) -> None:
-        while self._visible(event_spec.queue_url):
+        # before its window ends, only full batches go (the rest goes on gathering)
+        since = self._visible_since(event_spec.queue_url)
+        full_only = bool(since) and self.clock.now() < min(since) + event_spec.batching_window_seconds
+        while (
+            len(self._visible_since(event_spec.queue_url)) >= _batch(event_spec)
+            if full_only
+            else self._visible(event_spec.queue_url)
+        ):
             messages = self.poller.receive_message(
                 QueueUrl=event_spec.queue_url,
                 MaxNumberOfMessages=min(event_spec.batch_size, 10),
@@ -823,12 +833,21 @@ class ScenarioRun:
             if response["statusCode"] != 200:
                 raise RuntimeError(f"callback answer for {workflow_id} failed: {response}")
 
+    def _visible_since(self, url: str) -> list[float]:
+        """When each message visible now in the queue at ``url`` became visible (epoch seconds)."""
+        return [
+            max(message.visible_at, message.delayed_until or 0) / 1000.0
+            for message in self._queue(url)._messages
+            if message.visible and not message.delayed
+        ]
+
     def _due(self, event_spec: SqsEventSpec) -> bool:
-        """Whether the mapping of ``event_spec`` invokes now: something is visible and its window has passed."""
-        if not self._visible(event_spec.queue_url):
-            return False
-        last = self.last_drain.get(event_spec.queue_url)
-        return last is None or self.clock.now() >= last + event_spec.batching_window_seconds
+        """Whether the mapping of ``event_spec`` invokes now: a full batch is visible, or the window has passed
+        since the first visible message became visible."""
+        since = self._visible_since(event_spec.queue_url)
+        if len(since) >= _batch(event_spec):
+            return True
+        return bool(since) and self.clock.now() >= min(since) + event_spec.batching_window_seconds
 
     def _deliver_due(self) -> None:
         """Each mapping whose window has passed drains its queue.
@@ -841,7 +860,6 @@ class ScenarioRun:
             for logical_id, event_spec in self.consumers:
                 if self._due(event_spec):
                     self._deliver(logical_id, event_spec)
-                    self.last_drain[event_spec.queue_url] = self.clock.now()
             if not self._eager() or not any(self._due(spec) for _, spec in self.consumers):
                 return
 
@@ -853,24 +871,48 @@ class ScenarioRun:
         now = self.clock.now()
         times = []
         for _, event_spec in self.consumers:
-            last = self.last_drain.get(event_spec.queue_url)
-            window_end = now if last is None else last + event_spec.batching_window_seconds
+            since = self._visible_since(event_spec.queue_url)
+            if since:
+                times.append(min(since) + event_spec.batching_window_seconds)  # the window of what is visible
             for message in self._queue(event_spec.queue_url)._messages:
-                visible_at = max(message.visible_at, message.delayed_until or 0) / 1000.0
-                times.append(max(visible_at, window_end))
+                times.append(max(message.visible_at, message.delayed_until or 0) / 1000.0)  # a batch may fill
         return [at for at in times if at > now]
 
     def _note_ended(self) -> None:
         """Note when each workflow is first seen ended (S7 times its quiet tenant's workflows)."""
-        for snapshot in self._stored():
-            traveller = snapshot.workflow.input.get("traveller")
-            if snapshot.workflow.status.value in TERMINAL and isinstance(traveller, str):
+        for traveller, status, _ in self._looks():
+            if status in TERMINAL and traveller is not None:
                 self.ended_at.setdefault(traveller, self.clock.now())
 
     def _all_terminal(self) -> bool:
-        stored = self._stored()
-        started = sum(1 for snapshot in stored if snapshot.workflow.parent is None)  # map children are workflows too
-        return started == self.scenario.workflows and all(s.workflow.status.value in TERMINAL for s in stored)
+        looks = self._looks()
+        started = sum(1 for _, _, child in looks if not child)  # map children are workflows too
+        return started == self.scenario.workflows and all(status in TERMINAL for _, status, _ in looks)
+
+    def _looks(self) -> list[tuple[str | None, str, bool]]:
+        """(input's traveller, status, whether a map child) of every workflow, read from moto's table in this
+        process: the loop looks after every step it takes, and a Scan through boto3 each time (the bench's own reads,
+        never counted either way) made large runs (S7's 2,000) slow."""
+        from moto.dynamodb.models import dynamodb_backends
+
+        table = dynamodb_backends["123456789012"]["us-east-1"].tables[self.physical["StateTable"]]
+        looks = []
+        for by_sort_key in table.items.values():
+            for item in by_sort_key.values():
+                attrs = item.attrs
+                if attrs["sk"].value != WORKFLOW_SORT_KEY:
+                    continue
+                pk = attrs["pk"].value
+                if pk not in self._travellers:
+                    raw = attrs.get("input")
+                    workflow_input = json.loads(raw.value) if raw is not None and raw.type == "S" else {}
+                    traveller = workflow_input.get("traveller") if isinstance(workflow_input, dict) else None
+                    self._travellers[pk] = traveller if isinstance(traveller, str) else None
+                parent = attrs.get("parent")
+                looks.append(
+                    (self._travellers[pk], attrs["status"].value, parent is not None and parent.type != "NULL")
+                )
+        return looks
 
     def _stored(self) -> list[Snapshot]:
         """Every workflow in the state table (the bench's own reads: never counted)."""
@@ -933,6 +975,11 @@ class ScenarioRun:
             durations={customer: sorted(values) for customer, values in durations.items()},
             queued=queued,
         )
+
+
+def _batch(event_spec: SqsEventSpec) -> int:
+    """The records one invocation of the mapping takes at most (its ``BatchSize``, at most 10 here)."""
+    return min(event_spec.batch_size, 10)
 
 
 def _request_key(record: dict[str, Any]) -> tuple[str, str, str]:

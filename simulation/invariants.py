@@ -657,12 +657,14 @@ OUTAGE_BREAKER_SECONDS = 60
 
 
 def _in_outage(sim: Simulation, snapshot: Snapshot, step: str, attempt: int) -> bool:
-    """Whether forward ``attempt`` of ``step`` ended deferred by its agent's open circuit while its service was down
-    (or just after, while the circuit stayed open): such an attempt made no call, its deferrals ran out of their
-    budget, and it met the outage injected into its service (a 15-minute outage outlasts a forward action's deferral
-    budget). An attempt that failed in any other way during an outage is not explained by it."""
+    """Whether forward ``attempt`` of ``step`` ended deferred by its agent's open circuit (a callback step's: the agent
+    its notification goes through) while its service was down (or just after, while the circuit stayed open): such
+    an attempt made no call, its deferrals ran out of their budget, and it met the outage injected into its service
+    (a 15-minute outage outlasts a forward action's deferral budget). An attempt that failed in any other way during
+    an outage is not explained by it."""
     kind = snapshot.workflow.definition.step(step)
-    remote = sim.remotes.get(getattr(kind, "agent", ""))
+    notify = getattr(kind, "notify", None)  # a callback step's attempt is its notification's call
+    remote = sim.remotes.get(str(getattr(kind, "agent", None) or getattr(notify, "agent", "")))
     if remote is None:
         return False
     replies = [

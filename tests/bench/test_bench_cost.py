@@ -208,10 +208,10 @@ def test_the_cost_scenarios_run_end_to_end_and_their_figures_add_up() -> None:
     wru = data["usage"]["dynamodb_wru"]
     assert wru["PutItem:index"] == 4 * (1 + 1)
     assert wru["PutItem"] == (4 + 1) + 12 + 3 * 4
-    # the agents' idempotency completions, and the hotels agent's call limits: a lease of one unit for the first
-    # batch (one record), grown to three for the next (three records, asking at once as on AWS: `expect`)
-    assert wru["UpdateItem"] == 3 * 4 + 2
-    assert data["call_limits"]["requests_per_step"] == pytest.approx(3 / 12)  # its first read, and the two writes
+    # the agents' idempotency completions, and the hotels agent's call limits: one lease for the run's four calls
+    # (one batch of four: the 2 s window, from the first trip's request, gathers the four trips started 0.5 s apart)
+    assert wru["UpdateItem"] == 3 * 4 + 1
+    assert data["call_limits"]["requests_per_step"] == pytest.approx(2 / 12)  # its first read, and the write
     assert [row.metric.split(" ")[0] for row in rows(result, data)] == ["S1"] * 12
     # a start through the API: its HTTP API request, the API function's invocation and its requests
     assert data["start"]["through"] == "api" and data["start"]["invocations_per_start"] == 1.0
@@ -280,13 +280,13 @@ def test_the_workflows_started_by_a_trigger_are_costed_with_their_start_on_both_
 # CloudWatch Logs: what the API and the scheduler wrote (their JSON lines and metrics), counted by the byte.
 # The hotels agent's call limits (agents.yaml): one read of their item and one lease write (1 RRU, 1 WRU).
 # SQS: 18 requests (6 sends, 6 receives, 6 deletes), each under 64 KB: 18 billed.
-# Idle mappings: 5 queues (the response queue and the 4 agents' of agents.yaml), 4 of them idle in each of the 3
-# simulated seconds: 12 queue-seconds, 5 long polls per 20 s: 3 modelled empty polls. Requests per step:
-# (19 + 18 + 3) / 3; the minimum with batches of one:
+# Idle mappings: 5 queues (the response queue and the 4 agents' of agents.yaml), 4 of them idle in each of the 6
+# simulated seconds (each of the 6 hops waits its queue's 1 s window): 24 queue-seconds, 5 long polls per 20 s: 6
+# modelled empty polls. Requests per step: (19 + 18 + 6) / 3; the minimum with batches of one:
 # 4 + 2/1 + 2/1 + 2/1 = 10. Lambda requests (engine only): API 1 + scheduler 3. Step Functions: 3 transitions.
 def test_one_trip_costs_what_a_hand_count_says() -> None:
     # Given one 3-step workflow on the happy path, deployed with both batching windows at 1 s (each queue drained
-    # once per simulated second)
+    # 1 s after its message became visible, as Lambda gathers)
     windows = (("AgentBatchingWindowSeconds", "1"), ("SchedulerBatchingWindowSeconds", "1"))
     scenario = Scenario("S1", "one trip", 3, 1, parameters=windows)
     # When it runs through the bench
@@ -317,8 +317,8 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
         "PaymentsAgentFunction": 1,
         "SchedulerFunction": 3,
     }
-    assert (result.simulated_seconds, result.idle_queue_seconds, data["empty_polls_modelled"]) == (3.0, 12.0, 3.0)
-    assert data["actual_requests_per_step"] == pytest.approx((19 + 2 + 18 + 3) / 3)
+    assert (result.simulated_seconds, result.idle_queue_seconds, data["empty_polls_modelled"]) == (6.0, 24.0, 6.0)
+    assert data["actual_requests_per_step"] == pytest.approx((19 + 2 + 18 + 6) / 3)
     assert data["minimal_requests_per_step"] == pytest.approx(10.0)
     assert data["step_functions_transitions"] == 3
     # And the dollars are those counts at the list prices (only Lambda's GB-seconds are timed, not counted)
@@ -326,14 +326,14 @@ def test_one_trip_costs_what_a_hand_count_says() -> None:
     assert dollars["dynamodb_writes"] == pytest.approx(14 * prices.DYNAMODB_PER_WRU)
     assert dollars["dynamodb_reads"] == pytest.approx(5.5 * prices.DYNAMODB_PER_RRU)
     assert dollars["sqs"] == pytest.approx(18 * prices.SQS_PER_REQUEST)
-    assert dollars["sqs_empty_polls"] == pytest.approx(3 * prices.SQS_PER_REQUEST)
+    assert dollars["sqs_empty_polls"] == pytest.approx(6 * prices.SQS_PER_REQUEST)
     assert dollars["api"] == pytest.approx(1 * prices.HTTP_API_PER_REQUEST)
     assert dollars["lambda_requests"] == pytest.approx(4 * prices.LAMBDA_PER_REQUEST)
     # The engine's log (its transition lines and its metrics), priced by the byte
     logged = usage["log_bytes"]["ApiFunction"] + usage["log_bytes"]["SchedulerFunction"]
     assert data["log_bytes_per_workflow"] == logged
     assert dollars["cloudwatch_logs"] == pytest.approx(logged * 0.50 / 1_000_000_000)
-    counted = (14 * 0.625 + 5.5 * 0.125 + (18 + 3) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
+    counted = (14 * 0.625 + 5.5 * 0.125 + (18 + 6) * 0.40 + 1 * 1.00 + 4 * 0.20) / 1_000_000
     assert dollars["total"] == pytest.approx(counted + dollars["lambda_compute"] + dollars["cloudwatch_logs"])
     assert data["anchor_per_step"] == pytest.approx(0.025 / 1000)  # one transition per step
     assert data["ours_per_step"] == pytest.approx(dollars["total"] / 3)

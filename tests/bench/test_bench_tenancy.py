@@ -86,3 +86,19 @@ def test_an_instances_wait_moves_its_own_time_and_what_it_sends_waits_for_that_t
         assert instance.now() == world.now()  # free: the instance's time is the world's again
         [message] = sqs.receive_message(QueueUrl=url)["Messages"]
         assert message["Body"] == "sent by the instance at +2.5 s"
+
+
+def test_s7s_fairness_comes_from_max_running_and_its_target_is_missed_without_it() -> None:
+    """The fairness row can fail: with 200 starts of the bursting tenant (scale 0.1) and its limit lifted, its steps
+    crowd the hotels agent's call limits (10 calls/s) and the quiet tenant's requests wait behind them."""
+    import dataclasses
+
+    from bench.cost import FAIRNESS_TARGET
+    from bench.scenarios import run_scenario, scenarios
+
+    by_name = {scenario.name: scenario for scenario in scenarios(0.1)}
+    alone = p95(run_scenario(by_name["S7-alone"]).durations["quiet"])
+    limited = p95(run_scenario(by_name["S7"]).durations["quiet"])
+    unlimited = p95(run_scenario(dataclasses.replace(by_name["S7"], max_running=1_000)).durations["quiet"])
+    # (alone: each of the 3 steps waits up to the agents' 2 s window; beside the burst, full batches go at once)
+    assert limited <= FAIRNESS_TARGET * alone < unlimited, (limited, alone, unlimited)
