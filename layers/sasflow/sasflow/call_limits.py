@@ -392,9 +392,10 @@ class CallLimiter:
         renew = now - self._written_at >= self.refresh_seconds
         grow = demand > self._units and now >= self._ask_after
         if (renew or grow or not self._covers(now, call_seconds)) and (now >= self._ask_after or self._units > 0):
-            # A renewal asks for the peak since the last write; growing asks for a whole batch's records at once,
-            # so the threads of one batch, arriving one by one, cost one write and not one each.
-            self._write(now, max(self._peak, demand, self._expected if grow else 0))
+            # A renewal asks for the peak since the last write; growing asks for a whole batch's records at once
+            # (the demand counts them), so the threads of one batch, arriving one by one, cost one write and not one
+            # each.
+            self._write(now, max(self._peak, demand))
         if not self._covers(now, call_seconds):
             return _DEFER
         if self.limits.max_in_flight is not None and self._in_flight >= self._units:
