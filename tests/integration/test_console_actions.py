@@ -95,6 +95,7 @@ def test_a_held_workflow_is_retried_from_the_page_with_an_edited_input_after_a_p
             "reason": "customer called",
             "id": fields["key"],
             "step": "charge_card",
+            "replaced_attempt": 1,
             "input_edited": True,
         }
     ]

@@ -72,6 +72,7 @@ def test_a_held_workflow_is_found_read_and_retried_with_an_edited_input_to_compl
         "reason": "customer called, smaller amount",
         "id": "retry-1",
         "step": "charge_card",
+        "replaced_attempt": 1,
         "input_edited": True,
     }
     # The same request again (the CLI retrying) changes nothing

@@ -97,6 +97,7 @@ def test_a_held_step_retried_with_an_edited_input_completes_under_a_new_token() 
             "reason": "on-call: retry",
             "id": "a-1",
             "step": "book_hotel",
+            "replaced_attempt": 1,
             "input_edited": True,
         }
     ]

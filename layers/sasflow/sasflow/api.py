@@ -59,6 +59,7 @@ from .callbacks import (
 from .clock import epoch_seconds
 from .definition import WorkflowDefinition
 from .errors import (
+    BatchNotFoundError,
     ConditionFailedError,
     ConditionNotEvaluatedError,
     DeadLetterQueueNotFoundError,
@@ -137,6 +138,7 @@ _REFUSALS: dict[type[Exception], _Refusal] = {
     PayloadNotFoundError: _Refusal(404, "PAYLOAD_NOT_FOUND", "No such claim-checked payload of the workflow"),
     DeadLetterQueueNotFoundError: _Refusal(404, "QUEUE_NOT_FOUND", "No such dead-letter queue"),
     TriggerNotFoundError: _Refusal(404, "TRIGGER_NOT_FOUND", "No such trigger (triggers.yaml)"),
+    BatchNotFoundError: _Refusal(404, "BATCH_NOT_FOUND", "No such batch of operator actions"),
     TriggerAlreadyPausedError: _Refusal(409, "TRIGGER_ALREADY_PAUSED", "Another pause holds the trigger"),
     TriggerNotRunnableError: _Refusal(409, "TRIGGER_NOT_RUNNABLE", "An event or queue trigger starts on what arrives"),
     InvalidCursorError: _Refusal(400, "INVALID_CURSOR", "A cursor this API did not give"),

@@ -146,6 +146,10 @@ class DeadLetterQueueNotFoundError(PermanentError):
     """No dead-letter queue of that name in this stack (template ``DEAD_LETTER_QUEUES``; HTTP 404)."""
 
 
+class BatchNotFoundError(PermanentError):
+    """No batch of operator actions has this id (HTTP 404)."""
+
+
 class TriggerNotFoundError(PermanentError):
     """No trigger of that name in this stack (template ``TRIGGERS``, from triggers.yaml; HTTP 404)."""
 

@@ -212,13 +212,20 @@ class HistoryWriter:
         id: str = "",
         compensated_on_unwind: bool | None = None,
         input_edited: bool | None = None,
+        replaced_attempt: int | None = None,
+        batch: str | None = None,
     ) -> None:
         """An operator acted on the workflow (audited with who, why and the action's id); a skip also says whether
         the skipped step is compensated if the workflow unwinds later (``compensated_on_unwind``), a retry whether it
-        was given an edited input (``input_edited``)."""
+        was given an edited input (``input_edited``) and which attempt it replaces (``replaced_attempt``: the step's
+        last attempt, the failed one). ``batch``: the batch (``batches.py``) the action is part of."""
         document: dict[str, Any] = {"action": action, "principal": principal, "reason": reason, "id": id}
+        if batch is not None:
+            document["batch"] = batch
         if step is not None:
             document["step"] = step
+        if replaced_attempt is not None:
+            document["replaced_attempt"] = replaced_attempt
         if compensated_on_unwind is not None:
             document["compensated_on_unwind"] = compensated_on_unwind
         if input_edited is not None:

@@ -7,13 +7,14 @@ Every write method is a conditional write that raises ``ConditionFailedError`` w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     # Annotations only: an agent imports the ports for the bus, and must not load the workflow records and the
     # definitions' pydantic models with them (its cold start; tests/unit/test_lean_imports.py).
+    from .batches import Batch, BatchPage
     from .records import DeadlineEntry, Snapshot
     from .triggers import TriggerState
 
@@ -319,3 +320,41 @@ class Counter(Protocol):
 
 def no_metrics(name: str, value: int = 1) -> None:
     """A ``Counter`` that drops everything."""
+
+
+class BatchStore(Protocol):
+    """Batches of operator actions (``batches.py``): one item per batch and one per page it claimed, beside the
+    workflows. Every write of a batch is conditional on its ``version`` (``errors.ConditionFailedError`` when
+    another write came first); each returns the batch as stored, its version one more."""
+
+    def create(self, batch: Batch) -> Batch:
+        """Store a new batch (refused with ``ConditionFailedError`` when its id is taken)."""
+        ...
+
+    def get(self, batch_id: str, *, consistent: bool = False) -> Batch | None:
+        """The batch, or None."""
+        ...
+
+    def put(self, batch: Batch, *, expect: int) -> Batch:
+        """Store the batch if its stored version is still ``expect``."""
+        ...
+
+    def claim(self, batch: Batch, page: BatchPage) -> Batch:
+        """Store a new page and the batch that claims it (``batch.version`` still stored) in one transaction."""
+        ...
+
+    def settle(self, batch: Batch, page: BatchPage) -> Batch:
+        """Store the page's outcomes and the batch that counts them (``batch.version`` still stored)."""
+        ...
+
+    def page(self, batch_id: str, number: int) -> BatchPage | None:
+        """A page of the batch (numbered from 1), strongly consistent."""
+        ...
+
+    def pages(self, batch_id: str) -> Iterator[BatchPage]:
+        """The batch's pages, in order."""
+        ...
+
+    def list(self, limit: int, start: Any | None) -> tuple[list[Batch], Any | None]:
+        """Batches, newest first, a page at a time."""
+        ...

@@ -548,6 +548,7 @@ class SchedulerService:
         principal: str | None = None,
         reason: str = "cancelled by request",
         action_id: str = "",
+        batch: str | None = None,
     ) -> tuple[Snapshot, list[Outgoing]]:
         """Ask a running (or held) workflow to stop: it becomes CANCELLING and compensates what may have happened.
 
@@ -574,6 +575,7 @@ class SchedulerService:
             if owner is not None and transition.snapshot.workflow.owner != owner:
                 raise WorkflowNotFoundError(workflow_id)
             queued[0] = transition.snapshot.workflow.status is WorkflowStatus.QUEUED
+            transition.batch = batch
             transition.cancel(principal or owner or "operator", reason=reason, action_id=action_id)
 
         stored, messages = self._update(workflow_id, cancel)
@@ -647,6 +649,7 @@ class SchedulerService:
         step: str | None = None,
         step_input: dict[str, Any] | None = None,
         output: Any = NO_OUTPUT,
+        batch: str | None = None,
     ) -> tuple[Snapshot, list[Outgoing]]:
         """Apply an operator action (``OPERATOR_ACTIONS``) with one conditional write, audited in the history.
 
@@ -654,7 +657,8 @@ class SchedulerService:
         the workflow as it is. ``step`` names the step of ``retry``, ``skip``, ``retry-compensation`` and
         ``resolve`` (needed when several could apply), ``step_input`` is a retry's edited input, ``output`` a skip's
         output (any JSON, null too; ``transitions.NO_OUTPUT`` when none is given). What each action does:
-        ``transitions.operator``.
+        ``transitions.operator``. ``batch``: the batch the action is part of (``batches.py``), kept in its history
+        event.
 
         Returns
         -------
@@ -675,9 +679,12 @@ class SchedulerService:
         if action not in OPERATOR_ACTIONS:
             raise ValueError(f"unknown operator action {action!r}; one of {list(OPERATOR_ACTIONS)}")
         if action == "cancel":
-            return self.cancel(workflow_id, owner=None, principal=principal, reason=reason, action_id=action_id)
+            return self.cancel(
+                workflow_id, owner=None, principal=principal, reason=reason, action_id=action_id, batch=batch
+            )
 
         def apply(transition: Transition) -> None:
+            transition.batch = batch
             who = (principal, reason, action_id)
             if action == "retry":
                 transition.retry(*who, step=step, step_input=step_input)
@@ -699,7 +706,7 @@ class SchedulerService:
             raise WorkflowNotFoundError(workflow_id)
         logger.info(
             "operator action",
-            extra={"workflow_id": workflow_id, "action": action, "principal": principal, "step": step},
+            extra={"workflow_id": workflow_id, "action": action, "principal": principal, "step": step, "batch": batch},
         )
         return stored, messages
 

@@ -8,9 +8,9 @@ workflows that are not terminal, keyed by their earliest complete-by in flight.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..definition import WorkflowDefinition
 from ..errors import ClaimCheckMissingError, ConditionFailedError, LeaseNotAcquiredError
@@ -19,6 +19,9 @@ from ..records import DeadlineEntry, Snapshot, check_deadlines, check_snapshot_t
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..tenancy import QueueEntry, Released, TenantSlots
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
+
+if TYPE_CHECKING:
+    from ..batches import Batch, BatchPage
 
 
 class InMemoryStateStore:
@@ -504,3 +507,76 @@ class InMemoryTenantSlotStore:
         """See ``TenantSlotStore.due_queues``."""
         with self._lock:
             return sorted((key for key, due in self.due.items() if due < before), key=lambda k: self.due[k])[:limit]
+
+
+class InMemoryBatchStore:
+    """A thread-safe ``BatchStore`` in memory, with the DynamoDB adapter's conditions (a batch's writes conditional
+    on its version, a claim's page and batch written together or not at all)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.batches: dict[str, Batch] = {}
+        self.page_items: dict[tuple[str, int], BatchPage] = {}
+
+    def create(self, batch: Batch) -> Batch:
+        """See ``BatchStore.create``."""
+        with self._lock:
+            if batch.batch_id in self.batches:
+                raise ConditionFailedError(f"batch {batch.batch_id} exists")
+            stored = replace(batch, version=1)
+            self.batches[batch.batch_id] = stored
+            return stored
+
+    def get(self, batch_id: str, *, consistent: bool = False) -> Batch | None:
+        """See ``BatchStore.get``."""
+        with self._lock:
+            return self.batches.get(batch_id)
+
+    def _check(self, batch: Batch, expect: int) -> None:
+        stored = self.batches.get(batch.batch_id)
+        if stored is None or stored.version != expect:
+            raise ConditionFailedError(f"batch {batch.batch_id} is not at version {expect}")
+
+    def put(self, batch: Batch, *, expect: int) -> Batch:
+        """See ``BatchStore.put``."""
+        with self._lock:
+            self._check(batch, expect)
+            stored = replace(batch, version=expect + 1)
+            self.batches[batch.batch_id] = stored
+            return stored
+
+    def claim(self, batch: Batch, page: BatchPage) -> Batch:
+        """See ``BatchStore.claim``."""
+        with self._lock:
+            self._check(batch, batch.version)
+            if (page.batch_id, page.number) in self.page_items:
+                raise ConditionFailedError(f"page {page.number} of batch {page.batch_id} exists")
+            self.page_items[(page.batch_id, page.number)] = page
+            return self.put(batch, expect=batch.version)
+
+    def settle(self, batch: Batch, page: BatchPage) -> Batch:
+        """See ``BatchStore.settle``."""
+        with self._lock:
+            self._check(batch, batch.version)
+            self.page_items[(page.batch_id, page.number)] = page
+            return self.put(batch, expect=batch.version)
+
+    def page(self, batch_id: str, number: int) -> BatchPage | None:
+        """See ``BatchStore.page``."""
+        with self._lock:
+            return self.page_items.get((batch_id, number))
+
+    def pages(self, batch_id: str) -> Iterator[BatchPage]:
+        """See ``BatchStore.pages``."""
+        with self._lock:
+            found = sorted((n, p) for (b, n), p in self.page_items.items() if b == batch_id)
+        for _, page in found:
+            yield page
+
+    def list(self, limit: int, start: Any | None) -> tuple[list[Batch], Any | None]:
+        """See ``BatchStore.list`` (``start``: how many to skip)."""
+        with self._lock:
+            ordered = sorted(self.batches.values(), key=lambda b: (-b.created_at, b.batch_id))
+        skip = int(start or 0)
+        chunk = ordered[skip : skip + limit]
+        return chunk, (skip + limit if skip + limit < len(ordered) else None)

@@ -48,7 +48,10 @@ NO_OUTPUT: Any = _NoOutput()
 
 
 class OperatorTransitions(TransitionBase):
-    """Cancel and the operator actions."""
+    """Cancel and the operator actions. ``batch``: the batch an action is part of (``batches.py``), set by the
+    scheduler before it applies one, written to the action's history event (its lineage)."""
+
+    batch: str | None = None
 
     # ------------------------------------------------------------------ bookkeeping
     def already_done(self, action_id: str, action: str, step: str | None = None) -> bool:
@@ -85,8 +88,18 @@ class OperatorTransitions(TransitionBase):
         step: str | None = None,
         *,
         input_edited: bool | None = None,
+        replaced_attempt: int | None = None,
     ) -> None:
-        self.history.operator(action, principal, reason, step=step, id=action_id, input_edited=input_edited)
+        self.history.operator(
+            action,
+            principal,
+            reason,
+            step=step,
+            id=action_id,
+            input_edited=input_edited,
+            replaced_attempt=replaced_attempt,
+            batch=self.batch,
+        )
         self.count("OperatorActions")
 
     def _status(self) -> WorkflowStatus:
@@ -175,7 +188,15 @@ class OperatorTransitions(TransitionBase):
             "output its later steps need) or compensate the workflow",
         )
         # the audit says whether the operator changed the input (the input itself: GET .../steps/{step}/input)
-        self._audit("retry", principal, reason, action_id, record.step, input_edited=True if step_input else None)
+        self._audit(
+            "retry",
+            principal,
+            reason,
+            action_id,
+            record.step,
+            input_edited=True if step_input else None,
+            replaced_attempt=record.attempt,
+        )
         base = record.evolve(
             attempt_base=record.attempt,
             generation=record.generation if record.may_have_happened else record.generation + 1,
@@ -220,7 +241,13 @@ class OperatorTransitions(TransitionBase):
             output = None
         compensated = self.definition.step(record.step).compensation is not None
         self.history.operator(
-            "skip", principal, reason, step=record.step, id=action_id, compensated_on_unwind=compensated
+            "skip",
+            principal,
+            reason,
+            step=record.step,
+            id=action_id,
+            compensated_on_unwind=compensated,
+            batch=self.batch,
         )
         self.count("OperatorActions")
         self.set_step(record.evolve(status=StepStatus.COMPLETED, output=output, error=None))
