@@ -96,6 +96,8 @@ TICK_SECONDS = 60
 IDLE_POLLERS = 5
 LONG_POLL_SECONDS = 20
 ENGINE_FUNCTIONS = ("ApiFunction", "SchedulerFunction", "SupervisorFunction")
+#: The batches' runner: its queue carries operators' batches, not workflows' steps (``workflow_consumers``).
+BATCH_FUNCTION = "BatchFunction"
 TERMINAL = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 MAX_SIMULATED_SECONDS = 6 * 3600
 
@@ -1006,11 +1008,13 @@ MAX_BATCHING_WINDOW = 300
 def workflow_consumers(functions: Iterable[FunctionSpec]) -> list[tuple[str, SqsEventSpec]]:
     """The SQS event source mappings a workflow's steps pass through: the scheduler's and each agent's. A trigger's
     (triggers.yaml) is not one of them: the scenarios start workflows through the API, and what a trigger adds per
-    start (its tick, its queue, its function) and the idle polling of its queue are costed in docs/triggers.md."""
+    start (its tick, its queue, its function) and the idle polling of its queue are costed in docs/triggers.md. Nor
+    is the batches' (``BatchFunction``): it carries an operator's batch, never a step; its idle polling is costed in
+    docs/batches.md."""
     return [
         (spec.logical_id, event)
         for spec in functions
-        if "TRIGGER" not in spec.environment
+        if "TRIGGER" not in spec.environment and spec.logical_id != BATCH_FUNCTION
         for event in spec.events
         if isinstance(event, SqsEventSpec)
     ]

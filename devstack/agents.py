@@ -591,7 +591,7 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
           {{{entries}}}
 """
     dead_letter_queues = (
-        [QueueRef("ResponseDeadLetterQueue")]
+        [QueueRef("ResponseDeadLetterQueue"), QueueRef("BatchDeadLetterQueue")]
         + [QueueRef(f"{agent.pascal}DeadLetterQueue") for agent in agents]
         + [trigger.dead_letters for trigger in triggers]
     )
@@ -613,7 +613,7 @@ def render_parts(agents: list[AgentDeclaration], triggers: Sequence[TriggerDecla
 """
     dlq_arns = "\n".join(f"              - {queue.arn_value}" for queue in dead_letter_queues)
     sources = (
-        [QueueRef("ResponseQueue")]
+        [QueueRef("ResponseQueue"), QueueRef("BatchQueue")]
         + [QueueRef(f"{agent.pascal}RequestQueue") for agent in agents]
         + [trigger.source_queue for trigger in triggers]
     )

@@ -99,6 +99,12 @@
     workflow counts as not running; a tenant's queue starts its workflows in ticket order (no ticket started while
     a lower one still waits) and each once (one ``dequeued`` event), checked as it goes; at the end no workflow is
     still QUEUED and no queue entry is left.
+23. Batches (issue 40; ``Faults.operator_batch``): no workflow is acted on twice by one batch (at most one
+    operator action naming the batch in its history), whatever crashed, was delivered twice or overlapped (the
+    supervisor, single actions, other batches); every workflow a batch acted on is one its pages claimed (the lineage
+    is true), and every ``done`` outcome has its action in the workflow's history (outcomes are read, not assumed);
+    every batch ended (COMPLETED or CANCELLED) once its queue drained, all its pages settled, and its counts are the
+    sums of its pages' outcomes.
 """
 
 from __future__ import annotations
@@ -106,17 +112,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
 import jmespath
 
+from sasflow.adapters.batch_dynamodb import DynamoDBBatchStore
 from sasflow.adapters.dynamodb_store import DEADLINE_INDEX, WORKFLOW_PREFIX
 from sasflow.adapters.limits_dynamodb import DynamoDBLimitsStore
 from sasflow.adapters.tenancy_dynamodb import DynamoDBTenantSlotStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore
 from sasflow.api_models import events_of
+from sasflow.batches import Counts
 from sasflow.call_limits import allocate
 from sasflow.callbacks import task_token
 from sasflow.claim_check import REFERENCE_KEY, is_reference
@@ -192,6 +201,7 @@ def check_invariants(sim: Simulation) -> list[Violation]:
     violations.extend(_map_violations(snapshots))
     violations.extend(_poison_violations(sim))
     violations.extend(trigger_violations(sim, snapshots))
+    violations.extend(_batch_violations(sim, snapshots))
 
     for workflow_id, snapshot in snapshots.items():
         status = snapshot.workflow.status.value
@@ -769,6 +779,48 @@ def _wait_violations(snapshot: Snapshot, grace: int) -> list[Violation]:
             first = next((e for e in events if e.kind == "dispatched" and e.step == later), None)
             if first is not None and (first.seq < resumed[0].seq):
                 violations.append(Violation("step started before its wait resumed", workflow.workflow_id, later))
+    return violations
+
+
+def _batch_violations(sim: Simulation, snapshots: dict[str, Snapshot]) -> list[Violation]:
+    """Invariant 23: batches act on no workflow twice, their lineage and outcomes are true, and they end."""
+    violations: list[Violation] = []
+    acted: dict[str, set[str]] = {}
+    for workflow_id, snapshot in snapshots.items():
+        names = Counter(
+            (e.detail or {}).get("batch")
+            for e in events_of(snapshot)
+            if e.kind == "operator_action" and (e.detail or {}).get("batch")
+        )
+        for batch_id, n in names.items():
+            acted.setdefault(str(batch_id), set()).add(workflow_id)
+            if n > 1:
+                violations.append(Violation("workflow acted on twice by a batch", workflow_id, f"{batch_id}: {n}"))
+    store = DynamoDBBatchStore(sim.physical["StateTable"], sim.dynamodb_checker())
+    for batch_id in sorted(set(sim.batch_ids.values())):
+        batch = store.get(batch_id, consistent=True)
+        if batch is None:
+            violations.append(Violation("batch lost", "-", batch_id))
+            continue
+        pages = list(store.pages(batch_id))
+        claimed = {w for page in pages for w in page.workflow_ids}
+        for workflow_id in sorted(acted.get(batch_id, set()) - claimed):
+            violations.append(Violation("batch acted on a workflow it did not claim", workflow_id, batch_id))
+        for page in pages:
+            for workflow_id, outcome in page.outcomes.items():
+                if outcome == "done" and workflow_id not in acted.get(batch_id, set()):
+                    violations.append(Violation("batch outcome done without its action", workflow_id, batch_id))
+        if batch.status == "RUNNING":
+            violations.append(Violation("batch not ended", "-", f"{batch_id}: {batch.pages} pages, {batch.counts}"))
+            continue
+        settled = [p for p in pages if p.number <= batch.settled]
+        total = Counts()
+        for page in settled:
+            total = total + page.counts()
+        if batch.settled != batch.pages or total != batch.counts:
+            violations.append(
+                Violation("batch counts out of step", "-", f"{batch_id}: {batch.counts} vs pages {total}")
+            )
     return violations
 
 

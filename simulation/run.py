@@ -43,10 +43,12 @@ from devstack.inprocess import (
 )
 from devstack.provision import provision
 from devstack.template import FunctionSpec, SqsEventSpec, Stack, remote_service_parameters
+from sasflow.adapters.batch_dynamodb import DynamoDBBatchStore
 from sasflow.adapters.dynamodb_store import WORKFLOW_SORT_KEY, DynamoDBStateStore
 from sasflow.adapters.trigger_dynamodb import DynamoDBTriggerStore, trigger_key
 from sasflow.batch import AnyOrder
-from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_engine
+from sasflow.batches import BatchService
+from sasflow.bootstrap import Lazy, OpsServices, build_agent, build_batches, build_engine
 from sasflow.callbacks import task_token
 from sasflow.clock import Clock, ManualClock, OffsetClock
 from sasflow.definition import parse_definition
@@ -82,6 +84,8 @@ AGENT_FUNCTIONS = {
     "payments": "PaymentsAgentFunction",
 }
 START = 1_800_000_000.0
+#: The batches' runner (functions/batches): a consumer once the operator has started a batch.
+BATCH_FUNCTION = "BatchFunction"
 TICK_SECONDS = 60.0  # the template's rate(1 minute)
 #: The call limits the simulation deploys on the sample agent that declares them (agents.yaml: hotels, 5 in flight and
 #: 10 a second): tighter, so that a run's one start a second reaches them, and a record waits at most 0.5 s in its
@@ -290,6 +294,13 @@ class Simulation:
         self.priority_rng = random.Random(seed * 7_919 + 43)
         self.tenant_refused: set[str] = set()
         self.tenant_violations: list[Violation] = []
+        #: The operator's batches (invariant 23), drawn from a generator of their own: the requests sent (by
+        #: Idempotency-Key), the batch ids the API answered, and those cancelled.
+        self.batch_rng = random.Random(seed * 9_973 + 47)
+        self.batch_tokens = itertools.count(1)
+        self.batch_requests: dict[str, dict[str, Any]] = {}
+        self.batch_ids: dict[str, str] = {}
+        self.batches_cancelled: set[str] = set()
         #: The schedule's ticks (simulation/triggers.py, invariant 20), drawn from a generator of their own.
         self.trigger_rng = random.Random(seed * 6_113 + 31)
         self.trigger_log = TriggerLog()
@@ -382,14 +393,19 @@ class Simulation:
         DefinitionRegistry(self.state_store()).publish(
             definition["name"], 1, parse_definition(definition), owner="sim-operator", now=int(START)
         )
-        # Every consumer but the triggers this seed does not drive (their queues get nothing).
+        # Every consumer but the triggers this seed does not drive (their queues get nothing), and the batches'
+        # runner until the operator starts a batch (so a run without batches replays as before).
         self.consumers: list[tuple[str, SqsEventSpec]] = [
             (spec.logical_id, event)
             for spec in specs.values()
             for event in spec.events
             if isinstance(event, SqsEventSpec)
             and ("TRIGGER" not in spec.environment or spec.logical_id == self.trigger_id)
+            and spec.logical_id != BATCH_FUNCTION
         ]
+        self.batch_consumer = next(
+            (BATCH_FUNCTION, event) for event in specs[BATCH_FUNCTION].events if isinstance(event, SqsEventSpec)
+        )
 
     def _install_hooks(self, client: Any, crashes: CrashInjector) -> None:
         """Record every workflow write DynamoDB accepts, then arm the crash points around every call.
@@ -469,6 +485,23 @@ class Simulation:
         module.service = Lazy(build)
         return module
 
+    def _load_batch_function(self, spec: FunctionSpec) -> Any:
+        """The real batch handler (functions/batches) over the simulated world."""
+        module: Any = load_function_module(spec)
+        env = function_environment(spec)
+        rng = random.Random(self.batch_rng.random())
+        module.batches = Lazy(
+            lambda: self._seeded_tokens(
+                build_batches(engine=build_engine(env, clock=self.clock, bus=self.bus, dynamodb=self.dynamodb, rng=rng))
+            )
+        )
+        return module
+
+    def _seeded_tokens(self, service: BatchService) -> BatchService:
+        """The batches' service with its runs' tokens numbered (uuid4 on Lambda), so a seed replays exactly."""
+        service.tokens = lambda: f"sim-run-{next(self.batch_tokens)}"
+        return service
+
     def _trigger_store(self) -> DynamoDBTriggerStore:
         """The triggers' items, on the crash-armed client the functions use."""
         return DynamoDBTriggerStore(self.physical["StateTable"], self.dynamodb)
@@ -486,6 +519,7 @@ class Simulation:
             return OpsServices(engine, engine.store, dead_letters=None, triggers=self._trigger_store())
 
         module.ops = Lazy(build)
+        module.batches = Lazy(lambda: self._seeded_tokens(build_batches(engine=module.ops().engine)))
         return module
 
     def _watch_rescues(self, engine: Any) -> Any:
@@ -801,6 +835,8 @@ class Simulation:
                 self.modules[key] = self._load_agent_function(spec, agent)
             elif logical_id == self.trigger_id:
                 self.modules[key] = self._load_trigger_function(spec)
+            elif logical_id == BATCH_FUNCTION:
+                self.modules[key] = self._load_batch_function(spec)
             else:
                 self.modules[key] = self._load_engine_function(spec)
         return self.modules[key]
@@ -1004,6 +1040,7 @@ class Simulation:
         if self.faults.tenancy:
             self._check_tenants()
         self._operate()
+        self._operate_batches()
         self._operate_trigger()
         self._approve()
 
@@ -1135,6 +1172,80 @@ class Simulation:
         workflow_id, action, extra = self.rng.choice(choices)
         if self._act(workflow_id, action, **extra) == 200 and action == "pause":
             self.paused_at[workflow_id] = self.report.ticks
+
+    #: What the simulated operator's batches do: an action, and the status of the workflows it is given.
+    BATCHES = (
+        ("retry", "HELD"),
+        ("retry", "HELD"),
+        ("compensate", "HELD"),
+        ("pause", "RUNNING"),
+        ("resume", "PAUSED"),
+        ("retry-compensation", "COMPENSATION_FAILED"),
+        ("cancel", "RUNNING"),
+    )
+
+    def _operate_batches(self) -> None:
+        """The person on call acting on a fleet (invariant 23): starts a batch through the operators' function, sends
+        the same request again (its Idempotency-Key: the same batch), or cancels a running one. Its runs are
+        BatchFunction's, delivered like every consumer's messages, under the same crash faults."""
+        if self.batch_ids:
+            self._resume_what_batches_paused()
+        if self.batch_rng.random() >= self.faults.operator_batch:
+            return
+        roll = self.batch_rng.random()
+        if roll < 0.2 and self.batch_requests:
+            key = self.batch_rng.choice(sorted(self.batch_requests))  # a retried command: the same batch
+        elif roll < 0.3 and self.batch_ids:
+            batch_id = self.batch_rng.choice(sorted(self.batch_ids.values()))
+            response = self._operator_request(
+                f"/ops/batches/{batch_id}/cancel", {"reason": "sim operator: stop"}, "", "batch cancel", batch_id
+            )
+            if response is not None and response["statusCode"] == 200:
+                self.batches_cancelled.add(batch_id)
+            return
+        else:
+            action, status = self.batch_rng.choice(self.BATCHES)
+            key = f"batch-{self.seed}-{self.report.ticks}-{action}"
+            self.batch_requests[key] = {
+                "action": action,
+                "where": {"status": status},
+                "reason": f"sim operator: {action} every {status}",
+                "max_per_second": self.batch_rng.choice([1, 5, 50]),
+            }
+        response = self._operator_request("/ops/batches", self.batch_requests[key], key, "batch start", "batch")
+        if response is None or response["statusCode"] not in (200, 202):
+            return
+        self.batch_ids[key] = json.loads(response["body"])["batch_id"]
+        if self.batch_consumer not in self.consumers:
+            self.consumers.append(self.batch_consumer)
+
+    def _resume_what_batches_paused(self) -> None:
+        """Once no batch runs, a batch resumes the workflows batches paused (those the operator paused alone are its
+        own to resume): every workflow ends."""
+        store = DynamoDBBatchStore(self.physical["StateTable"], self.dynamodb_checker())
+        if any(
+            b is None or not b.finished for b in (store.get(i, consistent=True) for i in set(self.batch_ids.values()))
+        ):
+            return
+        paused = [
+            s.workflow.workflow_id
+            for s in self.stored_workflows()
+            if s.workflow.paused
+            and s.workflow.workflow_id not in self.paused_at
+            and s.workflow.status.value not in ("COMPLETED", "COMPENSATED", "CANCELLED", "COMPENSATION_FAILED")
+        ]
+        if not paused:
+            return
+        key = f"batch-{self.seed}-{self.report.ticks}-resume-paused"
+        self.batch_requests[key] = {
+            "action": "resume",
+            "where": {"status": "PAUSED"},
+            "reason": "sim operator: resume what batches paused",
+            "max_per_second": 50,
+        }
+        response = self._operator_request("/ops/batches", self.batch_requests[key], key, "batch start", "batch")
+        if response is not None and response["statusCode"] in (200, 202):
+            self.batch_ids[key] = json.loads(response["body"])["batch_id"]
 
     def _act(self, workflow_id: str, action: str, **extra: Any) -> int:
         body = {"reason": f"sim operator: {action}", **{k: v for k, v in extra.items() if v is not None}}
@@ -1308,8 +1419,8 @@ class Simulation:
         next_tick = START + TICK_SECONDS
         started = 0
         ticks_after_last_start = 0
-        urls = [event.queue_url for _, event in self.consumers]
         while True:
+            urls = [event.queue_url for _, event in self.consumers]  # the batches' queue joins with the first batch
             # Deliver everything visible now, in random order, before moving time.
             progressed = True
             while progressed:
@@ -1565,7 +1676,7 @@ def start_event(body: Any, *, key: str) -> dict[str, Any]:
         "routeKey": "POST /workflows",
         "rawPath": "/workflows",
         "rawQueryString": "",
-        "headers": {"content-type": "application/json", "idempotency-key": key},
+        "headers": {"content-type": "application/json", **({"idempotency-key": key} if key else {})},
         "requestContext": {
             # what API Gateway adds once it has verified the caller's SigV4 signature (devstack.identities)
             "authorizer": request_context_authorizer(identity("client-a")),
@@ -1609,22 +1720,29 @@ def ops_event(path: str, body: Any, *, key: str) -> dict[str, Any]:
     route, name = {
         "triggers": ("POST /ops/triggers/{name}/{action}", "name"),
         "callbacks": ("POST /ops/callbacks/{token}", "token"),
+        "batches": ("POST /ops/batches/{batch_id}/cancel", "batch_id"),
     }.get(parts[2], ("POST /ops/workflows/{workflow_id}/{action}", "workflow_id"))
-    parameters = {name: parts[3]} if parts[2] == "callbacks" else {name: parts[3], "action": parts[4]}
+    parameters: dict[str, str] | None
+    if path == "/ops/batches":
+        route, parameters = "POST /ops/batches", None
+    elif parts[2] in ("callbacks", "batches"):
+        parameters = {name: parts[3]}
+    else:
+        parameters = {name: parts[3], "action": parts[4]}
     return {
         "version": "2.0",
         "routeKey": route,
         "rawPath": path,
         "rawQueryString": "",
-        "headers": {"content-type": "application/json", "idempotency-key": key},
+        "headers": {"content-type": "application/json", **({"idempotency-key": key} if key else {})},
         "requestContext": {
             "authorizer": request_context_authorizer(identity("operator")),
             "http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1"},
-            "requestId": key,
+            "requestId": key or path,
             "routeKey": route,
             "stage": "$default",
         },
-        "pathParameters": parameters,
+        **({"pathParameters": parameters} if parameters else {}),
         "body": json.dumps(body),
         "isBase64Encoded": False,
     }

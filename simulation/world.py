@@ -102,6 +102,10 @@ class Faults:
     trigger_bad: float = 0.1
     #: Chance per supervisor tick that the operator pauses, resumes or runs the trigger now (while it has ticks).
     trigger_operator: float = 0.2
+    #: Chance per supervisor tick that the operator starts a batch (``POST /ops/batches``: retry what is HELD, pause
+    #: what is RUNNING, ...), sends the same request again, or cancels a running batch (invariant 23). Drawn from a
+    #: generator of its own; BatchFunction runs its messages under the crash faults of every function.
+    operator_batch: float = 0.08
 
     @classmethod
     def none(cls) -> Faults:

@@ -52,6 +52,10 @@ definitions_app = typer.Typer(help="Definitions registered by name and version."
 app.add_typer(definitions_app, name="definitions")
 triggers_app = typer.Typer(help="Triggers (triggers.yaml): list, pause, resume, run now.", no_args_is_help=True)
 app.add_typer(triggers_app, name="triggers")
+batches_app = typer.Typer(
+    help="Batches of operator actions (retry ... --where): list, get, cancel.", no_args_is_help=True
+)
+app.add_typer(batches_app, name="batches")
 
 #: Ids, names and messages are printed as they are: a map child's id ``wf:fire:1`` never becomes an emoji.
 console = Console(highlight=False, emoji=False)
@@ -218,6 +222,72 @@ def _an_id(value: str) -> str:
 
 
 WorkflowId = Annotated[str, typer.Argument(metavar="ID", help="The workflow's id.", callback=_an_id)]
+#: An action's target: one workflow, or (without an ID) every workflow --where matches, as a batch.
+TargetId = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ID",
+        help="The workflow's id; leave it out to act on every workflow --where matches (a batch).",
+        callback=lambda value: None if value is None else _an_id(value),
+        show_default=False,
+    ),
+]
+#: The listing's filters, as a batch's (``POST /ops/batches``): NAME=VALUE, the option given once per filter.
+WHERE_NAMES = {
+    "status": str,
+    "definition": str,
+    "version": int,
+    "error_code": str,
+    "trigger": str,
+    "owner": str,
+    "started_after": int,
+    "started_before": int,
+}
+WhereOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--where",
+        "-w",
+        metavar="NAME=VALUE",
+        help="Act on every workflow that matches (a batch), e.g. --where status=HELD --where error_code=CARD_DECLINED"
+        f"; names: {', '.join(WHERE_NAMES)} (status is needed).",
+    ),
+]
+DryRunOption = Annotated[
+    bool, typer.Option("--dry-run", help="With --where: count what the batch would act on, and start nothing.")
+]
+RateOption = Annotated[
+    int | None, typer.Option("--rate", min=1, max=500, help="With --where: workflows a second [default: 50].")
+]
+
+
+def _where(values: list[str]) -> dict[str, Any]:
+    """The filter of ``--where NAME=VALUE`` options (a dash in a name reads as an underscore).
+
+    Raises
+    ------
+    CliUsageError
+        A value without ``=``, an unknown name, a name given twice, a number that is not one, or no status.
+    """
+    where: dict[str, Any] = {}
+    for value in values:
+        name, equals, given = value.partition("=")
+        name = name.strip().lower().replace("-", "_")
+        if not equals or not given:
+            raise CliUsageError(f"--where {value!r}: give NAME=VALUE, e.g. --where status=HELD")
+        if name not in WHERE_NAMES:
+            raise CliUsageError(f"--where {value!r}: no filter {name!r}; the filters: {', '.join(WHERE_NAMES)}")
+        if name in where:
+            raise CliUsageError(f"--where {name} given twice: a batch takes one value of each filter")
+        if WHERE_NAMES[name] is int:
+            if not given.isdigit():
+                raise CliUsageError(f"--where {value!r}: {name} is a whole number")
+            where[name] = int(given)
+        else:
+            where[name] = given.upper() if name == "status" else given
+    if "status" not in where:
+        raise CliUsageError("--where needs a status (the workflows to act on: HELD to retry, RUNNING to pause, ...)")
+    return where
 
 
 @app.callback()
@@ -404,6 +474,10 @@ def list_(
         typer.Option("--cursor", help="Continue a listing where its last page ended (the next_cursor it printed)."),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Follow next_cursor through every page.")] = False,
+    batch: Annotated[
+        str | None,
+        typer.Option("--batch", help="What this batch touched, with what became of each (sasflow batches list)."),
+    ] = None,
     sort: Annotated[
         str | None,
         typer.Option(
@@ -418,6 +492,23 @@ def list_(
     """Find workflows. Without --status, --in-flight or --trigger: what waits for a person (HELD,
     COMPENSATION_FAILED, PAUSED), newest first; with counts of everything in flight or waiting. Each shows what
     its work has cost so far; --sort cost lists the dearest first."""
+    if batch is not None:
+        others = [
+            status,
+            in_flight or None,
+            definition,
+            version,
+            owner,
+            error_code,
+            started_after,
+            started_before,
+            trigger,
+            sort,
+        ]
+        if any(o is not None for o in others):
+            raise CliUsageError("--batch lists what the batch touched: it takes --limit, --cursor and --all only")
+        _list_batch(ctx, batch, limit, cursor, all_, wide, as_json)
+        return
     if status is not None and in_flight:
         raise CliUsageError("give --status or --in-flight, not both")
     if trigger is not None and in_flight:
@@ -562,13 +653,26 @@ def timeline(
 # ----------------------------------------------------------------------------------------------------- actions
 def _act(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
+    workflow_id: str | None,
     action: str,
     reason: str,
     key: str | None,
     as_json: bool,
+    *,
+    where: list[str] | None = None,
+    dry_run: bool = False,
+    rate: int | None = None,
     **extra: Any,
 ) -> None:
+    if where:
+        if workflow_id is not None:
+            raise CliUsageError("give a workflow's ID or --where (every workflow that matches), not both")
+        _act_on_fleet(ctx, action, reason, key, as_json, _where(where), dry_run=dry_run, rate=rate, **extra)
+        return
+    if workflow_id is None:
+        raise CliUsageError("give the workflow's ID, or --where NAME=VALUE to act on every workflow that matches")
+    if dry_run or rate is not None:
+        raise CliUsageError("--dry-run and --rate go with --where (a batch)")
     state = _state(ctx)
     view = state.client.act(workflow_id, action, reason=reason, idempotency_key=key or state.new_key(), **extra)
     if as_json:
@@ -581,6 +685,44 @@ def _act(
                 f"note: the workflow is paused: what {action} starts is dispatched once you `resume` it "
                 "(replies to steps in flight are still handled)"
             )
+
+
+def _act_on_fleet(
+    ctx: typer.Context,
+    action: str,
+    reason: str,
+    key: str | None,
+    as_json: bool,
+    where: dict[str, Any],
+    *,
+    dry_run: bool,
+    rate: int | None,
+    **extra: Any,
+) -> None:
+    """One action on every workflow ``where`` matches: a batch (``POST /ops/batches``), or its dry run."""
+    if extra.get("step_input") is not None or "output" in extra:
+        raise CliUsageError("--input and --output act on one workflow: a batch gives each workflow the same action")
+    state = _state(ctx)
+    body = state.client.start_batch(
+        action,
+        where,
+        reason=reason,
+        idempotency_key=key or state.new_key(),
+        step=extra.get("step"),
+        max_per_second=rate,
+        dry_run=dry_run,
+    )
+    if as_json:
+        _print_json(body)
+    elif dry_run:
+        console.print(render.preview_lines(body))
+    else:
+        console.print(render.batches_table([body]))
+        errors.print(
+            f"note: the batch runs at {body['max_per_second']} workflows a second; follow it with "
+            f"`sasflow batches get {body['batch_id']}`, list what it touched with `sasflow list --batch "
+            f"{body['batch_id']}`, stop it with `sasflow batches cancel {body['batch_id']} --reason WHY`"
+        )
 
 
 #: Actions whose effect is new dispatches, which a paused workflow holds back until it is resumed.
@@ -650,114 +792,222 @@ def reject(
 @_handled
 def cancel(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a RUNNING or HELD workflow: it compensates what may have happened."""
-    _act(ctx, workflow_id, "cancel", reason, key, as_json)
+    _act(ctx, workflow_id, "cancel", reason, key, as_json, where=where, dry_run=dry_run, rate=rate)
 
 
 @app.command()
 @_handled
 def retry(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     step: StepOption = None,
     input_: Annotated[str | None, typer.Option("--input", help="The step's edited input: JSON or a file.")] = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Retry a HELD workflow's failed step (a new budget of attempts; optionally an edited input)."""
     step_input = _json_object(input_, "--input") if input_ is not None else None
-    _act(ctx, workflow_id, "retry", reason, key, as_json, step=step, step_input=step_input)
+    _act(
+        ctx,
+        workflow_id,
+        "retry",
+        reason,
+        key,
+        as_json,
+        where=where,
+        dry_run=dry_run,
+        rate=rate,
+        step=step,
+        step_input=step_input,
+    )
 
 
 @app.command()
 @_handled
 def skip(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     step: StepOption = None,
     output: Annotated[str | None, typer.Option("--output", help="The step's output: JSON or a file.")] = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Mark a HELD workflow's failed step COMPLETED with --output (null allowed); the steps after it run.
 
     Without --output the step has none: refused (422) when a later step's reference needs it."""
     given = {"output": _json_arg(output, "--output")} if output is not None else {}
-    _act(ctx, workflow_id, "skip", reason, key, as_json, step=step, **given)
+    _act(ctx, workflow_id, "skip", reason, key, as_json, where=where, dry_run=dry_run, rate=rate, step=step, **given)
 
 
 @app.command()
 @_handled
 def compensate(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Unwind a RUNNING or HELD workflow now."""
-    _act(ctx, workflow_id, "compensate", reason, key, as_json)
+    _act(ctx, workflow_id, "compensate", reason, key, as_json, where=where, dry_run=dry_run, rate=rate)
 
 
 @app.command("retry-compensation")
 @_handled
 def retry_compensation(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     step: StepOption = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Try the failed compensations of a COMPENSATION_FAILED workflow again (a new budget of attempts)."""
-    _act(ctx, workflow_id, "retry-compensation", reason, key, as_json, step=step)
+    _act(
+        ctx, workflow_id, "retry-compensation", reason, key, as_json, where=where, dry_run=dry_run, rate=rate, step=step
+    )
 
 
 @app.command()
 @_handled
 def resolve(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     step: StepOption = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Mark failed compensations as done by hand (you undid them yourself); the unwind ends COMPENSATED."""
-    _act(ctx, workflow_id, "resolve", reason, key, as_json, step=step)
+    _act(ctx, workflow_id, "resolve", reason, key, as_json, where=where, dry_run=dry_run, rate=rate, step=step)
 
 
 @app.command()
 @_handled
 def pause(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Stop new dispatches of a workflow (steps in flight finish)."""
-    _act(ctx, workflow_id, "pause", reason, key, as_json)
+    _act(ctx, workflow_id, "pause", reason, key, as_json, where=where, dry_run=dry_run, rate=rate)
 
 
 @app.command()
 @_handled
 def resume(
     ctx: typer.Context,
-    workflow_id: WorkflowId,
     reason: ReasonOption,
+    workflow_id: TargetId = None,
     key: KeyOption = None,
+    where: WhereOption = None,
+    dry_run: DryRunOption = False,
+    rate: RateOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Let a paused workflow go on."""
-    _act(ctx, workflow_id, "resume", reason, key, as_json)
+    _act(ctx, workflow_id, "resume", reason, key, as_json, where=where, dry_run=dry_run, rate=rate)
+
+
+# ----------------------------------------------------------------------------------------------------- batches
+BatchId = Annotated[
+    str, typer.Argument(metavar="BATCH", help="The batch's id (b-..., printed when it started).", callback=_an_id)
+]
+
+
+@batches_app.command("list")
+@_handled
+def batches_list(
+    ctx: typer.Context,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, max=100, help="Batches per page.")] = None,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="Continue where the last page ended.")] = None,
+    wide: WideOption = False,
+    as_json: JsonOption = False,
+) -> None:
+    """The batches of operator actions, newest first: what each does, to which workflows, how far it is."""
+    body = _state(ctx).client.batches(limit=limit, cursor=cursor)
+    if as_json:
+        _print_json(body)
+        return
+    _print_table(render.batches_table(body.get("batches", []), wide=wide), wide)
+    if body.get("next_cursor"):
+        errors.print(f"note: more batches: --cursor {body['next_cursor']}")
+
+
+@batches_app.command("get")
+@_handled
+def batches_get(ctx: typer.Context, batch_id: BatchId, wide: WideOption = False, as_json: JsonOption = False) -> None:
+    """A batch: its filter, who started it and why, its progress (matched, done, refused, failed)."""
+    body = _state(ctx).client.batch(batch_id)
+    if as_json:
+        _print_json(body)
+        return
+    _print_table(render.batches_table([body], wide=wide), wide)
+    if body.get("cancelled_by"):
+        errors.print(f"note: cancelled by {body['cancelled_by']}: {body.get('cancel_reason')!r}")
+    if body["counts"]["refused"] or body["counts"]["failed"]:
+        errors.print(f"note: what was refused or failed, and why: `sasflow list --batch {batch_id}`")
+
+
+@batches_app.command("cancel")
+@_handled
+def batches_cancel(ctx: typer.Context, batch_id: BatchId, reason: ReasonOption, as_json: JsonOption = False) -> None:
+    """Stop a batch: it claims no more workflows (those of the page being acted on are finished)."""
+    body = _state(ctx).client.cancel_batch(batch_id, reason=reason)
+    if as_json:
+        _print_json(body)
+    else:
+        console.print(render.batches_table([body]))
+
+
+def _list_batch(
+    ctx: typer.Context, batch_id: str, limit: int | None, cursor: str | None, all_: bool, wide: bool, as_json: bool
+) -> None:
+    """``list --batch``: what the batch touched, in the order it claimed them, with what became of each."""
+    client = _state(ctx).client
+    pages = [client.batch_workflows(batch_id, cursor=cursor, limit=limit)]
+    while all_ and pages[-1].get("next_cursor"):
+        pages.append(client.batch_workflows(batch_id, cursor=pages[-1]["next_cursor"], limit=limit))
+    merged = dict(pages[0])
+    merged["workflows"] = [row for page in pages for row in page.get("workflows", [])]
+    merged["next_cursor"] = pages[-1].get("next_cursor")
+    if as_json:
+        _print_json(merged)
+        return
+    _print_table(render.batch_workflows_table(merged, wide=wide), wide)
+    if merged["next_cursor"]:
+        errors.print(f"note: more: --cursor {merged['next_cursor']} (or --all)")
 
 
 # ----------------------------------------------------------------------------------------------------- definitions

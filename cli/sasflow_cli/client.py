@@ -364,6 +364,44 @@ class SasflowClient:
         path = api_path("ops", "triggers", name, action)
         return self.request("POST", path, body={"reason": reason}, idempotency_key=idempotency_key)
 
+    # ------------------------------------------------------------------ batches
+    def start_batch(
+        self,
+        action: str,
+        where: dict[str, Any],
+        *,
+        reason: str,
+        idempotency_key: str,
+        step: str | None = None,
+        max_per_second: int | None = None,
+        dry_run: bool = False,
+    ) -> Any:
+        """``POST /ops/batches``: the BatchView of the batch started (or the one this key started already), or with
+        ``dry_run`` the BatchPreview (counts; nothing written)."""
+        body: dict[str, Any] = {"action": action, "where": where, "reason": reason, "dry_run": dry_run}
+        if step is not None:
+            body["step"] = step
+        if max_per_second is not None:
+            body["max_per_second"] = max_per_second
+        return self.request("POST", "/ops/batches", body=body, idempotency_key=idempotency_key)
+
+    def batches(self, *, limit: int | None = None, cursor: str | None = None) -> Any:
+        """``GET /ops/batches``: one BatchList page, newest first."""
+        return self.request("GET", "/ops/batches", query={"limit": limit, "cursor": cursor})
+
+    def batch(self, batch_id: str) -> Any:
+        """``GET /ops/batches/{id}``: the BatchView."""
+        return self.request("GET", api_path("ops", "batches", batch_id))
+
+    def batch_workflows(self, batch_id: str, *, cursor: str | None = None, limit: int | None = None) -> Any:
+        """``GET /ops/batches/{id}/workflows``: one page of what the batch touched, with each outcome."""
+        path = api_path("ops", "batches", batch_id, "workflows")
+        return self.request("GET", path, query={"cursor": cursor, "limit": limit})
+
+    def cancel_batch(self, batch_id: str, *, reason: str) -> Any:
+        """``POST /ops/batches/{id}/cancel``: the BatchView, CANCELLED (again: as it is)."""
+        return self.request("POST", api_path("ops", "batches", batch_id, "cancel"), body={"reason": reason})
+
     def redrive(self, queue: str, *, reason: str, max_per_second: int | None = None) -> Any:
         """``POST /ops/dead-letters/redrive`` (not retried: a second move of the same queue is not a no-op)."""
         body: dict[str, Any] = {"queue": queue, "reason": reason}

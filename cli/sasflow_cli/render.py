@@ -274,7 +274,9 @@ def _event_detail(event: Mapping[str, Any], *, wide: bool = False) -> str:
         parts.append(
             f"{detail.get('action')} by "
             f"{_principal(detail.get('principal'), wide)}: {detail.get('reason')!r}"
-            + (f" (id {detail.get('id')})" if detail.get("id") else "")
+            + (f" (id {detail.get('id')})" if detail.get("id") and not detail.get("batch") else "")
+            + (f" (batch {detail['batch']})" if detail.get("batch") else "")
+            + (f", replacing attempt {detail['replaced_attempt']}" if detail.get("replaced_attempt") else "")
         )
     return ", ".join(parts)
 
@@ -582,3 +584,83 @@ def definitions_table(body: Mapping[str, Any], *, wide: bool = False) -> Rendera
         for d in body.get("definitions", [])
     ]
     return FitTable(DEFINITION_COLUMNS, rows, title=f"{len(rows)} definition(s)", wide=wide)
+
+
+#: A batch's columns (``GET /ops/batches``): its id, action, state and progress stay; the filter wraps.
+BATCH_COLUMNS = (
+    Col("batch", "whole"),
+    Col("action", "whole"),
+    Col("state", "whole"),
+    Col("matched", "whole", justify="right"),
+    Col("done", "whole", justify="right"),
+    Col("refused", drop=3, justify="right"),
+    Col("failed", drop=4, justify="right"),
+    Col("where", "wrap", minimum=14),
+    Col("started", drop=2),
+    Col("by", drop=1, into="where", sep=" ", before=False),
+    Col("reason", drop=5),
+)
+
+_BATCH_STYLE = {"RUNNING": "cyan", "COMPLETED": "green", "CANCELLED": "yellow"}
+
+
+def where_text(where: Mapping[str, Any]) -> str:
+    """A batch's filter as the CLI's ``--where`` takes it: ``status=HELD definition=trip-booking``."""
+    return " ".join(f"{key}={value}" for key, value in where.items())
+
+
+def batches_table(batches: Sequence[Mapping[str, Any]], *, wide: bool = False) -> RenderableType:
+    """Batches of operator actions, one row each: what, which workflows, how far."""
+    rows = [
+        {
+            "batch": Text(str(b["batch_id"])),
+            "action": Text(str(b["action"]) + (f" {b['step']}" if b.get("step") else "")),
+            "state": Text(str(b["status"]), style=_BATCH_STYLE.get(str(b["status"]), "")),
+            "matched": Text(str(b["counts"]["matched"])),
+            "done": Text(str(b["counts"]["done"])),
+            "refused": Text(str(b["counts"]["refused"])),
+            "failed": Text(str(b["counts"]["failed"]), style="red" if b["counts"]["failed"] else ""),
+            "where": Text(where_text(b.get("where") or {})),
+            "started": Text(when(b.get("created_at"))),
+            "by": Text(f"by {_principal(b.get('principal'), wide)}"),
+            "reason": Text(str(b.get("reason") or "")),
+        }
+        for b in batches
+    ]
+    return FitTable(BATCH_COLUMNS, rows, title="batches", wide=wide)
+
+
+BATCH_WORKFLOW_COLUMNS = (Col("workflow", "whole"), Col("outcome", "wrap", minimum=20))
+
+
+def batch_workflows_table(page: Mapping[str, Any], *, wide: bool = False) -> RenderableType:
+    """What a batch touched, in the order it claimed them, and what became of each."""
+    rows = [
+        {
+            "workflow": Text(str(w["workflow_id"])),
+            "outcome": _outcome(w.get("outcome")),
+        }
+        for w in page.get("workflows", [])
+    ]
+    return FitTable(BATCH_WORKFLOW_COLUMNS, rows, title=f"batch {page.get('batch_id')}", wide=wide)
+
+
+def _outcome(outcome: Any) -> Text:
+    if outcome is None:
+        return Text("(being acted on)", style="dim")
+    kind = str(outcome).partition(":")[0]
+    return Text(str(outcome), style={"done": "green", "refused": "yellow", "failed": "red"}.get(kind, ""))
+
+
+def preview_lines(body: Mapping[str, Any]) -> RenderableType:
+    """A dry run: how many workflows the batch would act on, by status, and the first of them."""
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(body.get("by_status", {}).items()))
+    more = " (more match: counting stopped at 100,000)" if body.get("truncated") else ""
+    lines = [
+        Text(f"dry run: {body['action']} would act on {body['matched']} workflow(s){more}"),
+        Text(f"  where {where_text(body.get('where') or {})}: {counts or 'none'}"),
+    ]
+    lines += [Text(f"  {workflow_id}") for workflow_id in body.get("sample", [])]
+    if body["matched"] > len(body.get("sample", [])):
+        lines.append(Text(f"  ... and {body['matched'] - len(body.get('sample', []))} more", style="dim"))
+    return Group(*lines)

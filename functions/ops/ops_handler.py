@@ -20,7 +20,7 @@ defer_package_init("aws_lambda_powertools.utilities.data_classes")
 # The engine's services, which build_engine imports only when called (so that agents never load them): this
 # function needs them on its first invocation, so they load at init, with the rest of its cold start.
 import sasflow.supervisor  # noqa: F401, E402  (imports sasflow.scheduler)
-from sasflow.bootstrap import Lazy, build_ops  # noqa: E402
+from sasflow.bootstrap import Lazy, build_batches, build_ops  # noqa: E402
 from sasflow.cost import Tally, metered  # noqa: E402
 from sasflow.ops_api import build_ops_app  # noqa: E402
 from sasflow.tracing import build_tracer, lean_log_keys  # noqa: E402
@@ -36,8 +36,11 @@ def _count(name: str, value: int = 1) -> None:
 
 
 ops = Lazy(lambda: build_ops(metrics=_count, correlate=logger.set_correlation_id))
+batches = Lazy(lambda: build_batches(engine=ops().engine))
 app = build_ops_app(
-    lambda: (ops().engine.scheduler, ops().engine.bus, ops().index, ops().dead_letters), lambda: ops().triggers
+    lambda: (ops().engine.scheduler, ops().engine.bus, ops().index, ops().dead_letters),
+    lambda: ops().triggers,
+    lambda: batches(),  # the module's, looked up at each request (tests and the simulation replace it)
 )
 
 

@@ -320,6 +320,8 @@ def test_the_batching_window_parameters_reach_every_event_source_mapping(
     # Then the scheduler's mapping has its window, and each agent's (rendered from agents.yaml) and each trigger's
     # (triggers.yaml: a burst of events, messages or uploads shares receives and invocations) the agents' one
     assert windows.pop("SchedulerFunction") == {scheduler}
+    # the batches' runs go one at a time as they come (a run is a batch's whole page loop: nothing to gather)
+    assert windows.pop("BatchFunction") == {0.0}
     triggers = [name for name in windows if name.endswith("TriggerFunction")]
     assert len(triggers) == 4 and all(windows[name] == {agents} for name in triggers)
     assert len(windows) > 4 and all(value == {agents} for value in windows.values()), windows

@@ -67,7 +67,8 @@ def test_template_queues_are_sane_for_their_consumers() -> None:
     }
     triggers = {f"{trigger.pascal}TriggerQueue" for trigger in load_triggers(ROOT / "triggers.yaml")}
     assert triggers
-    assert set(consumers) == {"ResponseQueue"} | {f"{agent.pascal}RequestQueue" for agent in load_agents()} | triggers
+    engine = {"ResponseQueue", "BatchQueue"}
+    assert set(consumers) == engine | {f"{agent.pascal}RequestQueue" for agent in load_agents()} | triggers
     for queue, function in consumers.items():
         properties = stack.properties(queue)
         assert int(properties["VisibilityTimeout"]) >= 6 * function.timeout_seconds, queue
@@ -77,6 +78,7 @@ def test_template_queues_are_sane_for_their_consumers() -> None:
             queue.replace("RequestQueue", "DeadLetterQueue")
             .replace("ResponseQueue", "ResponseDeadLetterQueue")
             .replace("TriggerQueue", "TriggerDeadLetterQueue")
+            .replace("BatchQueue", "BatchDeadLetterQueue")
         )
     for event in (e for f in stack.functions() for e in f.events if isinstance(e, SqsEventSpec)):
         assert event.report_batch_item_failures, event.queue_logical_id

@@ -263,8 +263,9 @@ def test_payload_objects_are_granted_per_role_exactly_and_the_bucket_is_private_
             for resource in as_list(statement["Resource"])
             if action.startswith("s3:")
         }
-        if logical_id in (*ENGINE, "OpsFunction"):
-            # write and read payloads, and list one workflow's prefix to re-stamp its objects when it ends
+        if logical_id in (*ENGINE, "OpsFunction", "BatchFunction"):
+            # write and read payloads, and list one workflow's prefix to re-stamp its objects when it ends (an
+            # operator's action, alone or in a batch, may end a workflow)
             assert on_s3 == engine | {("s3:ListBucket", bucket)}, logical_id
         elif logical_id.endswith(("AgentFunction", "TriggerFunction")):
             # an agent reads its inputs and writes its outputs, a trigger writes a large input; no listing
@@ -295,8 +296,8 @@ def test_each_function_polls_only_its_own_queue_through_its_own_event_source_map
     resources = resolved(CASES[case])
     roles = of_type(resources, "AWS::IAM::Role")
     mappings = of_type(resources, "AWS::Lambda::EventSourceMapping")
-    # the scheduler, every agent of agents.yaml and every trigger of triggers.yaml
-    assert len(mappings) == 1 + len(load_agents()) + len(load_triggers(ROOT / "triggers.yaml"))
+    # the scheduler, the batches' runs, every agent of agents.yaml and every trigger of triggers.yaml
+    assert len(mappings) == 2 + len(load_agents()) + len(load_triggers(ROOT / "triggers.yaml"))
     for logical_id, mapping in mappings.items():
         function = mapping["Properties"]["FunctionName"]["Ref"]
         queue = mapping["Properties"]["EventSourceArn"]

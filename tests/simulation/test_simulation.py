@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -13,6 +14,7 @@ from boto3.dynamodb.types import TypeSerializer
 
 import sasflow.adapters.tenancy_dynamodb
 import sasflow.batch
+import sasflow.batches
 import sasflow.call_limits
 import sasflow.scheduler
 import sasflow.tenancy
@@ -23,6 +25,7 @@ from sasflow.adapters.dynamodb_store import DynamoDBStateStore, workflow_item
 from sasflow.callbacks import CallbackUsedError, TaskToken
 from sasflow.claim_check import ClaimCheck
 from sasflow.definition import WorkflowDefinition
+from sasflow.history import HistoryWriter
 from sasflow.messages import StepReply
 from sasflow.records import Snapshot
 from sasflow.states import Outcome, WorkflowStatus
@@ -34,6 +37,7 @@ from sasflow.transitions.operator import OperatorTransitions
 from simulation.run import Simulation, run_one
 from simulation.world import CrashInjector, FaultLog, Faults, SimCrash
 from tests.support.sim_faults import (
+    BATCH_HEAVY,
     LARGE_PAYLOADS,
     LIMITED,
     OPERATOR_HEAVY,
@@ -44,6 +48,10 @@ from tests.support.sim_faults import (
 )
 
 pytestmark = pytest.mark.integration
+#: Seeds of the batches' checks (invariant 23): one whose batches meet every fault, and those whose crashes after an
+#: action are followed by the workflow held again (found by a scan of seeds under the broken key).
+BATCH_SEED = 1
+BATCH_MUTATION_SEEDS = range(1, 5)
 TERMINAL_STATES = {"COMPLETED", "COMPENSATED", "COMPENSATION_FAILED", "CANCELLED"}
 
 
@@ -131,7 +139,8 @@ def test_an_agent_whose_in_progress_record_never_expires_is_an_unexplained_unwin
     # and refused as in progress, then also run out of time: more kinds of violation, from the same mutation); seed 2
     # since a batch's records ask the call limits at once (the hotels agent's lease writes changed: every seed's
     # draws moved, and seed 4's killed agents now also left a map child unfinished)
-    report = run_one(2, 40, Faults(agent_killed_after_effect=0.05, triggered=0.0, burst_start=0.0, tenancy=0.0))
+    faults = Faults(agent_killed_after_effect=0.05, triggered=0.0, burst_start=0.0, tenancy=0.0, operator_batch=0.0)
+    report = run_one(2, 40, faults)
     assert report.faults["agent killed after its remote effect"] >= 1
     kinds = {v.kind for v in report.violations}
     assert kinds == {"unexplained unwind"}
@@ -875,3 +884,31 @@ def test_a_running_holders_slot_freed_by_a_start_is_caught(monkeypatch: pytest.M
     monkeypatch.setattr(sasflow.tenancy, "ENDED_RUN", frozenset(WorkflowStatus))
     report = run_one(11, 60, TENANTS)
     assert "tenant ran more than max_running" in {v.kind for v in report.violations}
+
+
+def test_batches_interleaved_with_every_fault_break_no_invariant() -> None:
+    report = run_one(BATCH_SEED, 60, BATCH_HEAVY)
+    assert report.violations == [], report.replay_command()
+    assert report.operator_actions["batch start 202"] >= 3
+    assert sum(report.statuses.values()) == 60
+
+
+def test_a_batch_whose_action_key_is_not_derived_from_the_batch_and_the_workflow_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mutation check of invariant 23: a new key at each try lets a run that crashed after an action act again on
+    its page's workflows (a retried workflow held again is retried twice by one batch)."""
+    counter = itertools.count()
+    derived = sasflow.batches.action_key
+    monkeypatch.setattr(sasflow.batches, "action_key", lambda b, w: f"{derived(b, w)}-{next(counter)}")
+    kind = "workflow acted on twice by a batch"
+    assert kind in caught_within(kind, BATCH_HEAVY, 60, BATCH_MUTATION_SEEDS)
+
+
+def test_a_batch_action_whose_history_event_does_not_name_the_batch_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation check of invariant 23's lineage: an action that does not name its batch in the history leaves the
+    batch's ``done`` outcomes without their actions."""
+    operator = HistoryWriter.operator
+    monkeypatch.setattr(HistoryWriter, "operator", lambda self, *a, **k: operator(self, *a, **{**k, "batch": None}))
+    kinds = {v.kind for v in run_one(BATCH_SEED, 60, BATCH_HEAVY).violations}
+    assert "batch outcome done without its action" in kinds

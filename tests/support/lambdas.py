@@ -26,7 +26,7 @@ from devstack.iam.guard import install as install_iam_check
 from devstack.iam.roles import Principal
 from devstack.inprocess import FakeLambdaContext, environment, function_environment, load_function_module
 from devstack.template import FunctionSpec, SqsEventSpec
-from sasflow.bootstrap import Lazy, build_agent, build_engine, build_ops, build_trigger
+from sasflow.bootstrap import Lazy, build_agent, build_batches, build_engine, build_ops, build_trigger
 from sasflow.clock import Clock
 from sasflow.python_agent import AgentApp
 
@@ -73,6 +73,8 @@ class FunctionUnderTest:
             module.agent = Lazy(lambda: build_agent(clock=clock))
         if hasattr(module, "service"):  # a trigger's
             module.service = Lazy(lambda: build_trigger(clock=clock, correlate=correlate))
+        if hasattr(module, "batches") and not hasattr(module, "ops"):  # the batch function's (the ops one's: ops')
+            module.batches = Lazy(lambda: build_batches(clock=clock, correlate=correlate))
         app = getattr(module, "app", None)
         if isinstance(app, AgentApp):  # a Python agent: its own functions are the remote
             app.services = Lazy(lambda: build_agent(clock=clock, remote=app))

@@ -22,3 +22,6 @@ TRIGGER_HEAVY = Faults(triggered=1.0, trigger_duplicate=0.5, trigger_bad=0.2, tr
 LIMITED = Faults(concurrent_invocation=0.6, **PLAIN_STEPS)
 #: Every workflow's definition limits its tenants (max_running 1 or 2 per customer of five): many starts refused.
 TENANTS = Faults(**{**PLAIN_STEPS, "tenancy": 1.0})
+#: Every workflow under the hold policy, three in ten refused by their services (a retried one may be held again),
+#: and the operator starting, repeating or cancelling a batch at most supervisor ticks (invariant 23).
+BATCH_HEAVY = Faults(hold_policy=1.0, remote_reject=0.3, operator_action=0.0, operator_batch=0.6, **PLAIN_STEPS)

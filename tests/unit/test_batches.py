@@ -6,10 +6,12 @@ next, and no workflow is acted on twice (each action's Idempotency-Key derives f
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+import sasflow.batches
 from sasflow.adapters.memory import InMemoryBatchStore
 from sasflow.api_models import events_of
 from sasflow.batches import (
@@ -235,3 +237,43 @@ def test_a_completed_batch_cannot_be_cancelled_and_a_batch_needs_a_status() -> N
         new_batch("b-2", "explode", BatchFilter(status="HELD"), principal=OPERATOR, reason="x", now=0)
     with pytest.raises(ValueError, match="max_per_second must be 1 to 500"):
         new_batch("b-2", "retry", BatchFilter(status="HELD"), principal=OPERATOR, reason="x", now=0, max_per_second=0)
+
+
+def test_a_running_workflow_met_again_on_a_later_page_is_a_repeat_not_counted_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The in-flight listing is in deadline order: a workflow whose earliest complete-by moved past the cursor comes
+    # back on a later page. Given pages that list one workflow twice (as that listing can)
+    p = Pipeline()
+    wid = p.start(trip_definition(), TRIP_INPUT)  # RUNNING: its first step dispatched, not pumped
+    other = p.start(trip_definition(), {**TRIP_INPUT, "n": 2})
+    a, b = SimpleNamespace(workflow_id=wid), SimpleNamespace(workflow_id=other)
+    scripted = iter([([a], "c-1"), ([a, b], None)])
+    monkeypatch.setattr(sasflow.batches, "_pages", lambda finder, where, cursor, limit: next(scripted))
+    store = InMemoryBatchStore()
+    store.create(new_batch("b-1", "pause", BatchFilter(status="RUNNING"), principal=OPERATOR, reason="freeze", now=0))
+    runner(p, store).run("b-1", "m-1")
+    # Then it was paused once, and counted once; the second meeting is a repeat
+    assert [e["id"] for e in batch_events(p, wid)] == [action_key("b-1", wid)]
+    outcomes = [o for _, o in touched(store, "b-1")]
+    assert outcomes == ["done", "repeat: acted on in an earlier page of this batch", "done"]
+    batch = store.get("b-1")
+    assert batch is not None and batch.counts == Counts(2, 2, 0, 0)
+
+
+def test_a_batch_cancelled_with_a_page_claimed_settles_that_page_and_claims_no_other() -> None:
+    p = Pipeline()
+    ids = held_trips(p, 8)
+    store = InMemoryBatchStore()
+    start(store, p)
+    steps = iter([False, True])  # the run stops after its first move: the claim of page 1
+    runner(p, store).run("b-1", "m-1", should_stop=lambda: next(steps))
+    claimed = store.get("b-1")
+    assert claimed is not None and (claimed.pages, claimed.settled) == (1, 0)
+    cancel(store, "b-1", principal=OPERATOR, reason="stop", now=epoch_seconds(p.clock))
+    result = runner(p, store).run("b-1", "m-1")
+    batch = store.get("b-1")
+    assert batch is not None
+    assert (batch.status, batch.pages, batch.settled, batch.counts) == ("CANCELLED", 1, 1, Counts(4, 4, 0, 0))
+    assert (result.acted, result.delay) == (4, None)
+    assert sum(1 for w in ids if batch_events(p, w)) == 4

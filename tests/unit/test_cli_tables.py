@@ -563,3 +563,74 @@ def test_history_gives_a_queued_events_ticket_not_an_operators_action() -> None:
     queued = {"kind": "queued", "time": 0, "detail": {"ticket": 7}}
     assert render._event_detail(queued) == "ticket 7 in its tenant's queue"
     assert render._event_detail({"kind": "dequeued", "time": 3}) == ""
+
+
+def test_a_batch_its_dry_run_and_what_it_touched_read_whole_at_80_columns() -> None:
+    batch = {
+        "batch_id": "b-0123456789abcdef0123",
+        "action": "retry",
+        "step": "charge_card",
+        "where": {"status": "HELD", "error_code": "CARD_DECLINED"},
+        "principal": ARN,
+        "reason": "payments are back",
+        "status": "RUNNING",
+        "counts": {"matched": 75, "done": 70, "refused": 4, "failed": 1},
+        "max_per_second": 50,
+        "created_at": T0,
+    }
+    console = Console(width=80, record=True, color_system=None)
+    console.print(render.batches_table([batch]))
+    text = console.export_text()
+    assert "b-0123456789abcdef0123" in text
+    assert "retry charge_card" in text
+    assert "RUNNING" in text
+    assert [n for n in ("75", "70") if n in text] == ["75", "70"]
+    assert "status=HELD" in text
+    preview = {
+        "action": "retry",
+        "where": {"status": "HELD"},
+        "matched": 23,
+        "by_status": {"HELD": 23},
+        "sample": ["wf-1", "wf-2"],
+        "truncated": False,
+    }
+    console = Console(width=80, record=True, color_system=None)
+    console.print(render.preview_lines(preview))
+    assert console.export_text().splitlines() == [
+        "dry run: retry would act on 23 workflow(s)",
+        "  where status=HELD: 23 HELD",
+        "  wf-1",
+        "  wf-2",
+        "  ... and 21 more",
+    ]
+    page = {
+        "batch_id": "b-0123456789abcdef0123",
+        "workflows": [
+            {"workflow_id": "wf-1", "outcome": "done"},
+            {"workflow_id": "wf-2", "outcome": "refused: workflow is RUNNING: only a step of a HELD workflow can be"},
+            {"workflow_id": "wf-3", "outcome": None},
+        ],
+    }
+    console = Console(width=80, record=True, color_system=None)
+    console.print(render.batch_workflows_table(page))
+    text = console.export_text()
+    assert "wf-1" in text and "done" in text and "(being acted on)" in text and "refused: workflow is" in text
+
+
+def test_a_batch_action_in_the_history_names_its_batch_and_the_attempt_it_replaced() -> None:
+    event = {
+        "kind": "operator_action",
+        "time": T0,
+        "detail": {
+            "action": "retry",
+            "principal": ARN,
+            "reason": "payments are back",
+            "id": "batch:b-0123456789abcdef0123:abc",
+            "batch": "b-0123456789abcdef0123",
+            "replaced_attempt": 3,
+        },
+    }
+    detail = render._event_detail(event)
+    assert detail == (
+        "retry by sasflow-operator/oncall: 'payments are back' (batch b-0123456789abcdef0123), replacing attempt 3"
+    )

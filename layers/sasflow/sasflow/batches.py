@@ -29,16 +29,26 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from .clock import Clock, epoch_seconds
-from .errors import BatchNotFoundError, ConditionFailedError, PermanentError, RetryableError
+from .errors import (
+    BatchNotFoundError,
+    ConditionFailedError,
+    ConfigurationError,
+    IdempotencyKeyConflictError,
+    MalformedMessageError,
+    PermanentError,
+    RetryableError,
+)
 from .finding import WorkflowFinder
 from .history import decode
-from .ports import BatchStore, MessageBus
+from .ports import BatchStore, MessageBus, Outgoing
 from .records import Snapshot
 from .scheduler import OPERATOR_ACTIONS, SchedulerService
 from .transitions import NO_OUTPUT
@@ -51,11 +61,14 @@ __all__ = [
     "Batch",
     "BatchFilter",
     "BatchPage",
+    "BatchRun",
     "BatchRunner",
+    "BatchService",
     "Counts",
     "Preview",
     "RunResult",
     "action_key",
+    "batch_id_for",
     "cancel",
     "new_batch",
     "preview",
@@ -82,6 +95,10 @@ PREVIEW_SAMPLE = 20
 ACTION_TRIES = 3
 
 BatchStatus = Literal["RUNNING", "COMPLETED", "CANCELLED"]
+#: Statuses of ended workflows: a batch's filter cannot name them (no action applies; listing them is a table scan).
+FINISHED = ("COMPLETED", "COMPENSATED", "CANCELLED")
+#: Statuses listed from the attention index, newest first (``finding``): a workflow never comes back after the cursor.
+ATTENTION_STATUSES = ("HELD", "PAUSED", "COMPENSATION_FAILED")
 
 
 def action_key(batch_id: str, workflow_id: str) -> str:
@@ -95,6 +112,24 @@ def action_key(batch_id: str, workflow_id: str) -> str:
     """
     digest = hashlib.sha256(workflow_id.encode()).hexdigest()[:24]
     return f"batch:{batch_id}:{digest}"
+
+
+_BATCH_NAMESPACE = uuid.UUID("0b7c3e52-9d0e-4f0a-8a3c-6d1f5b2e7a41")
+
+
+def batch_id_for(principal: str, idempotency_key: str | None) -> str:
+    """A new batch's id: derived from the caller and its Idempotency-Key (a repeated request names the same batch),
+    or random without a key.
+
+    Returns
+    -------
+    str
+        ``b-`` and 20 hex digits.
+    """
+    if idempotency_key is None:
+        return f"b-{uuid.uuid4().hex[:20]}"
+    name = principal + "\n" + idempotency_key
+    return "b-" + uuid.uuid5(_BATCH_NAMESPACE, name).hex[:20]
 
 
 @dataclass(frozen=True)
@@ -191,9 +226,10 @@ class BatchPage:
         return len(self.outcomes) == len(self.workflow_ids)
 
     def counts(self) -> Counts:
-        """What the page adds to its batch's counts."""
+        """What the page adds to its batch's counts (a ``repeat``, met again on a later page, is not counted)."""
         kinds = [o.partition(":")[0] for o in self.outcomes.values()]
-        return Counts(len(self.workflow_ids), kinds.count("done"), kinds.count("refused"), kinds.count("failed"))
+        matched = len(self.workflow_ids) - kinds.count("repeat")
+        return Counts(matched, kinds.count("done"), kinds.count("refused"), kinds.count("failed"))
 
 
 @dataclass(frozen=True)
@@ -263,6 +299,8 @@ class BatchRunner:
         The time (injected).
     page_size:
         Workflows a page claims.
+    monotonic:
+        Seconds, to time a run (the clock's by default).
     """
 
     def __init__(
@@ -274,7 +312,7 @@ class BatchRunner:
         clock: Clock,
         *,
         page_size: int = PAGE_SIZE,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.store = store
         self.finder = finder
@@ -282,7 +320,10 @@ class BatchRunner:
         self.bus = bus
         self.clock = clock
         self.page_size = page_size
-        self.monotonic = monotonic
+        #: Seconds, for a run's elapsed time (the injected clock's unless given).
+        self.monotonic = monotonic or clock.now
+        #: The pages this runner claimed (batch id, number): acted on by none before.
+        self._claimed: set[tuple[str, int]] = set()
 
     def now(self) -> int:
         """Epoch seconds."""
@@ -297,8 +338,9 @@ class BatchRunner:
         A batch held by another token is left alone (``delay`` None): its own chain continues it.
         """
         started = self.monotonic()
+        self._claimed.clear()
         batch = self.store.get(batch_id, consistent=True)
-        if batch is None or batch.finished:
+        if batch is None or (batch.finished and batch.pages == batch.settled):
             return RunResult(batch, 0, None)
         if batch.runner is None:
             try:
@@ -309,7 +351,9 @@ class BatchRunner:
             return RunResult(batch, 0, None)
         share = batch.max_per_second * RUN_SECONDS
         acted = 0
-        while not batch.finished and acted < share and not should_stop():
+        # A cancelled batch claims nothing more, but the page it claimed is acted on and settled (its workflows
+        # may have been acted on already by a run that stopped: their outcomes are counted).
+        while (not batch.finished or batch.pages > batch.settled) and acted < share and not should_stop():
             try:
                 batch, n = self._step(batch)
             except ConditionFailedError:
@@ -320,7 +364,7 @@ class BatchRunner:
                 batch = fresh
                 continue
             acted += n
-        if batch.finished:
+        if batch.finished and batch.pages == batch.settled:
             return RunResult(batch, acted, None)
         elapsed = self.monotonic() - started
         delay = min(MAX_DELAY_SECONDS, max(0, math.ceil(acted / batch.max_per_second - elapsed)))
@@ -333,7 +377,7 @@ class BatchRunner:
         when it arrives).
         """
         while True:
-            if batch.finished or batch.runner != token:
+            if (batch.finished and batch.pages == batch.settled) or batch.runner != token:
                 return None
             try:
                 return self.store.put(replace(batch, runner=next_token, updated_at=self.now()), expect=batch.version)
@@ -348,12 +392,14 @@ class BatchRunner:
         workflows acted on."""
         if batch.pages > batch.settled:
             page = self.store.page(batch.batch_id, batch.pages)
-            if page is None:  # nosec: the claim writes the page and the batch together
+            if page is None:  # never: the claim writes the page and the batch together
                 raise ConditionFailedError(f"batch {batch.batch_id} lost its page {batch.pages}")
-            settled = self._act(batch, page)
+            settled = self._act(batch, page, fresh=(batch.batch_id, page.number) in self._claimed)
             counts = batch.counts + settled.counts()
             after = replace(batch, settled=page.number, counts=counts, updated_at=self.now())
             return self.store.settle(after, settled), len(page.workflow_ids)
+        if batch.finished:  # cancelled, its claimed page settled above: nothing more
+            return batch, 0
         if batch.exhausted:
             ended = replace(batch, status="COMPLETED", ended_at=self.now(), updated_at=self.now())
             return self.store.put(ended, expect=batch.version), 0
@@ -363,12 +409,26 @@ class BatchRunner:
         if not ids:
             # An empty page (the filter matched none of the items a page read): nothing to act on or settle.
             return self.store.put(replace(claimed, pages=batch.pages), expect=batch.version), 0
-        return self.store.claim(claimed, BatchPage(batch.batch_id, claimed.pages, ids)), 0
+        stored = self.store.claim(claimed, BatchPage(batch.batch_id, claimed.pages, ids))
+        self._claimed.add((batch.batch_id, claimed.pages))
+        return stored, 0
 
-    def _act(self, batch: Batch, page: BatchPage) -> BatchPage:
-        """Act on each workflow of the page (again, for those acted on by a run that stopped): its outcomes."""
+    def _act(self, batch: Batch, page: BatchPage, *, fresh: bool) -> BatchPage:
+        """Act on each workflow of the page (again, for those acted on by a run that stopped): its outcomes.
+
+        A workflow of the in-flight listing can come back on a later page (its earliest complete-by moved past the
+        cursor): on a page this run claimed (``fresh``: nothing of it was acted on yet), a workflow whose history
+        holds the batch's action already is a ``repeat``, not counted again. The attention listing is newest
+        first: a workflow held again comes back before the cursor, never after it.
+        """
+        check = fresh and batch.where.status not in ATTENTION_STATUSES
         outcomes: dict[str, str] = {}
         for workflow_id in page.workflow_ids:
+            if check:
+                before = self.scheduler.store.load(workflow_id, consistent=True)
+                if before is not None and acted_on(before, action_key(batch.batch_id, workflow_id)):
+                    outcomes[workflow_id] = "repeat: acted on in an earlier page of this batch"
+                    continue
             outcomes[workflow_id] = self._act_on(batch, workflow_id)
         return replace(page, outcomes=outcomes)
 
@@ -400,6 +460,109 @@ class BatchRunner:
                 return "done"
             return f"refused: workflow is {stored.workflow.status.value}: nothing to {batch.action}"
         return f"failed: {type(error).__name__}: {error}"
+
+
+class BatchRun(BaseModel):
+    """The message of one run of a batch (the batch function's queue): the batch, and the token that must hold it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["batch.run"] = "batch.run"
+    batch_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    token: str = Field(min_length=1, max_length=64)
+
+
+class BatchService:
+    """Start batches and run them from their messages (the operators' function starts, the batch function runs).
+
+    Parameters
+    ----------
+    runner:
+        Works a batch through.
+    queue_url:
+        The batch function's queue (``BATCH_QUEUE_URL``).
+    tokens:
+        Makes the token of each message (injected in tests).
+    """
+
+    def __init__(
+        self, runner: BatchRunner, queue_url: str, *, tokens: Callable[[], str] = lambda: uuid.uuid4().hex
+    ) -> None:
+        if not queue_url:
+            raise ConfigurationError("BATCH_QUEUE_URL is not set: this function cannot start or run batches")
+        self.runner = runner
+        self.store = runner.store
+        self.queue_url = queue_url
+        self.tokens = tokens
+
+    def _send(self, batch_id: str, token: str, delay: int = 0) -> None:
+        body = BatchRun(batch_id=batch_id, token=token).model_dump_json()
+        if self.runner.bus.send([Outgoing(self.queue_url, body, delay_seconds=delay)]):
+            raise RetryableError(f"the run of batch {batch_id} was not sent; send the request again")
+
+    def start(self, batch: Batch) -> tuple[Batch, bool]:
+        """Store a new batch, held by the token of its first run's message, and send that message.
+
+        A batch of that id stored already (a request repeated with its Idempotency-Key) is answered as it is, if it
+        is the same request; one that has claimed no page yet gets its first message again (a duplicate of a message
+        is harmless: runs of one token claim each page once).
+
+        Returns
+        -------
+        tuple[Batch, bool]
+            The batch, and whether this call created it.
+
+        Raises
+        ------
+        IdempotencyKeyConflictError
+            When the id holds another request's batch.
+        RetryableError
+            When the message was not sent (the batch is stored: the same request again sends it).
+        """
+        try:
+            stored = self.store.create(replace(batch, runner=self.tokens()))
+            created = True
+        except ConditionFailedError:
+            found = self.store.get(batch.batch_id, consistent=True)
+            assert found is not None  # nosec B101 # a batch is never deleted
+            same = (found.action, found.where, found.step, found.principal) == (
+                batch.action,
+                batch.where,
+                batch.step,
+                batch.principal,
+            )
+            if not same:
+                raise IdempotencyKeyConflictError(
+                    f"the Idempotency-Key of batch {batch.batch_id} was used for another batch ({found.action} of "
+                    f"{found.where.given()})"
+                ) from None
+            stored, created = found, False
+        if stored.runner is not None and stored.pages == 0 and not stored.finished:
+            self._send(stored.batch_id, stored.runner)
+        return stored, created
+
+    def on_message(self, body: str, *, should_stop: Callable[[], bool] = lambda: False) -> RunResult:
+        """Run the batch a message names, then send its next run's message (delayed to keep its rate) and hand the
+        batch over to it.
+
+        Raises
+        ------
+        MalformedMessageError
+            When the body is not a run's message (the record fails, then goes to the dead-letter queue).
+        RetryableError
+            When the next message was not sent (the record is delivered again: its token still holds the batch).
+        """
+        try:
+            message = BatchRun.model_validate_json(body)
+        except ValidationError as exc:
+            raise MalformedMessageError(f"not a batch run's message: {exc.errors()[0]['msg']}") from None
+        result = self.runner.run(message.batch_id, message.token, should_stop=should_stop)
+        if result.delay is None or result.batch is None:
+            return result
+        next_token = self.tokens()
+        self._send(message.batch_id, next_token, result.delay)
+        self.runner.hand_over(result.batch, message.token, next_token)
+        return result
 
 
 def touched(store: BatchStore, batch_id: str) -> Iterator[tuple[str, str | None]]:
@@ -434,6 +597,8 @@ def new_batch(
         raise ValueError(f"max_per_second must be 1 to {MAX_RATE}, not {max_per_second}")
     if where.status is None:
         raise ValueError("a batch needs a status in its filter (what it acts on: HELD to retry, RUNNING to pause...)")
+    if where.status in FINISHED:
+        raise ValueError(f"a {where.status} workflow has ended: no operator action applies to it")
     return Batch(
         batch_id,
         action,

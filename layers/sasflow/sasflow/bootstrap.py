@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     # handlers never load them at cold start.
     from .agent import AgentRuntime, RemoteClient
     from .batch import RecordRunner
+    from .batches import BatchService
     from .claim_check import ClaimCheck
 
     # Only the engine's handlers need these: `build_engine` imports them, so an agent never loads the scheduler,
@@ -143,6 +144,44 @@ def build_trigger(
         clock=engine.scheduler.clock,
         metrics=metrics,
     )
+
+
+def build_batches(
+    environ: Mapping[str, str] | None = None,
+    *,
+    clock: Clock | None = None,
+    metrics: Counter = no_metrics,
+    dynamodb: Any = None,
+    sqs: Any = None,
+    correlate: Callable[[str], None] | None = None,
+    engine: EngineServices | None = None,
+) -> BatchService:
+    """Build the batches' service (``batches.py``) on the engine (``engine``, or one built from the environment):
+    the batches' items in the state table, the runs' queue ``BATCH_QUEUE_URL``.
+
+    Raises
+    ------
+    ConfigurationError
+        When an environment variable is missing or invalid.
+    """
+    from .adapters.batch_dynamodb import DynamoDBBatchStore
+    from .adapters.sqs_bus import SqsMessageBus, sqs_client
+    from .batches import BatchRunner, BatchService
+    from .finding import WorkflowFinder
+
+    if engine is None:
+        bus = SqsMessageBus(sqs or sqs_client())
+        engine = build_engine(environ, clock=clock, metrics=metrics, bus=bus, dynamodb=dynamodb, correlate=correlate)
+    store = engine.store
+    index: WorkflowIndex = store  # type: ignore[assignment]
+    runner = BatchRunner(
+        DynamoDBBatchStore(engine.config.state_table, store.client),  # type: ignore[attr-defined]
+        WorkflowFinder(index, engine.config.deadline_shards),
+        engine.scheduler,
+        engine.bus,
+        engine.scheduler.clock,
+    )
+    return BatchService(runner, engine.config.batch_queue_url)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,22 @@ def _decode(cursor: str) -> dict[str, Any]:
     return state
 
 
+def key_cursor(key: Any) -> str:
+    """The cursor of a one-partition listing that goes on from ``key`` (a store's page key)."""
+    return _encode({"k": key})
+
+
+def cursor_key(cursor: str) -> Any:
+    """The key a cursor of `key_cursor` holds.
+
+    Raises
+    ------
+    InvalidCursorError
+        When the cursor was not given by this API.
+    """
+    return _decode(cursor)["k"]
+
+
 def _resume_key(state: dict[str, Any]) -> Any:
     """The key a one-partition listing goes on from (None: from the start, no cursor given). Its cursors always hold
     one: only the in-flight listing's may end a shard with none."""

@@ -48,12 +48,15 @@ from .api import (
     install_error_handlers,
 )
 from .api_models import HistoryPage, WorkflowView
+from .batches import DEFAULT_RATE, MAX_RATE, Batch, BatchFilter, batch_id_for, cancel, new_batch, preview, touched
 from .callbacks import MAX_TOKEN_CHARS, CallbackRequest, CallbackResult
 from .claim_check import object_key
 from .clock import epoch_seconds
 from .definition import render
 from .errors import (
+    BatchNotFoundError,
     ClaimCheckMissingError,
+    ConfigurationError,
     PayloadNotFoundError,
     PayloadTooLargeError,
     RetryableError,
@@ -63,7 +66,7 @@ from .errors import (
     TriggerNotRunnableError,
     WorkflowNotFoundError,
 )
-from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, overdue_before
+from .finding import MAX_PAGE, WorkflowFinder, by_complete_by, cursor_key, key_cursor, overdue_before
 from .identity import principal_of
 from .limits import json_size
 from .ports import MessageBus, Outgoing, TriggerStore, WorkflowIndex
@@ -75,6 +78,7 @@ from .types import IdempotencyKey, Reason, StepName, TriggerName, WorkflowId
 if TYPE_CHECKING:
     # An annotation only: the adapter (and the botocore it imports) loads with the boto3 clients, in build_ops.
     from .adapters.sqs_dead_letters import DeadLetterQueues
+    from .batches import BatchService
 
     # Annotations only: the trigger routes import the triggers' runtime when they are first called, not at a cold
     # start of every operator request (bench/cold_start.py: 5 ms of the ops function's import).
@@ -97,6 +101,10 @@ StatusFilter = Literal[
     "QUEUED",
     "RUNNING",
 ]
+#: What a batch's ``where.status`` takes: the statuses of workflows an action may apply to (in flight or waiting).
+BatchStatusFilter = Literal["CANCELLING", "COMPENSATING", "COMPENSATION_FAILED", "HELD", "PAUSED", "QUEUED", "RUNNING"]
+#: A batch's id (``batches.batch_id_for``).
+BATCH_ID_PATTERN = "^b-[0-9a-f]{20}$"
 #: The operator actions (``scheduler.OPERATOR_ACTIONS``).
 OperatorAction = Literal["retry", "skip", "compensate", "retry-compensation", "resolve", "pause", "resume", "cancel"]
 
@@ -341,12 +349,139 @@ class RedriveResult(_Model):
     approximate_messages: int
 
 
+class BatchWhere(_Model):
+    """Which workflows a batch acts on: the listing's filters (``GET /ops/workflows``); a status is needed."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    status: BatchStatusFilter = Field(description="The status of the workflows to act on (in flight or waiting).")
+    definition: str | None = Field(default=None, max_length=80)
+    version: int | None = Field(default=None, ge=1, le=2_147_483_647)
+    error_code: str | None = Field(default=None, max_length=128, description="A code of a step's last error.")
+    trigger: TriggerName | None = None
+    owner: str | None = Field(default=None, max_length=2048, description="The principal that started it.")
+    started_after: int | None = Field(default=None, ge=0, description="Epoch seconds")
+    started_before: int | None = Field(default=None, ge=0, description="Epoch seconds")
+
+
+class BatchRequest(_Model):
+    """Body of ``POST /ops/batches``: one operator action on every workflow ``where`` matches."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    action: OperatorAction
+    where: BatchWhere
+    reason: Reason = Field(description="Why: written to each workflow's history with your principal and the batch.")
+    step: StepName | None = Field(
+        default=None,
+        description="retry, skip, retry-compensation, resolve: the step (a workflow where another "
+        "step failed is refused).",
+    )
+    max_per_second: int = Field(default=DEFAULT_RATE, ge=1, le=MAX_RATE, description="Workflows acted on a second.")
+    dry_run: bool = Field(default=False, description="Count what it would act on; start nothing.")
+
+
+class BatchCounts(_Model):
+    """A batch's progress."""
+
+    matched: int = Field(description="Workflows its pages claimed so far.")
+    done: int = Field(description="Acted on (its history holds the action).")
+    refused: int = Field(description="The action did not apply (the reason: GET .../workflows).")
+    failed: int = Field(description="An error: see GET .../workflows, and act on them again.")
+
+
+class BatchView(_Model):
+    """A batch of operator actions. Times are epoch seconds."""
+
+    batch_id: str
+    action: str
+    where: dict[str, Any]
+    step: str | None = None
+    principal: str
+    reason: str
+    status: str = Field(description="RUNNING, COMPLETED or CANCELLED.")
+    counts: BatchCounts
+    pages: int = Field(description="Pages claimed (of at most 25 workflows each).")
+    max_per_second: int
+    created_at: int
+    updated_at: int
+    ended_at: int | None = None
+    cancelled_by: str | None = None
+    cancel_reason: str | None = None
+
+    @classmethod
+    def of(cls, batch: Batch) -> BatchView:
+        """The view of a stored batch."""
+        return cls(
+            batch_id=batch.batch_id,
+            action=batch.action,
+            where=batch.where.given(),
+            step=batch.step,
+            principal=batch.principal,
+            reason=batch.reason,
+            status=batch.status,
+            counts=BatchCounts.model_validate(asdict(batch.counts)),
+            pages=batch.pages,
+            max_per_second=batch.max_per_second,
+            created_at=batch.created_at,
+            updated_at=batch.updated_at,
+            ended_at=batch.ended_at,
+            cancelled_by=batch.cancelled_by,
+            cancel_reason=batch.cancel_reason,
+        )
+
+
+class BatchPreview(_Model):
+    """A dry run: what the batch would act on now (nothing is written)."""
+
+    action: str
+    where: dict[str, Any]
+    matched: int = Field(description="Workflows the filter matches now (at most 100,000 counted).")
+    by_status: dict[str, int]
+    sample: list[str] = Field(description="The first 20 of them.")
+    truncated: bool = Field(description="More than were counted match.")
+
+
+class BatchList(_Model):
+    """``GET /ops/batches``: newest first."""
+
+    batches: list[BatchView]
+    next_cursor: str | None = None
+
+
+class BatchWorkflow(_Model):
+    """A workflow a batch claimed, and what became of it."""
+
+    workflow_id: str
+    outcome: str | None = Field(
+        description="done, refused: <why>, failed: <error>; null while its page is being acted on."
+    )
+
+
+class BatchWorkflowsPage(_Model):
+    """``GET /ops/batches/{id}/workflows``: what the batch touched, in the order it claimed them."""
+
+    batch_id: str
+    workflows: list[BatchWorkflow]
+    next_cursor: str | None = None
+
+
+class BatchCancelRequest(_Model):
+    """Body of ``POST /ops/batches/{id}/cancel``."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    reason: Reason = Field(description="Why: kept on the batch with your principal.")
+
+
 def build_ops_app(
     services: Callable[[], tuple[SchedulerService, MessageBus, WorkflowIndex, DeadLetterQueues]],
     triggers: Callable[[], TriggerStore],
+    batches: Callable[[], BatchService] | None = None,
 ) -> APIGatewayHttpResolver:
     """Create the operators' resolver; ``services`` returns the scheduler, the bus, the store's indexes and the
-    dead-letter queues, and ``triggers`` the triggers' items, built lazily on first request.
+    dead-letter queues, ``triggers`` the triggers' items and ``batches`` the batches' service, built lazily on
+    first request.
 
     Returns
     -------
@@ -775,6 +910,146 @@ def build_ops_app(
         state = store.pause(name, principal, request.reason, now) if action == "pause" else store.resume(name)
         logger.info("operator action", extra=audit)
         return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=trigger_view(name, state))
+
+    def batch_service() -> BatchService:
+        if batches is None:
+            raise ConfigurationError("this operators' function runs no batches (no BATCH_QUEUE_URL)")
+        return batches()
+
+    def where_of(where: BatchWhere) -> BatchFilter:
+        return BatchFilter(**where.model_dump(exclude_none=True))
+
+    @app.post(
+        "/ops/batches",
+        summary="Act on every workflow a filter matches (a batch), or count them first (dry_run)",
+        responses={
+            200: doc(BatchPreview, "The dry run's counts, or the batch this Idempotency-Key started already"),
+            202: doc(BatchView, "The batch started"),
+            **ERROR_RESPONSES,
+        },
+    )
+    def start_batch(
+        request: BatchRequest,
+        idempotency_key: Annotated[IdempotencyKey | None, Header(alias="idempotency-key")] = None,
+    ) -> Response[Any]:
+        principal = caller()
+        scheduler, _, index, _ = services()
+        where = where_of(request.where)
+        if request.dry_run:
+            seen = preview(WorkflowFinder(index, scheduler.config.deadline_shards), where)
+            body: Any = BatchPreview(
+                action=request.action,
+                where=where.given(),
+                matched=seen.matched,
+                by_status=seen.by_status,
+                sample=seen.sample,
+                truncated=seen.truncated,
+            )
+            return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=body)
+        batch = new_batch(
+            batch_id_for(principal, idempotency_key),
+            request.action,
+            where,
+            principal=principal,
+            reason=request.reason,
+            now=epoch_seconds(scheduler.clock),
+            step=request.step,
+            max_per_second=request.max_per_second,
+        )
+        stored, created = batch_service().start(batch)
+        logger.info(
+            "operator action",
+            extra={
+                "action": f"batch-{request.action}",
+                "batch_id": stored.batch_id,
+                "principal": principal,
+                "reason": request.reason,
+                "where": where.given(),
+            },
+        )
+        return Response(
+            status_code=202 if created else 200,
+            content_type=content_types.APPLICATION_JSON,
+            body=BatchView.of(stored),
+        )
+
+    @app.get(
+        "/ops/batches",
+        summary="The batches, newest first",
+        responses={200: doc(BatchList, "One page of batches"), **ERROR_RESPONSES},
+    )
+    def list_batches(
+        limit: Annotated[int, Query(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Query(max_length=2048)] = None,
+    ) -> BatchList:
+        caller()
+        start = cursor_key(cursor) if cursor else None
+        found, after = batch_service().store.list(limit, start)
+        return BatchList(
+            batches=[BatchView.of(b) for b in found], next_cursor=key_cursor(after) if after is not None else None
+        )
+
+    def load_batch(batch_id: str) -> Batch:
+        batch = batch_service().store.get(batch_id, consistent=True)
+        if batch is None:
+            raise BatchNotFoundError(f"no batch {batch_id}")
+        return batch
+
+    @app.get(
+        "/ops/batches/<batch_id>",
+        summary="A batch: its filter, who started it and why, its progress",
+        responses={200: doc(BatchView, "The batch"), **ERROR_RESPONSES},
+    )
+    def get_batch(batch_id: Annotated[str, Path(max_length=64, pattern=BATCH_ID_PATTERN)]) -> BatchView:
+        caller()
+        return BatchView.of(load_batch(batch_id))
+
+    @app.get(
+        "/ops/batches/<batch_id>/workflows",
+        summary="The workflows a batch touched, in the order it claimed them, with what became of each",
+        responses={200: doc(BatchWorkflowsPage, "One page of workflows"), **ERROR_RESPONSES},
+    )
+    def batch_workflows(
+        batch_id: Annotated[str, Path(max_length=64, pattern=BATCH_ID_PATTERN)],
+        cursor: Annotated[str | None, Query(max_length=16, pattern="^[0-9]+$")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    ) -> BatchWorkflowsPage:
+        caller()
+        load_batch(batch_id)
+        skip = int(cursor or 0)
+        rows: list[BatchWorkflow] = []
+        more = False
+        for n, (workflow_id, outcome) in enumerate(touched(batch_service().store, batch_id)):
+            if n < skip:
+                continue
+            if len(rows) == limit:
+                more = True
+                break
+            rows.append(BatchWorkflow(workflow_id=workflow_id, outcome=outcome))
+        return BatchWorkflowsPage(batch_id=batch_id, workflows=rows, next_cursor=str(skip + limit) if more else None)
+
+    @app.post(
+        "/ops/batches/<batch_id>/cancel",
+        summary="Stop a batch: it claims no more workflows (a page being acted on is finished)",
+        responses={200: doc(BatchView, "The batch, CANCELLED"), **ERROR_RESPONSES},
+    )
+    def cancel_batch(
+        batch_id: Annotated[str, Path(max_length=64, pattern=BATCH_ID_PATTERN)], request: BatchCancelRequest
+    ) -> BatchView:
+        principal = caller()
+        scheduler = services()[0]
+        stopped = cancel(
+            batch_service().store,
+            batch_id,
+            principal=principal,
+            reason=request.reason,
+            now=epoch_seconds(scheduler.clock),
+        )
+        logger.info(
+            "operator action",
+            extra={"action": "batch-cancel", "batch_id": batch_id, "principal": principal, "reason": request.reason},
+        )
+        return BatchView.of(stopped)
 
     @app.get("/ops/openapi.json", summary="OpenAPI document of the operator routes", include_in_schema=False)
     def openapi() -> Response[str]:

@@ -97,6 +97,8 @@ class EngineConfig(BaseModel):
         A payload (workflow input, step output, rendered input) whose compact JSON is larger is claim-checked (bytes).
     max_payload_bytes:
         The largest payload accepted, claim-checked or not (bytes; 10 MiB by default).
+    batch_queue_url:
+        The queue of the batch runs (``BATCH_QUEUE_URL``: the operators' and the batch function only; ``batches.py``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -119,6 +121,7 @@ class EngineConfig(BaseModel):
     payload_bucket: str = ""
     claim_check_threshold_bytes: int = Field(default=32_768, ge=1_024, le=200_000)
     max_payload_bytes: int = Field(default=10_485_760, ge=2_048, le=104_857_600)
+    batch_queue_url: str = ""
 
     @model_validator(mode="after")
     def _grace_covers_skew(self) -> EngineConfig:
@@ -167,6 +170,7 @@ class EngineConfig(BaseModel):
                 "payload_bucket": "PAYLOAD_BUCKET",
                 "claim_check_threshold_bytes": "CLAIM_CHECK_THRESHOLD_BYTES",
                 "max_payload_bytes": "MAX_PAYLOAD_BYTES",
+                "batch_queue_url": "BATCH_QUEUE_URL",
             },
             required=("STATE_TABLE", "RESPONSE_QUEUE_URL", "AGENTS"),
             json_fields=("agents", "dead_letter_queues", "triggers"),
