@@ -463,9 +463,11 @@ class BatchRunner:
 
 
 class BatchRun(BaseModel):
-    """The message of one run of a batch (the batch function's queue): the batch, and the token that must hold it."""
+    """The message of one run of a batch (the batch function's queue): the batch, and the token that must hold it.
+    Its validator is built on first use (``defer_build``): the operators' function imports this module at its cold
+    start and validates no run's message."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     kind: Literal["batch.run"] = "batch.run"
     batch_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
