@@ -386,6 +386,8 @@ def test_a_reload_keeps_the_form_being_filled_in_and_a_cancel_is_sent_once(drill
         page = signed_in(browser, drill)
         page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}")
         page.get_by_role("link", name="Cancel").click()
+        page.wait_for_url("**/act/cancel*")
+        page.wait_for_load_state("load")  # the page's script has run, as it has by the time a person types
         page.locator("textarea#reason").fill("the customer cancelled by phone")
         page.reload()  # a reload (or a crashed tab) gives the form back as it was filled in, and says so
         expect(page.locator("textarea#reason")).to_have_value("the customer cancelled by phone")
@@ -399,6 +401,27 @@ def test_a_reload_keeps_the_form_being_filled_in_and_a_cancel_is_sent_once(drill
         page.close()
     finally:
         drill.servers["payments"].service.update_knobs({"latency_ms": 0})
+
+
+def test_text_typed_before_the_pages_script_ran_is_kept_through_a_reload(drill: Drill, browser: Browser) -> None:
+    # Given the cancel form of a HELD trip whose script is held back (a slow network): the operator types first
+    wid = drill.held_trip()
+    page = signed_in(browser, drill)
+    held: list[Any] = []
+    page.route("**/static/console.js", lambda route: held.append(route) if not held else route.continue_())
+    page.goto(drill.console.url.split("/?")[0] + f"/workflows/{quote(wid, safe='')}/act/cancel", wait_until="commit")
+    page.locator("textarea#reason").fill("typed while the page was loading")  # no listener heard it
+    page.wait_for_timeout(0)  # let the held request reach its handler
+    assert len(held) == 1
+    held[0].continue_()
+    page.wait_for_load_state("load")
+    # When the page is reloaded
+    page.reload()
+    # Then the text is given back, and the page says so
+    expect(page.locator("textarea#reason")).to_have_value("typed while the page was loading")
+    expect(page.locator("p.restored")).to_contain_text("Restored what you typed earlier in this tab (not sent)")
+    assert operator_actions(drill, wid) == []
+    page.close()
 
 
 def test_a_forged_form_from_another_page_of_this_machine_is_refused(drill: Drill, browser: Browser) -> None:

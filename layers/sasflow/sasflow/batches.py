@@ -48,6 +48,8 @@ from .errors import (
 )
 from .finding import WorkflowFinder
 from .history import decode
+from .limits import DEFAULT_BATCH_RATE as DEFAULT_RATE
+from .limits import MAX_BATCH_RATE as MAX_RATE
 from .ports import BatchStore, MessageBus, Outgoing
 from .records import Snapshot
 from .scheduler import OPERATOR_ACTIONS, SchedulerService
@@ -79,9 +81,6 @@ __all__ = [
 BATCH_ACTIONS = OPERATOR_ACTIONS
 #: Workflows a page holds: one claim, one settle and this many actions.
 PAGE_SIZE = 25
-#: Workflows a second a batch acts on unless it says otherwise, and at most.
-DEFAULT_RATE = 50
-MAX_RATE = 500
 #: What one run acts on, at most: this many seconds at the batch's rate (the next run's message is delayed for the
 #: rest of them, if the run was faster).
 RUN_SECONDS = 30

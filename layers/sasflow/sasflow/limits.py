@@ -26,6 +26,9 @@ MAX_EXPRESSION_NESTING = 32
 #: Bytes the compiled-expression cache and the parsed-definition caches may hold (per Lambda sandbox).
 EXPRESSION_CACHE_BYTES = 1_048_576
 DEFINITION_CACHE_BYTES = 8_388_608
+#: Workflows a second a batch of operator actions acts on unless it says otherwise, and at most (docs/batches.md).
+DEFAULT_BATCH_RATE = 50
+MAX_BATCH_RATE = 500
 
 
 def json_size(value: Any, limit: int, *, what: str = "value") -> int:

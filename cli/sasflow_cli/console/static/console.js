@@ -71,13 +71,19 @@
       note.appendChild(discard);
       form.parentNode.insertBefore(note, form);
     }
+    function keep() {
+      var draft = {};
+      Array.prototype.forEach.call(fields, function (f) { draft[f.name] = f.value; });
+      try { window.sessionStorage.setItem(key, JSON.stringify(draft)); } catch (error) { /* full: not kept */ }
+    }
     Array.prototype.forEach.call(fields, function (field) {
       if (field.dataset.json !== undefined) { checkJson(field); }
-      field.addEventListener("input", function () {
-        var draft = {};
-        Array.prototype.forEach.call(fields, function (f) { draft[f.name] = f.value; });
-        try { window.sessionStorage.setItem(key, JSON.stringify(draft)); } catch (error) { /* full: not kept */ }
-      });
+      field.addEventListener("input", keep);
+    });
+    // Text typed before this script ran fired no input event it heard: the page being left keeps it as well.
+    window.addEventListener("pagehide", function () {
+      var typed = Array.prototype.some.call(fields, function (f) { return f.value !== f.defaultValue; });
+      if (typed) { keep(); }
     });
   });
 
