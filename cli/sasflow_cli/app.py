@@ -242,6 +242,7 @@ WHERE_NAMES = {
     "owner": str,
     "started_after": int,
     "started_before": int,
+    "step": str,
 }
 WhereOption = Annotated[
     list[str] | None,
@@ -460,6 +461,9 @@ def list_(
     ] = None,
     started_after: Annotated[int | None, typer.Option("--started-after", min=0, help="Epoch seconds.")] = None,
     started_before: Annotated[int | None, typer.Option("--started-before", min=0, help="Epoch seconds.")] = None,
+    step: Annotated[
+        str | None, typer.Option("--step", help="A step whose last attempt failed (action or compensation).")
+    ] = None,
     trigger: Annotated[
         str | None,
         typer.Option(
@@ -500,6 +504,7 @@ def list_(
             version,
             owner,
             error_code,
+            step,
             started_after,
             started_before,
             trigger,
@@ -528,6 +533,7 @@ def list_(
                 version=version,
                 owner=owner,
                 error_code=error_code,
+                step=step,
                 limit=limit,
                 cursor=cursor,
                 follow=all_,
@@ -700,8 +706,8 @@ def _act_on_fleet(
     **extra: Any,
 ) -> None:
     """One action on every workflow ``where`` matches: a batch (``POST /ops/batches``), or its dry run."""
-    if extra.get("step_input") is not None or "output" in extra:
-        raise CliUsageError("--input and --output act on one workflow: a batch gives each workflow the same action")
+    if extra.get("step_input") is not None:
+        raise CliUsageError("--input acts on one workflow: a batch retries each workflow with its own input")
     state = _state(ctx)
     body = state.client.start_batch(
         action,
@@ -711,6 +717,7 @@ def _act_on_fleet(
         step=extra.get("step"),
         max_per_second=rate,
         dry_run=dry_run,
+        **({"output": extra["output"]} if "output" in extra else {}),
     )
     if as_json:
         _print_json(body)

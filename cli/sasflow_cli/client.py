@@ -275,6 +275,7 @@ class SasflowClient:
         version: int | None = None,
         owner: str | None = None,
         error_code: str | None = None,
+        step: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
         counts: bool = True,
@@ -294,6 +295,7 @@ class SasflowClient:
                     "version": version,
                     "owner": owner,
                     "error_code": error_code,
+                    "step": step,
                     "limit": limit,
                     "cursor": cursor,
                     "counts": None if counts else "false",
@@ -375,10 +377,12 @@ class SasflowClient:
         step: str | None = None,
         max_per_second: int | None = None,
         dry_run: bool = False,
+        **output: Any,
     ) -> Any:
         """``POST /ops/batches``: the BatchView of the batch started (or the one this key started already), or with
-        ``dry_run`` the BatchPreview (counts; nothing written)."""
-        body: dict[str, Any] = {"action": action, "where": where, "reason": reason, "dry_run": dry_run}
+        ``dry_run`` the BatchPreview (counts; nothing written). ``output=...`` (a skip's, null too) is sent when
+        given."""
+        body: dict[str, Any] = {"action": action, "where": where, "reason": reason, "dry_run": dry_run, **output}
         if step is not None:
             body["step"] = step
         if max_per_second is not None:

@@ -515,6 +515,43 @@ def test_the_drill_approves_a_callback_and_redrives_a_dead_letter_watching_its_m
     page.close()
 
 
+def test_a_batch_retries_every_held_trip_a_listing_found_from_its_dry_run_to_its_end(
+    drill: Drill, browser: Browser, shots: Path
+) -> None:
+    # Given two trips of their own definition HELD at their payment
+    payments = drill.servers["payments"].service
+    payments.update_knobs({"rejection_rate": 1.0})
+    try:
+        ids = [drill.start(trip(name="trip-batch", on_failure="hold")) for _ in range(2)]
+        for wid in ids:
+            drill.wait(wid, lambda v: v["status"] == "HELD")
+    finally:
+        payments.update_knobs({"rejection_rate": 0.0})
+    page = signed_in(browser, drill)
+    page.goto(drill.console.url.split("/?")[0] + "/?status=HELD&definition=trip-batch")
+    # When the operator acts on every workflow the listing found: a dry run, then the batch
+    page.get_by_role("link", name="Act on every workflow this filter finds (a batch)").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Start a batch")
+    expect(page.locator("input#definition")).to_have_value("trip-batch")
+    page.locator("input#step").fill("charge_card")
+    page.locator("textarea#reason").fill("payments are back")
+    page.get_by_role("button", name="Dry run").click()
+    expect(page.locator("section.preview")).to_contain_text("on each of the 2 workflow(s) found now: 2 HELD.")
+    page.get_by_role("button", name="Confirm: start the batch").dblclick()  # a double click
+    # Then its page follows it to its end, each trip done and COMPLETED
+    page.wait_for_url(re.compile(r".*/batches/b-[0-9a-f]+\?done=console-[0-9a-f]{32}$"))
+    expect(page.get_by_role("status")).to_contain_text("Batch: Retry a failed step: done at")
+    expect(page.locator("dl.facts .status").first).to_have_text("COMPLETED", timeout=60_000)
+    expect(page.locator("ul.counts")).to_contain_text("Done 2")
+    for wid in ids:
+        drill.wait(wid, lambda v: v["status"] == "COMPLETED")
+        assert [a["action"] for a in operator_actions(drill, wid)] == ["retry"]
+    screenshot_page(page, shots, "batch")
+    page.goto(drill.console.url.split("/?")[0] + "/batches")
+    expect(page.locator("tbody tr")).to_have_count(1)
+    page.close()
+
+
 def test_the_drill_retries_then_resolves_a_failed_compensation(drill: Drill, browser: Browser) -> None:
     flights, payments = drill.servers["flights"].service, drill.servers["payments"].service
     # Given a trip whose payment is declined, whose flight's compensation then fails every attempt

@@ -98,3 +98,52 @@ def test_a_batch_item_is_in_no_listing_of_workflows() -> None:
         finder = WorkflowFinder(index, 8)  # type: ignore[arg-type]
         for status in ("HELD", "PAUSED", "COMPLETED", "RUNNING", None):
             assert finder.find(status=status).workflows == [], status
+
+
+class Throttling:
+    """A DynamoDB client whose BatchGetItem leaves the last key of each call unprocessed ``stubborn`` times."""
+
+    def __init__(self, client: object, stubborn: int) -> None:
+        self.client = client
+        self.stubborn = stubborn
+        self.calls: list[int] = []
+
+    def batch_get_item(self, RequestItems: dict) -> dict:  # noqa: N803 (boto3's parameter name)
+        [(table, request)] = RequestItems.items()
+        keys = request["Keys"]
+        self.calls.append(len(keys))
+        if self.stubborn and len(keys) > 0:
+            self.stubborn -= 1
+            served = {table: {**request, "Keys": keys[:-1]}}
+            answer = self.client.batch_get_item(RequestItems=served) if len(keys) > 1 else {"Responses": {}}  # type: ignore[attr-defined]
+            return {**answer, "UnprocessedKeys": {table: {"Keys": keys[-1:]}}}
+        return self.client.batch_get_item(RequestItems=RequestItems)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+
+def test_a_listing_reads_its_batches_in_one_call_and_asks_again_for_keys_left_unprocessed() -> None:
+    from sasflow.adapters import batch_get
+    from sasflow.adapters.batch_dynamodb import batch_key
+
+    with mock_aws():
+        stack = Stack.from_file(ROOT / "template.yaml", parameters={"DeploySampleServices": "false"})
+        table = provision(stack)["StateTable"]
+        client = boto3.client("dynamodb")
+        for n in range(5):
+            DynamoDBBatchStore(table, client).create(a_batch(f"b-{n}", now=1_000 + n))  # type: ignore[arg-type]
+        # A listing of 5 batches is one BatchGetItem, and a key DynamoDB left unprocessed is asked for again
+        throttled = Throttling(client, stubborn=1)
+        listed, _ = DynamoDBBatchStore(table, throttled).list(5, None)  # type: ignore[arg-type]
+        assert [b.batch_id for b in listed] == ["b-4", "b-3", "b-2", "b-1", "b-0"]
+        assert throttled.calls == [5, 1]
+        # A key still unprocessed after every round is given back to the caller, not dropped silently
+        stubborn = Throttling(client, stubborn=3)
+        items, left = batch_get(stubborn, table, [batch_key("b-0"), batch_key("b-1")], rounds=3)
+        assert stubborn.calls == [2, 1, 1]
+        assert ([i["pk"]["S"] for i in items], left) == (["BATCH#b-0"], [batch_key("b-1")])
+        # 250 keys are three calls: 100 keys each at most
+        counting = Throttling(client, stubborn=0)
+        items, left = batch_get(counting, table, [batch_key(f"b-{n}") for n in range(250)], rounds=3)
+        assert (counting.calls, len(items), left) == ([100, 100, 50], 5, [])

@@ -151,3 +151,65 @@ def test_the_cli_acts_on_a_fleet_with_where_counts_first_and_lists_what_the_batc
     assert "give a workflow's ID or --where" in result.output
     result = CliRunner().invoke(app, ["retry", "--where", "definition=x", "--reason", "x"])
     assert "--where needs a status" in result.output
+
+
+def test_a_skip_batch_gives_each_workflows_step_its_output_and_only_a_skip_takes_one(deployed: Deployed) -> None:
+    from tests.integration.test_cli import cli
+
+    # Given trips HELD at their payment, the step after which reads nothing of it, and one more whose ends differ
+    ids = held_at_payment(deployed, 2)
+    where = {"status": "HELD", "definition": TRIP["definition"]["name"]}
+    # An output with another action than a skip is refused, naming the field; nothing starts
+    request = {"action": "retry", "where": where, "reason": "paid by bank transfer", "output": {"paid": "transfer"}}
+    status, refused = deployed.ops("POST", "/ops/batches", request)
+    assert (status, refused["error"]) == (422, "VALIDATION_ERROR")
+    assert "only a skip takes one" in json.dumps(refused["details"])
+    assert deployed.ops("GET", "/ops/batches")[1]["batches"] == []
+    # When the operator skips every payment with the output the bank transfer gave (the CLI: --output with --where)
+    output = {"receipt": "transfer-7", "amount": 420}
+    batch = cli(
+        deployed,
+        "skip",
+        "--where",
+        "status=HELD",
+        "--where",
+        f"definition={TRIP['definition']['name']}",
+        "--step",
+        "charge_card",
+        "--output",
+        json.dumps(output),
+        "--reason",
+        "paid by bank transfer",
+    )
+    assert (batch["action"], batch["gives_output"], batch["output"]) == ("skip", True, output)
+    run_batches(deployed)
+    deployed.pump()
+    # Then each trip completed with that output as its charge's, and the skip in its history names the batch
+    for wid in ids:
+        _, view = deployed.ops("GET", f"/ops/workflows/{wid}")
+        assert view["status"] == "COMPLETED"
+        assert [s["output"] for s in view["steps"] if s["name"] == "charge_card"] == [output]
+        _, history = deployed.ops("GET", f"/ops/workflows/{wid}/history")
+        actions = [e["detail"] for e in history["events"] if e["kind"] == "operator_action"]
+        assert [(a["action"], a["batch"]) for a in actions] == [("skip", batch["batch_id"])]
+    _, stored = deployed.ops("GET", f"/ops/batches/{batch['batch_id']}")
+    assert (stored["counts"]["done"], stored["output"]) == (2, output)
+
+
+def test_a_batch_filtered_by_its_failed_step_acts_on_that_step_and_finds_no_other(deployed: Deployed) -> None:
+    ids = held_at_payment(deployed, 2)
+    deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
+    # The dry run of another step finds none of them (their failed step is charge_card)
+    other = {"action": "retry", "where": {"status": "HELD", "step": "book_hotel"}, "reason": "r", "dry_run": True}
+    status, seen = deployed.ops("POST", "/ops/batches", other)
+    assert (status, seen["matched"], seen["where"]) == (200, 0, {"status": "HELD", "step": "book_hotel"})
+    # A retry filtered by the failed step, without a step of its own, retries that step
+    request = {"action": "retry", "where": {"status": "HELD", "step": "charge_card"}, "reason": "payments are back"}
+    status, batch = deployed.ops("POST", "/ops/batches", request)
+    assert (status, batch["step"], batch["where"]) == (202, "charge_card", {"status": "HELD", "step": "charge_card"})
+    run_batches(deployed)
+    deployed.pump()
+    for wid in ids:
+        assert deployed.ops("GET", f"/ops/workflows/{wid}")[1]["status"] == "COMPLETED"
+    _, done = deployed.ops("GET", f"/ops/batches/{batch['batch_id']}")
+    assert done["counts"] == {"matched": 2, "done": 2, "refused": 0, "failed": 0}

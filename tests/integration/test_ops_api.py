@@ -330,7 +330,7 @@ def test_started_after_and_before_bound_the_listing_and_each_step_names_what_it_
     assert listed(f"started_after={created - 1}&started_before={created + 1}") == [wid]
 
 
-def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(deployed: Deployed) -> None:
+def test_the_listing_finds_by_version_owner_error_code_and_step_read_from_the_items(deployed: Deployed) -> None:
     wid = held_at_payment(deployed)
     client_a = "arn:aws:iam::123456789012:user/client-a"
 
@@ -346,6 +346,7 @@ def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(d
     status, uncounted = deployed.ops("GET", "/ops/workflows", query="status=HELD&counts=false")
     assert uncounted["counts"] is None and uncounted["workflows"] == page["workflows"]  # a caller that has them
     assert (summary["owner"], summary["definition_version"], summary["error_codes"]) == (client_a, 1, ["CARD_DECLINED"])
+    assert summary["error_steps"] == ["charge_card"]
     # Each filter keeps it when it matches and leaves it out, with a note, when it does not
     assert listed("status=HELD&error_code=CARD_DECLINED") == ([wid], [])
     assert listed("status=HELD&error_code=TIMEOUT") == (
@@ -353,6 +354,11 @@ def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(d
         ["1 of this page's workflows do not match the filter: left out"],
     )
     assert listed("status=HELD&version=1&definition=trip-booking")[0] == [wid]
+    assert listed("status=HELD&step=charge_card") == ([wid], [])
+    assert listed("status=HELD&step=book_hotel") == (
+        [],
+        ["1 of this page's workflows do not match the filter: left out"],
+    )
     # a filter the index answers leaves it out as a filter, never as the index's lag (found by a trial)
     assert listed("status=HELD&definition=another") == (
         [],
@@ -367,6 +373,7 @@ def test_the_listing_finds_by_version_owner_and_error_code_read_from_the_items(d
     assert status == 200
     deployed.pump()
     assert listed("status=COMPLETED&error_code=CARD_DECLINED")[0] == []  # retried: its last error is gone
+    assert listed("status=COMPLETED&step=charge_card")[0] == []
     assert listed("status=COMPLETED&version=1")[0] == [wid]
     status, bad = deployed.ops("GET", "/ops/workflows", query="version=0")
     assert status == 422 and bad["details"][0]["loc"] == ["query", "version"]

@@ -55,7 +55,7 @@ from ..timeline import COLOURS
 from ..timeline import svg as timeline_svg
 from ..timeline import timeline as build_timeline
 from . import graph
-from .actions import ACTIONS, NOT_GIVEN, fingerprint, offered, preview
+from .actions import ACTIONS, NOT_GIVEN, TERMINAL, fingerprint, offered, preview
 
 __all__ = ["COOKIE", "SECURITY_HEADERS", "Console", "ConsoleServer"]
 
@@ -281,6 +281,10 @@ class Console:
                 Rule("/dead-letters/<queue>/redrive", endpoint="redrive", methods=["GET", "POST"]),
                 Rule("/dead-letters/<queue>/moves", endpoint="moves"),
                 Rule("/dead-letters/<queue>", endpoint="dead_letter_queue"),
+                Rule("/batches", endpoint="batches"),
+                Rule("/batches/new", endpoint="batch_new", methods=["GET", "POST"]),
+                Rule("/batches/<batch_id>/cancel", endpoint="batch_cancel", methods=["POST"]),
+                Rule("/batches/<batch_id>", endpoint="batch"),
                 Rule("/definitions", endpoint="definitions"),
                 Rule("/definitions/<name>", endpoint="definition"),
                 Rule("/definitions/<name>/<int:version>", endpoint="definition_version"),
@@ -475,6 +479,7 @@ class Console:
             "version": _positive(args.get("version"), "version"),
             "owner": args.get("owner") or None,
             "error_code": args.get("error_code") or None,
+            "step": args.get("step") or None,
             "started_after": _epoch(args.get("started_after")),
             "started_before": _epoch(args.get("started_before")),
         }
@@ -490,6 +495,7 @@ class Console:
         next_query = {k: v for k, v in args.items() if k != "cursor" and v}
         following = listing["next_cursor"]
         next_url = "/?" + urlencode({**next_query, "cursor": following}) if following else None
+        acts = status is not None and status not in TERMINAL and listing["workflows"]
         return self._html(
             "workflows.html",
             args=args,
@@ -498,6 +504,7 @@ class Console:
             listing=listing,
             filtered=filtered,
             next_url=next_url,
+            batch_url="/batches/new?" + urlencode(next_query) if acts else None,
             page_size=PAGE,
         )
 
@@ -850,6 +857,118 @@ class Console:
             refresh=REFRESH_SECONDS if running else None,
         )
 
+    # ------------------------------------------------------------------ batches
+    def page_batches(self, request: Request) -> Response:
+        """The batches, newest first, each with its progress."""
+        if not self.operator:
+            return self._operators_only("batches")
+        cursor = request.args.get("cursor") or None
+        listing = self.client.batches(limit=PAGE, cursor=cursor)
+        following = listing.get("next_cursor")
+        next_url = "/batches?" + urlencode({"cursor": following}) if following else None
+        running = any(b["status"] == "RUNNING" for b in listing["batches"])
+        return self._html(
+            "batches.html",
+            batches=listing["batches"],
+            next_url=next_url,
+            refresh=REFRESH_SECONDS if running else None,
+        )
+
+    def page_batch(self, request: Request, batch_id: str, problem: dict[str, Any] | None = None) -> Response:
+        """A batch: its filter, who started it and why, its progress (refreshed while it runs), what it touched, and
+        a form that cancels it."""
+        if not self.operator:
+            return self._operators_only("batches")
+        batch = self.client.batch(batch_id)
+        cursor = request.args.get("cursor") or None
+        touched = self.client.batch_workflows(batch_id, cursor=cursor, limit=PAGE)
+        following = touched.get("next_cursor")
+        next_url = _path("batches", batch_id) + "?" + urlencode({"cursor": following}) if following else None
+        done = self.outcomes.get(request.args.get("done", ""))
+        return self._html(
+            "batch.html",
+            400 if problem else 200,
+            batch=batch,
+            workflows=touched["workflows"],
+            next_url=next_url,
+            done=done if done is not None and _about_batch(done, batch_id) else None,
+            refresh=REFRESH_SECONDS if batch["status"] == "RUNNING" and not problem else None,
+            csrf=self.csrf,
+            key=request.form.get("key") or _new_key(),
+            reason=request.form.get("reason", ""),
+            problem=problem,
+        )
+
+    def page_batch_new(self, request: Request) -> Response:
+        """A batch's form (GET, its filter given by the query: the listing's "act on all these"), its dry run (POST
+        ``intent=preview``: what it would touch, counted), or the batch started once (``intent=confirm``)."""
+        if not self.operator:
+            return self._operators_only("batches")
+        given = request.form if request.method == "POST" else request.args
+        key = request.form.get("key") or _new_key()
+        if not KEY_PATTERN.fullmatch(key):
+            return self._refusal(400, "Not an Idempotency-Key", "open the batch's form again from the batches page")
+        fields = {name: given.get(name, "").strip() for name in BATCH_FIELDS}
+        if request.method != "POST":  # from a listing: its step filter is the batch's (and, by default, its step)
+            fields["where_step"] = fields["step"]
+        fields["action"] = fields["action"] or "retry"
+        context: dict[str, Any] = {"fields": fields, "key": key, "csrf": self.csrf, "actions": BATCH_ACTIONS}
+        if request.method != "POST" or request.form.get("intent") == "edit":
+            return self._html("batch_new.html", stage="form", **context)
+        try:
+            action, where, step, rate, output = _batch_request(fields)
+        except UsageError as error:
+            problem: dict[str, Any] = {"message": str(error), "status": 400, "console": True}
+            return self._html("batch_new.html", 400, stage="form", problem=problem, **context)
+        reason = fields["reason"]
+        start: dict[str, Any] = {
+            "reason": reason,
+            "idempotency_key": key,
+            "step": step,
+            "max_per_second": rate,
+            **output,
+        }
+        if request.form.get("intent") != "confirm":
+            try:
+                seen = self.client.start_batch(action, where, **start, dry_run=True)
+            except ApiError as error:
+                return self._html(
+                    "batch_new.html", error.status or 502, stage="form", problem=_problem(error), **context
+                )
+            return self._html("batch_new.html", stage="preview", seen=seen, **context)
+
+        def begin() -> tuple[str, bool]:
+            return str(self.client.start_batch(action, where, **start)["batch_id"]), False
+
+        try:
+            started = self._once(key, "batches:new", action, step, f"Batch: {ACTIONS[action].title}", begin)
+        except ApiError as error:
+            return self._html("batch_new.html", error.status or 502, stage="form", problem=_problem(error), **context)
+        return Response(
+            status=303, headers={"Location": _path("batches", started.status) + "?" + urlencode({"done": key})}
+        )
+
+    def page_batch_cancel(self, request: Request, batch_id: str) -> Response:
+        """Cancel a batch from its page, once per form (its Idempotency-Key): it claims no more workflows."""
+        if not self.operator:
+            return self._operators_only("batches")
+        key = request.form.get("key", "")
+        if not KEY_PATTERN.fullmatch(key):
+            return self._refusal(400, "Not an Idempotency-Key", "open the batch's page again and cancel from there")
+        reason = request.form.get("reason", "").strip()
+        if not reason:
+            problem = {"message": "a reason is needed: it is written to the batch with your principal", "console": True}
+            return self.page_batch(request, batch_id, problem={**problem, "status": 400})
+
+        def stop() -> tuple[str, bool]:
+            return str(self.client.cancel_batch(batch_id, reason=reason)["status"]), False
+
+        try:
+            self._once(key, f"batch:{batch_id}", "cancel", None, "Cancel of the batch", stop)
+        except ApiError as error:
+            return self.page_batch(request, batch_id, problem=_problem(error))
+        return Response(status=303, headers={"Location": _path("batches", batch_id) + "?" + urlencode({"done": key})})
+
     def page_definitions(self, request: Request) -> Response:
         listing = self.client.definitions()
         return self._html("definitions.html", definitions=listing["definitions"])
@@ -906,12 +1025,75 @@ def _problem(error: ApiError) -> dict[str, Any]:
     }
 
 
+def _about_batch(outcome: Outcome, batch_id: str) -> bool:
+    """Whether ``outcome`` is of the batch ``batch_id``: its start (``status`` holds the batch id) or its cancel."""
+    return outcome.subject == f"batch:{batch_id}" or (outcome.subject == "batches:new" and outcome.status == batch_id)
+
+
+def _batch_request(fields: Mapping[str, str]) -> tuple[str, dict[str, Any], str | None, int | None, dict[str, Any]]:
+    """A batch's form as ``POST /ops/batches`` takes it: the action, the filter, the step, the rate and a skip's
+    output (``{"output": ...}``, or ``{}``: none).
+
+    Raises
+    ------
+    UsageError
+        A field the console can tell is wrong (the API checks the rest, and its refusal is shown as it is).
+    """
+    action = fields["action"]
+    if action not in BATCH_ACTIONS:
+        raise UsageError(f"action {action!r}: one of {', '.join(BATCH_ACTIONS)}")
+    if not fields["status"]:
+        raise UsageError("a status is needed: the batch acts on the workflows of one status (e.g. HELD)")
+    if not fields["reason"]:
+        raise UsageError("a reason is needed: it is written to the history of every workflow the batch acts on")
+    where: dict[str, Any] = {
+        "status": fields["status"],
+        "definition": fields["definition"] or None,
+        "version": _positive(fields["version"], "version"),
+        "error_code": fields["error_code"] or None,
+        "step": fields["where_step"] or None,
+        "trigger": fields["trigger"] or None,
+        "owner": fields["owner"] or None,
+        "started_after": _epoch(fields["started_after"]),
+        "started_before": _epoch(fields["started_before"]),
+    }
+    step = fields["step"] or None
+    if BATCH_ACTIONS[action].step and step is None:
+        raise UsageError(f"{action} needs the step it acts on (e.g. the step that failed)")
+    output: dict[str, Any] = {}
+    if fields["output"]:
+        if action != "skip":
+            raise UsageError(f"only a skip gives an output: empty the output for a {action}")
+        output = {"output": _json_value(fields["output"], "output", an_object=False)}
+    kept = {k: v for k, v in where.items() if v is not None}
+    return action, kept, step, _positive(fields["max_per_second"], "rate"), output
+
+
 def _new_key() -> str:
     return f"console-{secrets.token_hex(16)}"
 
 
+#: A batch's actions: every operator action but a callback's answer (one step's, given by hand).
+BATCH_ACTIONS: Mapping[str, Any] = {name: a for name, a in ACTIONS.items() if name not in ("approve", "reject")}
+#: A batch's form: the action, the listing's filters, the step, the reason and the rate.
+BATCH_FIELDS = (
+    "action",
+    "status",
+    "definition",
+    "version",
+    "error_code",
+    "where_step",
+    "trigger",
+    "owner",
+    "started_after",
+    "started_before",
+    "step",
+    "reason",
+    "max_per_second",
+    "output",
+)
 #: The endpoints a form is sent to (every other one is read only).
-ACTING = frozenset({"act", "redrive"})
+ACTING = frozenset({"act", "redrive", "batch_new", "batch_cancel"})
 
 
 def _actor(event: Mapping[str, Any]) -> str:

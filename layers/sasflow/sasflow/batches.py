@@ -28,10 +28,11 @@ touched (``sasflow list --batch``).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -47,11 +48,10 @@ from .errors import (
     RetryableError,
 )
 from .finding import WorkflowFinder
-from .history import decode
 from .limits import DEFAULT_BATCH_RATE as DEFAULT_RATE
 from .limits import MAX_BATCH_RATE as MAX_RATE
+from .limits import MAX_STEP_INPUT_BYTES, json_size
 from .ports import BatchStore, MessageBus, Outgoing
-from .records import Snapshot
 from .scheduler import OPERATOR_ACTIONS, SchedulerService
 from .transitions import NO_OUTPUT
 
@@ -143,6 +143,7 @@ class BatchFilter:
     owner: str | None = None
     started_after: int | None = None
     started_before: int | None = None
+    step: str | None = None
 
     def given(self) -> dict[str, Any]:
         """The filters given (None left out), as the finder takes them."""
@@ -166,11 +167,6 @@ class Counts:
 
     def __add__(self, other: Counts) -> Counts:
         return Counts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
-
-
-def astuple(counts: Counts) -> tuple[int, int, int, int]:
-    """The counts in field order."""
-    return (counts.matched, counts.done, counts.refused, counts.failed)
 
 
 @dataclass(frozen=True)
@@ -201,6 +197,8 @@ class Batch:
     ended_at: int | None = None
     cancelled_by: str | None = None
     cancel_reason: str | None = None
+    #: A skip's output, as JSON text (None: the skip gives none).
+    output: str | None = None
     version: int = 0
 
     @property
@@ -249,13 +247,6 @@ class Preview:
     by_status: dict[str, int]
     sample: list[str]
     truncated: bool
-
-
-def acted_on(snapshot: Snapshot, key: str) -> bool:
-    """Whether the workflow's history holds an operator action with Idempotency-Key ``key``."""
-    workflow = snapshot.workflow
-    events = decode(snapshot.history, workflow.created_at, [s.name for s in workflow.definition.steps])
-    return any(e.kind == "operator_action" and (e.detail or {}).get("id") == key for e in events)
 
 
 def _pages(finder: WorkflowFinder, where: BatchFilter, cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
@@ -425,7 +416,7 @@ class BatchRunner:
         for workflow_id in page.workflow_ids:
             if check:
                 before = self.scheduler.store.load(workflow_id, consistent=True)
-                if before is not None and acted_on(before, action_key(batch.batch_id, workflow_id)):
+                if before is not None and before.operator_action(action_key(batch.batch_id, workflow_id)) is not None:
                     outcomes[workflow_id] = "repeat: acted on in an earlier page of this batch"
                     continue
             outcomes[workflow_id] = self._act_on(batch, workflow_id)
@@ -443,7 +434,7 @@ class BatchRunner:
                     reason=batch.reason,
                     action_id=key,
                     step=batch.step,
-                    output=NO_OUTPUT,
+                    output=NO_OUTPUT if batch.output is None else json.loads(batch.output),
                     batch=batch.batch_id,
                 )
             except (PermanentError, ConditionFailedError) as exc:
@@ -455,7 +446,7 @@ class BatchRunner:
                 return f"failed: {type(exc).__name__}: {exc}"
             if messages:
                 self.bus.send(messages)
-            if acted_on(stored, key):
+            if stored.operator_action(key) is not None:
                 return "done"
             return f"refused: workflow is {stored.workflow.status.value}: nothing to {batch.action}"
         return f"failed: {type(error).__name__}: {error}"
@@ -583,14 +574,19 @@ def new_batch(
     now: int,
     step: str | None = None,
     max_per_second: int = DEFAULT_RATE,
+    output: Any = NO_OUTPUT,
 ) -> Batch:
-    """A batch about to start (validated: a known action, a rate within bounds, a filter that narrows).
+    """A batch about to start (validated: a known action, a rate within bounds, a filter that narrows, an output
+    only for a skip).
 
     Raises
     ------
     ValueError
-        When the action is unknown, the rate out of bounds, or the filter gives nothing (a batch over every
-        workflow in flight is refused: name at least a status).
+        When the action is unknown, the rate out of bounds, the filter gives nothing (a batch over every workflow in
+        flight is refused: name at least a status), or an output is given to another action than a skip.
+    PayloadTooLargeError
+        When the output is larger than a step's input may be (`limits.MAX_STEP_INPUT_BYTES`): it is written to
+        every workflow the batch acts on.
     """
     if action not in BATCH_ACTIONS:
         raise ValueError(f"unknown action {action!r}; one of {list(BATCH_ACTIONS)}")
@@ -600,6 +596,10 @@ def new_batch(
         raise ValueError("a batch needs a status in its filter (what it acts on: HELD to retry, RUNNING to pause...)")
     if where.status in FINISHED:
         raise ValueError(f"a {where.status} workflow has ended: no operator action applies to it")
+    if output is not NO_OUTPUT and action != "skip":
+        raise ValueError(f"only a skip takes an output, not a {action}")
+    if output is not NO_OUTPUT:
+        json_size(output, MAX_STEP_INPUT_BYTES, what="a batch's skip output")
     return Batch(
         batch_id,
         action,
@@ -610,6 +610,7 @@ def new_batch(
         step=step,
         max_per_second=max_per_second,
         updated_at=now,
+        output=None if output is NO_OUTPUT else json.dumps(output, separators=(",", ":")),
     )
 
 

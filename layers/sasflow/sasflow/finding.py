@@ -131,6 +131,7 @@ class WorkflowFinder:
         version: int | None = None,
         owner: str | None = None,
         error_code: str | None = None,
+        step: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
         counts: bool = True,
@@ -149,10 +150,11 @@ class WorkflowFinder:
             Only workflows created before this time (epoch seconds).
         trigger:
             Only workflows this trigger started, in any status unless ``status`` is given (the trigger index).
-        version, owner, error_code:
-            Only workflows of this definition version, started by this principal, or with a step whose last error
-            (action or compensation) has this code. No index projects them: they are matched on the items the page
-            re-reads (`WorkflowIndex.current`), so a page may hold fewer workflows than ``limit``.
+        version, owner, error_code, step:
+            Only workflows of this definition version, started by this principal, with a step whose last error
+            (action or compensation) has this code, or whose step of this name failed last (its error is the last
+            thing it did: the step a person would act on). No index projects them: they are matched on the items the
+            page re-reads (`WorkflowIndex.current`), so a page may hold fewer workflows than ``limit``.
         limit:
             Workflows per page, at most `MAX_PAGE`.
         cursor:
@@ -189,11 +191,13 @@ class WorkflowFinder:
                 and (version is None or summary.definition_version == version)
                 and (owner is None or summary.owner == owner)
                 and (error_code is None or error_code in summary.error_codes)
+                and (step is None or step in summary.error_steps)
             )
 
         # Any filter beyond the status: what a page leaves out was left out by it, not by the index's lag (a trial
         # read "the index lags" for workflows that were simply of another definition).
-        filtering = any(f is not None for f in (definition, started_after, started_before, version, owner, error_code))
+        given = (definition, started_after, started_before, version, owner, error_code, step)
+        filtering = any(f is not None for f in given)
         if trigger is not None:
             found, next_key = self.index.by_trigger(trigger, limit, _resume_key(state))
             page = self._current(found, matches, source="trigger index", filtered=True)

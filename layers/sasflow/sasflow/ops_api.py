@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import content_types
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.openapi.params import Header, Path, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .api import (
     ERROR_RESPONSES,
@@ -104,6 +104,8 @@ StatusFilter = Literal[
 ]
 #: What a batch's ``where.status`` takes: the statuses of workflows an action may apply to (in flight or waiting).
 BatchStatusFilter = Literal["CANCELLING", "COMPENSATING", "COMPENSATION_FAILED", "HELD", "PAUSED", "QUEUED", "RUNNING"]
+#: The operator actions that act on one step of a workflow (its name in ``step``).
+STEP_ACTIONS = frozenset({"retry", "skip", "retry-compensation", "resolve"})
 #: A batch's id (``batches.batch_id_for``).
 BATCH_ID_PATTERN = "^b-[0-9a-f]{20}$"
 #: The operator actions (``scheduler.OPERATOR_ACTIONS``).
@@ -153,6 +155,9 @@ class WorkflowSummaryView(_Model):
     definition_version: int | None = Field(default=None, description="Its definition's version (from its item).")
     error_codes: list[str] = Field(
         default_factory=list, description="The codes of its steps' last errors, sorted (from its item)."
+    )
+    error_steps: list[str] = Field(
+        default_factory=list, description="The steps whose last attempt failed, sorted (from its item)."
     )
     cost: float | None = Field(
         default=None, description="What its work has cost so far, US dollars at list prices (from its item)."
@@ -363,6 +368,11 @@ class BatchWhere(_Model):
     owner: str | None = Field(default=None, max_length=2048, description="The principal that started it.")
     started_after: int | None = Field(default=None, ge=0, description="Epoch seconds")
     started_before: int | None = Field(default=None, ge=0, description="Epoch seconds")
+    step: StepName | None = Field(
+        default=None,
+        description="A step whose last attempt failed (action or compensation); a retry, skip, retry-compensation or "
+        "resolve without its own step acts on this one.",
+    )
 
 
 class BatchRequest(_Model):
@@ -381,7 +391,18 @@ class BatchRequest(_Model):
     max_per_second: int = Field(
         default=DEFAULT_BATCH_RATE, ge=1, le=MAX_BATCH_RATE, description="Workflows acted on a second."
     )
+    output: Any = Field(
+        default=None,
+        description="skip: the output each workflow's step completes with (null too). Left out: a workflow whose later "
+        "step reads it is refused (MISSING_REFERENCE).",
+    )
     dry_run: bool = Field(default=False, description="Count what it would act on; start nothing.")
+
+    @model_validator(mode="after")
+    def _output_of_a_skip(self) -> BatchRequest:
+        if "output" in self.model_fields_set and self.action != "skip":
+            raise ValueError(f"output: only a skip takes one, not a {self.action}")
+        return self
 
 
 class BatchCounts(_Model):
@@ -406,6 +427,8 @@ class BatchView(_Model):
     counts: BatchCounts
     pages: int = Field(description="Pages claimed (of at most 25 workflows each).")
     max_per_second: int
+    gives_output: bool = Field(default=False, description="A skip that gives its step an output (output).")
+    output: Any = Field(default=None, description="The output a skip gives each workflow's step, when it gives one.")
     created_at: int
     updated_at: int
     ended_at: int | None = None
@@ -431,6 +454,8 @@ class BatchView(_Model):
             ended_at=batch.ended_at,
             cancelled_by=batch.cancelled_by,
             cancel_reason=batch.cancel_reason,
+            gives_output=batch.output is not None,
+            output=json.loads(batch.output) if batch.output is not None else None,
         )
 
 
@@ -526,6 +551,9 @@ def build_ops_app(
         trigger: Annotated[
             TriggerName | None, Query(description="Only the workflows this trigger started (any status)")
         ] = None,
+        step: Annotated[
+            StepName | None, Query(description="A step whose last attempt failed (action or compensation)")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
         cursor: Annotated[str | None, Query(max_length=2048)] = None,
         counts: Annotated[
@@ -546,6 +574,7 @@ def build_ops_app(
             version=version,
             owner=owner,
             error_code=error_code,
+            step=step,
             limit=limit,
             cursor=cursor,
             counts=counts,
@@ -960,8 +989,9 @@ def build_ops_app(
             principal=principal,
             reason=request.reason,
             now=epoch_seconds(scheduler.clock),
-            step=request.step,
+            step=request.step if request.step is not None or request.action not in STEP_ACTIONS else where.step,
             max_per_second=request.max_per_second,
+            output=request.output if "output" in request.model_fields_set else NO_OUTPUT,
         )
         stored, created = batch_service().start(batch)
         logger.info(

@@ -113,10 +113,10 @@ class WorkflowSummary:
         Why it unwinds or waits, when the index projects it.
     trigger:
         The trigger that started it (``triggers.py``), if one did.
-    owner, definition_version, error_codes, cost:
-        The principal that started it, its definition's version, the codes of its steps' last errors and what it has
-        cost (dollars): read from the item (``current``, a finished listing's scan), never from an index, which does
-        not project them.
+    owner, definition_version, error_codes, error_steps, cost:
+        The principal that started it, its definition's version, the codes of its steps' last errors, the steps that
+        hold them, and what it has cost (dollars): read from the item (``current``, a finished listing's scan), never
+        from an index, which does not project them.
     """
 
     workflow_id: str
@@ -132,6 +132,7 @@ class WorkflowSummary:
     owner: str | None = None
     definition_version: int | None = None
     error_codes: tuple[str, ...] = ()
+    error_steps: tuple[str, ...] = ()
     #: What its work has cost so far, in dollars (`sasflow.cost`), read from the item; None when it has no tally.
     cost: float | None = None
 

@@ -258,6 +258,16 @@ class Snapshot:
         """Return a snapshot with ``workflow`` replaced."""
         return replace(self, workflow=workflow)
 
+    def operator_action(self, action_id: str) -> dict[str, Any] | None:
+        """What the history says of the operator action with Idempotency-Key ``action_id``, or None: none has it."""
+        from .history import decode
+
+        steps = [s.name for s in self.workflow.definition.steps]
+        for event in decode(self.history, self.workflow.created_at, steps):
+            if event.kind == "operator_action" and (event.detail or {}).get("id") == action_id:
+                return event.detail
+        return None
+
     def with_events(self, lines: list[str]) -> Snapshot:
         """Return a snapshot with the history ``lines`` appended."""
         return replace(self, history=self.history + tuple(lines)) if lines else self
@@ -306,6 +316,18 @@ class Snapshot:
                 if isinstance(error, dict) and isinstance(error.get("code"), str):
                     codes.add(error["code"])
         return tuple(sorted(codes))
+
+    @property
+    def error_steps(self) -> tuple[str, ...]:
+        """The steps whose last attempt (action or compensation) failed and that have not run again since, sorted:
+        what ``/ops/workflows`` finds by ``step`` (the step a person would act on)."""
+        return tuple(
+            sorted(
+                name
+                for name, record in self.steps.items()
+                if any(isinstance(error, dict) for error in (record.error, record.comp_error))
+            )
+        )
 
     @property
     def trouble(self) -> int:

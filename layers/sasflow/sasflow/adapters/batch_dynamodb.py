@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 
 from ..batches import Batch, BatchFilter, BatchPage, Counts
 from ..errors import ConditionFailedError
-from . import condition_failed
+from . import batch_get, condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -30,6 +30,8 @@ BATCH_SORT_KEY = "#BATCH"
 PAGE_PREFIX = "PAGE#"
 #: The attention-index partition of the batches.
 BATCH_ATTENTION = "BATCH"
+#: BatchGetItem calls per 100 keys while DynamoDB leaves keys unprocessed; the rest are read alone.
+_BATCH_GET_ROUNDS = 5
 
 
 def batch_key(batch_id: str) -> dict[str, Any]:
@@ -193,6 +195,12 @@ class DynamoDBBatchStore:
         if start is not None:
             request["ExclusiveStartKey"] = start
         response = self.client.query(**request)
-        ids = [item["pk"]["S"][len(BATCH_PREFIX) :] for item in response.get("Items", [])]
-        found = [b for b in (self.get(batch_id, consistent=False) for batch_id in ids) if b is not None]
+        keys = [batch_key(item["pk"]["S"][len(BATCH_PREFIX) :]) for item in response.get("Items", [])]
+        items, left = batch_get(self.client, self.table, keys, rounds=_BATCH_GET_ROUNDS)
+        for key in left:  # still unprocessed: read alone
+            item = self.client.get_item(TableName=self.table, Key=key).get("Item")
+            if item is not None:
+                items.append(item)
+        by_key = {item["pk"]["S"]: _batch(item) for item in items}
+        found = [by_key[key["pk"]["S"]] for key in keys if key["pk"]["S"] in by_key]  # newest first, as listed
         return found, response.get("LastEvaluatedKey")

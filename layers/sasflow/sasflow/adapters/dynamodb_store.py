@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -52,7 +51,7 @@ from ..records import (
 )
 from ..registry import DefinitionNameTakenError, NameRecord, VersionRecord
 from ..states import StepStatus, WorkflowStatus
-from . import condition_failed
+from . import batch_get, condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -81,7 +80,8 @@ _DEADLINE_KEY = {**_TABLE_KEY, "dl_shard": "S", "complete_by": "N"}
 _BATCH_GET_ROUNDS = 5
 #: What a summary (``ports.WorkflowSummary``) reads of a workflow's item.
 _SUMMARY_ATTRIBUTES = (
-    "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg, #owner, dver, errs, cost"
+    "pk, #status, dname, created_at, complete_by, trouble, attn, attn_since, reason, trg, #owner, dver, errs, esteps, "
+    "cost"
 )
 #: ``status`` and ``owner`` are DynamoDB reserved words.
 _SUMMARY_NAMES = {"#status": "status", "#owner": "owner"}
@@ -332,9 +332,11 @@ def workflow_item(snapshot: Snapshot, *, version: int, shards: int) -> dict[str,
         "cc": True if workflow.claim_checked else None,
         # Projected into the deadline index, so /ops lists and counts workflows in flight from it.
         "dname": workflow.definition.name,
-        # Read by the operators' listings from the item (current), never projected: found by version and error code.
+        # Read by the operators' listings from the item (current), never projected: found by version, error code and
+        # step (items written before 2026-12-08 have no esteps until their next write).
         "dver": workflow.definition.version,
         "errs": list(snapshot.error_codes) or None,
+        "esteps": list(snapshot.error_steps) or None,
         "trouble": snapshot.trouble or None,
         # The sparse attention index: present only while the workflow waits for a person.
         "attn": workflow.attention,
@@ -424,6 +426,7 @@ def _summary(item: dict[str, Any]) -> WorkflowSummary:
         owner=item.get("owner"),
         definition_version=item.get("dver"),
         error_codes=tuple(item.get("errs") or ()),
+        error_steps=tuple(item.get("esteps") or ()),
         cost=Tally.unpack(item["cost"]).dollars() if item.get("cost") else None,
     )
 
@@ -683,22 +686,9 @@ class DynamoDBStateStore:
         documented advice), at most ``rounds`` calls per 100 keys. Returns the raw items, and whether keys were
         still unprocessed after every round.
         """
-        items: list[dict[str, Any]] = []
-        left = False
-        ids = list(dict.fromkeys(workflow_ids))
-        for start in range(0, len(ids), 100):
-            keys = [workflow_key(workflow_id) for workflow_id in ids[start : start + 100]]
-            for wait in range(rounds):
-                request: dict[str, Any] = {self.table: {"Keys": keys, **options}}
-                response = self.client.batch_get_item(RequestItems=request)
-                items += response.get("Responses", {}).get(self.table, [])
-                unprocessed: dict[str, Any] = response.get("UnprocessedKeys") or {}
-                keys = (unprocessed.get(self.table) or {}).get("Keys", [])
-                if not keys:
-                    break
-                time.sleep(0.001 * 2**wait)
-            left = left or bool(keys)
-        return items, left
+        keys = [workflow_key(workflow_id) for workflow_id in dict.fromkeys(workflow_ids)]
+        items, left = batch_get(self.client, self.table, keys, rounds=rounds, **options)
+        return items, bool(left)
 
     def save(self, snapshot: Snapshot, expect: Snapshot) -> Snapshot:
         """Replace the workflow's item if it is still at ``expect.version`` (see ``StateStore``)."""

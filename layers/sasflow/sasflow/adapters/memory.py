@@ -177,6 +177,7 @@ class InMemoryStateStore:
             owner=workflow.owner,
             definition_version=workflow.definition.version,
             error_codes=snapshot.error_codes,
+            error_steps=snapshot.error_steps,
         )
 
     @staticmethod

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from ..ports import Outgoing
 from ..triggers import COUNTS, SlotTakenError, TriggerState, already_paused
-from . import condition_failed
+from . import batch_get, condition_failed
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -82,22 +82,13 @@ class DynamoDBTriggerStore:
 
     def states(self, names: Sequence[str]) -> list[TriggerState]:
         """See ``ports.TriggerStore.states``: one BatchGetItem per 100 names, unprocessed keys asked again."""
-        found: dict[str, dict[str, Any]] = {}
-        for start in range(0, len(names), 100):
-            keys: list[Any] = [trigger_key(name) for name in names[start : start + 100]]
-            for _ in range(_BATCH_GET_ROUNDS):
-                if not keys:
-                    break
-                response = self.client.batch_get_item(RequestItems={self.table: {"Keys": keys}})
-                for item in response.get("Responses", {}).get(self.table, []):
-                    found[item["pk"]["S"][len(TRIGGER_PREFIX) :]] = item
-                left: Any = response.get("UnprocessedKeys") or {}
-                keys = list((left.get(self.table) or {}).get("Keys") or [])
-            for key in keys:  # still unprocessed: read alone
-                name = key["pk"]["S"][len(TRIGGER_PREFIX) :]
-                item = self.client.get_item(TableName=self.table, Key=key).get("Item")
-                if item is not None:
-                    found[name] = item
+        keys: list[Any] = [trigger_key(name) for name in names]
+        items, left = batch_get(self.client, self.table, keys, rounds=_BATCH_GET_ROUNDS)
+        for key in left:  # still unprocessed: read alone
+            item = self.client.get_item(TableName=self.table, Key=key).get("Item")
+            if item is not None:
+                items.append(item)
+        found = {item["pk"]["S"][len(TRIGGER_PREFIX) :]: item for item in items}
         return [_state(name, found.get(name)) for name in names]
 
     def pause(self, name: str, principal: str, reason: str, now: int) -> TriggerState:

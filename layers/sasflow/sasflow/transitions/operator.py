@@ -30,7 +30,6 @@ from typing import Any
 
 from ..definition import AnyStep, MapStep
 from ..errors import ConditionFailedError, IdempotencyKeyConflictError, OutputNeededError, UnknownStepError
-from ..history import decode
 from ..records import StepRecord
 from ..states import TERMINAL_WORKFLOW, StepStatus, WorkflowStatus
 from .base import TransitionBase
@@ -63,21 +62,15 @@ class OperatorTransitions(TransitionBase):
             When the id was used for another action, or for the same action on another step (the API's 409
             ``IDEMPOTENCY_KEY_REUSED``): a reused key must not answer "done" for what it did not do.
         """
-        if not action_id:
+        detail = self.snapshot.operator_action(action_id) if action_id else None
+        if detail is None:
             return False
-        workflow = self.snapshot.workflow
-        events = decode(self.snapshot.history, workflow.created_at, [s.name for s in workflow.definition.steps])
-        for event in events:
-            detail = event.detail or {}
-            if event.kind != "operator_action" or detail.get("id") != action_id:
-                continue
-            if detail.get("action") != action or (step is not None and detail.get("step") not in (None, step)):
-                done = str(detail.get("action")) + (f" of step {detail['step']}" if detail.get("step") else "")
-                raise IdempotencyKeyConflictError(
-                    f"Idempotency-Key {action_id!r} was already used for {done}, not this {action}"
-                )
-            return True
-        return False
+        if detail.get("action") != action or (step is not None and detail.get("step") not in (None, step)):
+            done = str(detail.get("action")) + (f" of step {detail['step']}" if detail.get("step") else "")
+            raise IdempotencyKeyConflictError(
+                f"Idempotency-Key {action_id!r} was already used for {done}, not this {action}"
+            )
+        return True
 
     def _audit(
         self,
