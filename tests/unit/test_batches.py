@@ -277,3 +277,49 @@ def test_a_batch_cancelled_with_a_page_claimed_settles_that_page_and_claims_no_o
     assert (batch.status, batch.pages, batch.settled, batch.counts) == ("CANCELLED", 1, 1, Counts(4, 4, 0, 0))
     assert (result.acted, result.delay) == (4, None)
     assert sum(1 for w in ids if batch_events(p, w)) == 4
+
+
+def test_a_batch_whose_first_message_is_not_sent_is_cancelled_unless_its_request_can_be_repeated() -> None:
+    from sasflow.batches import BatchService
+    from sasflow.errors import RetryableError
+
+    p = Pipeline()
+    held_trips(p, 2)
+    store = InMemoryBatchStore()
+    tokens = iter(f"m-{n}" for n in range(10))
+    service = BatchService(runner(p, store), "batch-queue", tokens=lambda: next(tokens))
+    where = BatchFilter(status="HELD")
+    now = epoch_seconds(p.clock)
+
+    def batch(batch_id: str) -> Batch:
+        return new_batch(batch_id, "retry", where, principal=OPERATOR, reason="hotels are back", now=now)
+
+    # A request without an Idempotency-Key (nobody can repeat it) whose message is not sent: cancelled, saying why
+    p.bus.fail_next = 1
+    with pytest.raises(RetryableError, match="was not sent"):
+        service.start(batch("b-once"), repeatable=False)
+    stopped = store.get("b-once", consistent=True)
+    assert stopped is not None and (stopped.status, stopped.counts) == ("CANCELLED", Counts())
+    assert stopped.cancel_reason is not None and stopped.cancel_reason.startswith(
+        "not started: its first run's message"
+    )
+    # One with a key stays RUNNING: the same request again sends its message, and it runs
+    p.bus.fail_next = 1
+    with pytest.raises(RetryableError):
+        service.start(batch("b-keyed"))
+    again, created = service.start(batch("b-keyed"))
+    assert (again.status, again.runner, created) == ("RUNNING", "m-1", False)
+    result = runner(p, store).run("b-keyed", "m-1")
+    assert result.batch is not None and result.batch.counts == Counts(2, 2, 0, 0)
+    # The same key with another skip output is another request: refused
+    from sasflow.errors import IdempotencyKeyConflictError
+
+    def skip(output: Any) -> Batch:
+        return new_batch(
+            "b-skip", "skip", where, principal=OPERATOR, reason="r", now=now, step="book_hotel", output=output
+        )
+
+    assert service.start(skip({"booked_by": "phone"}))[1] is True
+    assert service.start(skip({"booked_by": "phone"}))[1] is False
+    with pytest.raises(IdempotencyKeyConflictError, match="another batch"):
+        service.start(skip({"booked_by": "mail"}))

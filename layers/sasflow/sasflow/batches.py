@@ -492,12 +492,14 @@ class BatchService:
         if self.runner.bus.send([Outgoing(self.queue_url, body, delay_seconds=delay)]):
             raise RetryableError(f"the run of batch {batch_id} was not sent; send the request again")
 
-    def start(self, batch: Batch) -> tuple[Batch, bool]:
+    def start(self, batch: Batch, *, repeatable: bool = True) -> tuple[Batch, bool]:
         """Store a new batch, held by the token of its first run's message, and send that message.
 
         A batch of that id stored already (a request repeated with its Idempotency-Key) is answered as it is, if it
         is the same request; one that has claimed no page yet gets its first message again (a duplicate of a message
-        is harmless: runs of one token claim each page once).
+        is harmless: runs of one token claim each page once). A batch nobody can ask for again (``repeatable``
+        false: a request without an Idempotency-Key) whose first message is not sent is cancelled, saying so: no
+        message would ever continue it, and a new request is a new batch.
 
         Returns
         -------
@@ -509,7 +511,8 @@ class BatchService:
         IdempotencyKeyConflictError
             When the id holds another request's batch.
         RetryableError
-            When the message was not sent (the batch is stored: the same request again sends it).
+            When the message was not sent (the batch is stored: the same request again sends it; not repeatable:
+            the batch is CANCELLED, nothing was acted on).
         """
         try:
             stored = self.store.create(replace(batch, runner=self.tokens()))
@@ -517,11 +520,12 @@ class BatchService:
         except ConditionFailedError:
             found = self.store.get(batch.batch_id, consistent=True)
             assert found is not None  # nosec B101 # a batch is never deleted
-            same = (found.action, found.where, found.step, found.principal) == (
+            same = (found.action, found.where, found.step, found.principal, found.output) == (
                 batch.action,
                 batch.where,
                 batch.step,
                 batch.principal,
+                batch.output,
             )
             if not same:
                 raise IdempotencyKeyConflictError(
@@ -530,7 +534,14 @@ class BatchService:
                 ) from None
             stored, created = found, False
         if stored.runner is not None and stored.pages == 0 and not stored.finished:
-            self._send(stored.batch_id, stored.runner)
+            try:
+                self._send(stored.batch_id, stored.runner)
+            except Exception:
+                if created and not repeatable:
+                    why = "not started: its first run's message was not sent (nothing was acted on); start it again"
+                    now = epoch_seconds(self.runner.clock)
+                    cancel(self.store, stored.batch_id, principal=stored.principal, reason=why, now=now)
+                raise
         return stored, created
 
     def on_message(self, body: str, *, should_stop: Callable[[], bool] = lambda: False) -> RunResult:

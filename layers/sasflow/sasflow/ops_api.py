@@ -993,7 +993,7 @@ def build_ops_app(
             max_per_second=request.max_per_second,
             output=request.output if "output" in request.model_fields_set else NO_OUTPUT,
         )
-        stored, created = batch_service().start(batch)
+        stored, created = batch_service().start(batch, repeatable=idempotency_key is not None)
         logger.info(
             "operator action",
             extra={
