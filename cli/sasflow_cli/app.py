@@ -288,6 +288,11 @@ def _where(values: list[str]) -> dict[str, Any]:
             where[name] = given.upper() if name == "status" else given
     if "status" not in where:
         raise CliUsageError("--where needs a status (the workflows to act on: HELD to retry, RUNNING to pause, ...)")
+    if where["status"] in ("COMPLETED", "COMPENSATED", "CANCELLED"):
+        raise CliUsageError(
+            f"--where status={where['status']}: those workflows have ended, no action applies to them; a batch acts "
+            "on workflows in flight or waiting (HELD, RUNNING, PAUSED, COMPENSATION_FAILED, QUEUED, ...)"
+        )
     return where
 
 

@@ -597,7 +597,7 @@ BATCH_COLUMNS = (
     Col("failed", drop=4, justify="right"),
     Col("where", "wrap", minimum=14),
     Col("started", drop=2),
-    Col("by", drop=1, into="where", sep=" ", before=False),
+    Col("by", drop=1, into="where", sep=" by ", before=False),
     Col("reason", drop=5),
 )
 
@@ -622,7 +622,7 @@ def batches_table(batches: Sequence[Mapping[str, Any]], *, wide: bool = False) -
             "failed": Text(str(b["counts"]["failed"]), style="red" if b["counts"]["failed"] else ""),
             "where": Text(where_text(b.get("where") or {})),
             "started": Text(when(b.get("created_at"))),
-            "by": Text(f"by {_principal(b.get('principal'), wide)}"),
+            "by": Text(_principal(b.get("principal"), wide)),
             "reason": Text(str(b.get("reason") or "")),
         }
         for b in batches
@@ -660,6 +660,14 @@ def preview_lines(body: Mapping[str, Any]) -> RenderableType:
         Text(f"dry run: {body['action']} would act on {body['matched']} workflow(s){more}"),
         Text(f"  where {where_text(body.get('where') or {})}: {counts or 'none'}"),
     ]
+    if body.get("step_not_failed"):
+        lines.append(
+            Text(
+                f"  {body['step_not_failed']} of them would be refused: their step {body.get('step')} has not failed "
+                f"(--where step={body.get('step')} finds those where it has)",
+                style="yellow",
+            )
+        )
     lines += [Text(f"  {workflow_id}") for workflow_id in body.get("sample", [])]
     if body["matched"] > len(body.get("sample", [])):
         lines.append(Text(f"  ... and {body['matched'] - len(body.get('sample', []))} more", style="dim"))

@@ -151,6 +151,8 @@ def test_the_cli_acts_on_a_fleet_with_where_counts_first_and_lists_what_the_batc
     assert "give a workflow's ID or --where" in result.output
     result = CliRunner().invoke(app, ["retry", "--where", "definition=x", "--reason", "x"])
     assert "--where needs a status" in result.output
+    result = CliRunner().invoke(app, ["cancel", "--where", "status=completed", "--reason", "x"])
+    assert result.exit_code != 0 and "those workflows have ended, no action applies to them" in result.output
 
 
 def test_a_skip_batch_gives_each_workflows_step_its_output_and_only_a_skip_takes_one(deployed: Deployed) -> None:
@@ -203,6 +205,12 @@ def test_a_batch_filtered_by_its_failed_step_acts_on_that_step_and_finds_no_othe
     other = {"action": "retry", "where": {"status": "HELD", "step": "book_hotel"}, "reason": "r", "dry_run": True}
     status, seen = deployed.ops("POST", "/ops/batches", other)
     assert (status, seen["matched"], seen["where"]) == (200, 0, {"status": "HELD", "step": "book_hotel"})
+    # and a dry run of all HELD with another step says how many the action would refuse (a trial's wrong --step)
+    wrong = {"action": "retry", "where": {"status": "HELD"}, "step": "reserve_flight", "reason": "r", "dry_run": True}
+    status, seen = deployed.ops("POST", "/ops/batches", wrong)
+    assert (status, seen["matched"], seen["step"], seen["step_not_failed"]) == (200, 2, "reserve_flight", 2)
+    right = {**wrong, "step": "charge_card"}
+    assert deployed.ops("POST", "/ops/batches", right)[1]["step_not_failed"] == 0
     # A retry filtered by the failed step, without a step of its own, retries that step
     request = {"action": "retry", "where": {"status": "HELD", "step": "charge_card"}, "reason": "payments are back"}
     status, batch = deployed.ops("POST", "/ops/batches", request)

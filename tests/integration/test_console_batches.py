@@ -65,7 +65,7 @@ def test_a_batch_is_started_from_the_listings_filter_after_its_dry_run_once_and_
     words = text_of(preview.get_data(as_text=True))
     assert preview.status_code == 200, words
     assert "Retry a failed step (step charge_card) on each of the 3 workflow(s) found now: 3 HELD." in words
-    assert "At most 100 workflows a second." in words
+    assert "100 workflows a second on average (each run acts on up to 30 seconds' worth, in pages of 25" in words
     assert deployed.ops("GET", "/ops/batches")[1]["batches"] == []
     # Confirmed twice (a double click that got through): one batch, and its page
     deployed.remote["payments"].service.update_knobs({"rejection_rate": 0.0})
@@ -87,6 +87,10 @@ def test_a_batch_is_started_from_the_listings_filter_after_its_dry_run_once_and_
     words = text_of(ended)
     assert "Status COMPLETED" in words and "Matched 3 Done 3 Refused 0 Failed 0" in words
     assert "data-refresh" not in ended and "Cancel the batch" not in ended
+    # a cancel sent from a page opened while it ran is refused, and the page says why
+    late = send(browser, f"/batches/{batch_id}/cancel", {**form_of(running), "reason": "too late"})
+    assert late.status_code == 409
+    assert f"batch {batch_id} COMPLETED already: nothing to cancel" in text_of(late.get_data(as_text=True))
     assert sorted(
         re.findall(r'<td><a href="/workflows/([^"]+)">[^<]+</a></td><td class="reason">done</td>', ended)
     ) == (sorted(ids))
@@ -105,9 +109,8 @@ def test_a_batch_form_that_cannot_be_sent_says_why_and_a_running_batch_is_cancel
     held(deployed, 2)
     browser = signed_in(console_of(deployed))
     fields = {**batch_form(page(browser, "/batches/new?status=HELD")), "reason": "give up"}
-    # A retry without its step, or a filter without a status, comes back as filled in with why; nothing is started
+    # A filter without a status, a bad rate or output, comes back as filled in with why; nothing is started
     for wrong, why in (
-        ({}, "retry needs the step it acts on"),
         ({"status": "", "action": "compensate"}, "a status is needed"),
         ({"action": "compensate", "max_per_second": "0"}, "rate '0': a whole number, 1 or more"),
         ({"action": "compensate", "output": "{}"}, "only a skip gives an output"),

@@ -603,6 +603,12 @@ def test_a_batch_its_dry_run_and_what_it_touched_read_whole_at_80_columns() -> N
         "  wf-2",
         "  ... and 21 more",
     ]
+    console = Console(width=140, record=True, color_system=None)
+    console.print(render.preview_lines({**preview, "step": "book_hotel", "step_not_failed": 23}))
+    assert console.export_text().splitlines()[2] == (
+        "  23 of them would be refused: their step book_hotel has not failed (--where step=book_hotel finds those "
+        "where it has)"
+    )
     page = {
         "batch_id": "b-0123456789abcdef0123",
         "workflows": [

@@ -247,6 +247,8 @@ class Preview:
     by_status: dict[str, int]
     sample: list[str]
     truncated: bool
+    #: Of those matched, the workflows whose step (the batch's) holds no failure: a step action would refuse them.
+    step_not_failed: int = 0
 
 
 def _pages(finder: WorkflowFinder, where: BatchFilter, cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
@@ -254,22 +256,30 @@ def _pages(finder: WorkflowFinder, where: BatchFilter, cursor: str | None, limit
     return page.workflows, page.cursor
 
 
-def preview(finder: WorkflowFinder, where: BatchFilter, *, limit: int = MAX_PREVIEW) -> Preview:
-    """What a batch with this filter would act on now, counted by the same pages a run reads (a dry run)."""
+def preview(
+    finder: WorkflowFinder, where: BatchFilter, *, step: str | None = None, limit: int = MAX_PREVIEW
+) -> Preview:
+    """What a batch with this filter would act on now, counted by the same pages a run reads (a dry run); with the
+    ``step`` of a step action, how many of them it would refuse because that step holds no failure (a workflow whose
+    item predates the failed steps' attribute, errors but no failed step recorded, is not counted: unknown)."""
     by_status: dict[str, int] = {}
     sample: list[str] = []
     matched = 0
+    not_failed = 0
     cursor: str | None = None
     while True:
         summaries, cursor = _pages(finder, where, cursor, 1000)
         for summary in summaries:
             matched += 1
+            known = bool(summary.error_steps) or not summary.error_codes
+            if step is not None and known and step not in summary.error_steps:
+                not_failed += 1
             status = summary.attention if where.status == "PAUSED" and summary.attention else summary.status
             by_status[status] = by_status.get(status, 0) + 1
             if len(sample) < PREVIEW_SAMPLE:
                 sample.append(summary.workflow_id)
         if cursor is None or matched >= limit:
-            return Preview(matched, by_status, sample, truncated=cursor is not None)
+            return Preview(matched, by_status, sample, truncated=cursor is not None, step_not_failed=not_failed)
 
 
 class BatchRunner:

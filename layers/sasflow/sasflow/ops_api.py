@@ -468,6 +468,10 @@ class BatchPreview(_Model):
     by_status: dict[str, int]
     sample: list[str] = Field(description="The first 20 of them.")
     truncated: bool = Field(description="More than were counted match.")
+    step: str | None = Field(default=None, description="The step it would act on (a step action).")
+    step_not_failed: int = Field(
+        default=0, description="Of those matched: whose step has not failed, which the action would refuse."
+    )
 
 
 class BatchList(_Model):
@@ -972,7 +976,9 @@ def build_ops_app(
         scheduler, _, index, _ = services()
         where = where_of(request.where)
         if request.dry_run:
-            seen = preview(WorkflowFinder(index, scheduler.config.deadline_shards), where)
+            step = request.step if request.step is not None or request.action not in STEP_ACTIONS else where.step
+            finder = WorkflowFinder(index, scheduler.config.deadline_shards)
+            seen = preview(finder, where, step=step if request.action in STEP_ACTIONS else None)
             body: Any = BatchPreview(
                 action=request.action,
                 where=where.given(),
@@ -980,6 +986,8 @@ def build_ops_app(
                 by_status=seen.by_status,
                 sample=seen.sample,
                 truncated=seen.truncated,
+                step=step,
+                step_not_failed=seen.step_not_failed,
             )
             return Response(status_code=200, content_type=content_types.APPLICATION_JSON, body=body)
         batch = new_batch(
